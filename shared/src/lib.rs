@@ -1,0 +1,20 @@
+//! Types shared by every tunefleet component: the wire protocol, the workload
+//! format and targets. Compiled for the native master and worker and for the
+//! wasm32 web app, so it must stay free of I/O, threads and clocks.
+
+pub mod protocol;
+pub mod target;
+pub mod workload;
+
+/// Constant-time comparison for secrets and tokens: the time taken does not
+/// depend on where the first differing byte is.
+pub fn secrets_equal(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0xff);
+        diff |= x ^ y;
+    }
+    diff == 0
+}

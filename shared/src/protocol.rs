@@ -1,0 +1,509 @@
+//! The wire protocol: every JSON message that crosses a tunefleet WebSocket.
+//!
+//! There is exactly one definition of each message, here, compiled into the
+//! master, the worker, the CLI and the browser app, so the parties cannot drift.
+//! Every message is a JSON object whose `type` field names the variant
+//! (`#[serde(tag = "type", rename_all = "snake_case")]`).
+//!
+//! Two endpoints, two roles:
+//! - `/ws/worker`: a worker's first message is [`WorkerMessage::Register`]; the
+//!   master answers [`MasterMessage::Registered`] with a token that lives as long
+//!   as that socket.
+//! - `/ws/client`: a client's first request is [`ClientCommand::Hello`]; every
+//!   request carries an `id` and gets exactly one [`ServerMessage::Reply`] or
+//!   [`ServerMessage::Error`] with the same `id`. Subscribers then receive a
+//!   [`ServerMessage::Snapshot`] and a stream of [`ServerMessage::Event`]s with
+//!   increasing `seq`.
+//!
+//! Versioning: the first message of either role carries `protocol`. A master
+//! that speaks another version closes the socket with [`close_code::PROTOCOL_MISMATCH`]
+//! and a reason naming both versions; the peer must not retry with the same
+//! version.
+
+use crate::target::Target;
+use crate::workload::Workload;
+use serde::{Deserialize, Serialize};
+
+/// Bumped on any incompatible change to the messages below.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Stable job identity: hex prefix of the SHA-256 of the normalised workload.
+pub type JobId = String;
+
+/// Identifies one assignment of a job to a worker. Increases with every
+/// assignment of that job, so stale progress and results can be told apart.
+pub type Lease = u64;
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = u64;
+
+/// WebSocket close codes used by the master.
+pub mod close_code {
+    /// Normal close.
+    pub const NORMAL: u16 = 1000;
+    /// The master is shutting down.
+    pub const GOING_AWAY: u16 = 1001;
+    /// A frame that is not a valid message for this endpoint.
+    pub const POLICY: u16 = 1008;
+    /// A message larger than the configured maximum.
+    pub const TOO_BIG: u16 = 1009;
+    /// The peer speaks another protocol version.
+    pub const PROTOCOL_MISMATCH: u16 = 4000;
+    /// Authentication failed (bad token, no token and no public read).
+    pub const UNAUTHORIZED: u16 = 4001;
+    /// The first message was not the handshake this endpoint expects.
+    pub const HANDSHAKE: u16 = 4002;
+    /// The worker missed its heartbeat.
+    pub const HEARTBEAT_TIMEOUT: u16 = 4003;
+    /// A subscriber fell too far behind the event stream.
+    pub const SLOW_CONSUMER: u16 = 4004;
+    /// The worker registered with a target that no open job can use.
+    pub const NO_MATCHING_JOBS: u16 = 4005;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Queued,
+    Assigned,
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Assigned,
+        JobState::Running,
+        JobState::Done,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Done | JobState::Failed | JobState::Cancelled
+        )
+    }
+
+    pub fn is_in_flight(self) -> bool {
+        matches!(self, JobState::Assigned | JobState::Running)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Assigned => "assigned",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One measured schedule. `record` is backend-specific (MetaSchedule's own
+/// JSON record for the TVM backend).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TuningRecord {
+    pub latency_s: f64,
+    pub record: serde_json::Value,
+}
+
+/// What a worker sends when a job finished tuning.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobResult {
+    pub best_latency_s: f64,
+    #[serde(default)]
+    pub gflops: Option<f64>,
+    /// Best first; the master keeps the best `nbest`.
+    pub records: Vec<TuningRecord>,
+    pub trials: u32,
+    pub wall_time_s: f64,
+    pub backend: String,
+    #[serde(default)]
+    pub tvm_version: Option<String>,
+    /// Backend-specific extras (e.g. the workload in MetaSchedule database form).
+    #[serde(default)]
+    pub extra: serde_json::Value,
+}
+
+/// A worker's self-description, sent in [`WorkerMessage::Register`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerHello {
+    pub protocol: u32,
+    /// Stable for the life of the worker process, across reconnects; used to
+    /// accept results that finished while the worker was disconnected.
+    pub worker_id: String,
+    pub name: String,
+    pub target: Target,
+    pub backend: String,
+    #[serde(default)]
+    pub tvm_version: Option<String>,
+    /// Join secret (`serve --worker-secret`), when the master asks for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+/// Worker → master.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkerMessage {
+    Register(WorkerHello),
+    /// "I am idle". The master answers with `assign` now or whenever a
+    /// matching job appears; there is no polling.
+    RequestJob {
+        token: String,
+    },
+    Progress {
+        token: String,
+        job_id: JobId,
+        lease: Lease,
+        trials_done: u32,
+        trials_total: u32,
+        #[serde(default)]
+        best_latency_s: Option<f64>,
+    },
+    Result {
+        token: String,
+        job_id: JobId,
+        lease: Lease,
+        result: JobResult,
+    },
+    JobFailed {
+        token: String,
+        job_id: JobId,
+        lease: Lease,
+        error: String,
+    },
+}
+
+/// Master → worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MasterMessage {
+    Registered {
+        token: String,
+        /// The session id the master shows for this worker.
+        session: String,
+        /// Open jobs this worker's target can serve right now.
+        matching_jobs: usize,
+    },
+    Assign {
+        job_id: JobId,
+        lease: Lease,
+        attempt: u32,
+        workload: Workload,
+        /// How many best records the master keeps.
+        nbest: u32,
+    },
+    /// Stop working on this lease (job cancelled, timed out, or finished elsewhere).
+    Cancel {
+        job_id: JobId,
+        lease: Lease,
+        reason: String,
+    },
+    /// Answer to `result` / `job_failed`: was it stored?
+    Ack {
+        job_id: JobId,
+        lease: Lease,
+        accepted: bool,
+        #[serde(default)]
+        reason: Option<String>,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+    Shutdown {
+        reason: String,
+    },
+}
+
+/// Machine-readable error codes, shared by both roles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    BadRequest,
+    ProtocolMismatch,
+    Unauthorized,
+    Forbidden,
+    InvalidWorkload,
+    NotFound,
+    InvalidState,
+    TooLarge,
+    StaleToken,
+    NotAssigned,
+    Internal,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    Read,
+}
+
+/// Client → master: a command plus the `id` its reply will carry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientRequest {
+    pub id: u64,
+    #[serde(flatten)]
+    pub command: ClientCommand,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientCommand {
+    Hello {
+        protocol: u32,
+        #[serde(default)]
+        token: Option<String>,
+        #[serde(default)]
+        client: Option<String>,
+    },
+    /// Snapshot now, events after.
+    Subscribe,
+    Submit {
+        yaml: String,
+        #[serde(default)]
+        filename: Option<String>,
+    },
+    Status,
+    Results {
+        #[serde(default)]
+        job_ids: Option<Vec<JobId>>,
+    },
+    Cancel {
+        job_id: JobId,
+    },
+    Retry {
+        job_id: JobId,
+    },
+}
+
+impl ClientCommand {
+    /// Commands that change the fleet need the admin token.
+    pub fn needs_admin(&self) -> bool {
+        matches!(
+            self,
+            ClientCommand::Submit { .. }
+                | ClientCommand::Cancel { .. }
+                | ClientCommand::Retry { .. }
+        )
+    }
+}
+
+/// Master → client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    Reply {
+        id: u64,
+        body: ReplyBody,
+    },
+    Error {
+        #[serde(default)]
+        id: Option<u64>,
+        code: ErrorCode,
+        message: String,
+    },
+    Snapshot {
+        seq: u64,
+        snapshot: FleetSnapshot,
+    },
+    Event {
+        seq: u64,
+        event: FleetEvent,
+    },
+    Shutdown {
+        reason: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ReplyBody {
+    Welcome {
+        server_version: String,
+        protocol: u32,
+        role: Role,
+    },
+    Subscribed,
+    Submitted(SubmitReport),
+    Status(StatusReport),
+    Results {
+        jobs: Vec<JobView>,
+    },
+    Cancelled {
+        job_id: JobId,
+    },
+    Retried {
+        job_id: JobId,
+    },
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubmitReport {
+    /// Jobs created by this submission.
+    pub new_jobs: Vec<JobId>,
+    /// Workloads that already had a job (same normalised content and target).
+    pub duplicates: Vec<JobId>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCounts {
+    pub total: usize,
+    pub queued: usize,
+    /// In flight: assigned or running.
+    pub running: usize,
+    pub done: usize,
+    pub failed: usize,
+    pub cancelled: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub jobs: JobCounts,
+    /// Live (registered) workers.
+    pub workers: usize,
+    pub workers_busy: usize,
+    pub server_version: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerView {
+    /// Session id, unique per connection.
+    pub session: String,
+    pub worker_id: String,
+    pub name: String,
+    pub target: Target,
+    pub backend: String,
+    #[serde(default)]
+    pub tvm_version: Option<String>,
+    pub current_job: Option<JobId>,
+    pub jobs_done: u64,
+    pub connected_at: Millis,
+}
+
+/// One entry of a job's error history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobError {
+    pub attempt: u32,
+    #[serde(default)]
+    pub worker: Option<String>,
+    pub at: Millis,
+    pub message: String,
+}
+
+/// Where and how the stored result was produced.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultMeta {
+    pub trials: u32,
+    pub wall_time_s: f64,
+    pub worker: String,
+    pub backend: String,
+    #[serde(default)]
+    pub tvm_version: Option<String>,
+    #[serde(default)]
+    pub gflops: Option<f64>,
+    #[serde(default)]
+    pub extra: serde_json::Value,
+}
+
+/// Everything a client may want to know about one job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub job_id: JobId,
+    pub name: String,
+    pub workload: Workload,
+    pub state: JobState,
+    pub attempts: u32,
+    pub worker: Option<String>,
+    pub trials_done: u32,
+    pub trials_total: u32,
+    pub best_latency_s: Option<f64>,
+    /// Best first, at most `nbest`.
+    pub records: Vec<TuningRecord>,
+    pub errors: Vec<JobError>,
+    pub result: Option<ResultMeta>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub started_at: Option<Millis>,
+    pub finished_at: Option<Millis>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FleetSnapshot {
+    pub jobs: Vec<JobView>,
+    pub workers: Vec<WorkerView>,
+}
+
+/// Everything subscribers are told, in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FleetEvent {
+    WorkerJoined { worker: WorkerView },
+    WorkerLeft { session: String, reason: String },
+    WorkerUpdated { worker: WorkerView },
+    JobUpdated { job: JobView },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_request_is_flat_json_with_id_and_type() {
+        let req = ClientRequest {
+            id: 7,
+            command: ClientCommand::Cancel {
+                job_id: "abc".into(),
+            },
+        };
+        let json = serde_json::to_value(&req).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"id": 7, "type": "cancel", "job_id": "abc"})
+        );
+        let back: ClientRequest = serde_json::from_str(r#"{"type":"status","id":3}"#).unwrap();
+        assert_eq!(back.id, 3);
+        assert_eq!(back.command, ClientCommand::Status);
+    }
+
+    #[test]
+    fn worker_register_carries_protocol_version() {
+        let json = serde_json::json!({
+            "type": "register", "protocol": 1, "worker_id": "w", "name": "n",
+            "target": {"kind": "llvm", "num-cores": 2}, "backend": "sim"
+        });
+        let msg: WorkerMessage = serde_json::from_value(json).unwrap();
+        match msg {
+            WorkerMessage::Register(hello) => {
+                assert_eq!(hello.protocol, 1);
+                assert_eq!(hello.target.kind(), "llvm");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_message_type_is_an_error_not_a_panic() {
+        assert!(serde_json::from_str::<WorkerMessage>(r#"{"type":"steal_jobs"}"#).is_err());
+        assert!(serde_json::from_str::<ClientRequest>(r#"{"type":"status"}"#).is_err());
+        assert!(serde_json::from_str::<ClientRequest>("\u{0}garbage").is_err());
+    }
+}

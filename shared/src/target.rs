@@ -1,0 +1,200 @@
+//! Compilation targets and the rule that decides which worker may run which job.
+//!
+//! TVM 0.27 describes a target as a JSON dict (`{"kind": "llvm", "num-cores": 2}`).
+//! We keep that form on the wire and in the database, so what a user writes is
+//! what TVM receives. The old CLI string form (`llvm -mcpu=skylake -num-cores=4`)
+//! is still what many Lorien files and scripts contain, so it is converted here,
+//! once, at the edge.
+//!
+//! # Matching rule
+//! A worker can serve a job when the `kind`s are equal and every other attribute
+//! the *job* pins has the same value in the worker's target. Attributes the job
+//! leaves out are free: a job for `{"kind":"llvm"}` runs on any llvm worker, a job
+//! for `{"kind":"llvm","mcpu":"znver5"}` only on workers that say `"mcpu":"znver5"`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// A TVM target as a JSON object with at least a string `kind`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Map<String, Value>", into = "Map<String, Value>")]
+pub struct Target(Map<String, Value>);
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TargetError {
+    #[error("target must have a string field `kind` (e.g. {{\"kind\": \"llvm\"}})")]
+    MissingKind,
+    #[error("target is empty")]
+    Empty,
+    #[error("target `{0}` is neither a JSON object nor a TVM target string: {1}")]
+    Unparseable(String, String),
+}
+
+impl TryFrom<Map<String, Value>> for Target {
+    type Error = TargetError;
+    fn try_from(map: Map<String, Value>) -> Result<Self, TargetError> {
+        match map.get("kind") {
+            Some(Value::String(kind)) if !kind.trim().is_empty() => Ok(Target(map)),
+            _ => Err(TargetError::MissingKind),
+        }
+    }
+}
+
+impl From<Target> for Map<String, Value> {
+    fn from(t: Target) -> Self {
+        t.0
+    }
+}
+
+impl Target {
+    /// `{"kind": kind}` with no other attribute.
+    pub fn of_kind(kind: &str) -> Self {
+        let mut map = Map::new();
+        map.insert("kind".into(), Value::String(kind.into()));
+        Target(map)
+    }
+
+    pub fn kind(&self) -> &str {
+        self.0.get("kind").and_then(Value::as_str).unwrap_or("")
+    }
+
+    pub fn attrs(&self) -> &Map<String, Value> {
+        &self.0
+    }
+
+    /// Parses either the JSON dict form or the legacy TVM CLI string form.
+    pub fn parse(text: &str) -> Result<Self, TargetError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(TargetError::Empty);
+        }
+        if text.starts_with('{') {
+            let map: Map<String, Value> = serde_json::from_str(text)
+                .map_err(|e| TargetError::Unparseable(text.into(), e.to_string()))?;
+            return Target::try_from(map);
+        }
+        Self::from_cli_string(text)
+    }
+
+    /// Converts `llvm -mcpu=skylake -num-cores=4 -keys=cpu,x86` into
+    /// `{"kind":"llvm","mcpu":"skylake","num-cores":4,"keys":["cpu","x86"]}`.
+    pub fn from_cli_string(text: &str) -> Result<Self, TargetError> {
+        let mut tokens = text.split_whitespace().peekable();
+        let kind = tokens.next().ok_or(TargetError::Empty)?;
+        if kind.starts_with('-') || kind.contains('=') {
+            return Err(TargetError::Unparseable(
+                text.into(),
+                "the first word must be the target kind (e.g. llvm, cuda)".into(),
+            ));
+        }
+        let mut map = Map::new();
+        map.insert("kind".into(), Value::String(kind.into()));
+        while let Some(token) = tokens.next() {
+            let Some(flag) = token.strip_prefix('-') else {
+                return Err(TargetError::Unparseable(
+                    text.into(),
+                    format!("`{token}` is not an option (options look like -key=value)"),
+                ));
+            };
+            let flag = flag.trim_start_matches('-');
+            let (key, raw) = match flag.split_once('=') {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => match tokens.peek() {
+                    Some(next) if !next.starts_with('-') => {
+                        let v = next.to_string();
+                        tokens.next();
+                        (flag.to_string(), v)
+                    }
+                    _ => (flag.to_string(), "true".to_string()),
+                },
+            };
+            if key.is_empty() {
+                return Err(TargetError::Unparseable(
+                    text.into(),
+                    "empty option name".into(),
+                ));
+            }
+            map.insert(key.clone(), cli_value(&key, &raw));
+        }
+        Ok(Target(map))
+    }
+
+    /// The matching rule (see module docs): can a worker with `self` run `job`?
+    pub fn serves(&self, job: &Target) -> bool {
+        self.kind() == job.kind()
+            && job
+                .0
+                .iter()
+                .filter(|(k, _)| k.as_str() != "kind")
+                .all(|(k, v)| self.0.get(k) == Some(v))
+    }
+
+    /// Canonical JSON text (keys sorted), used in job identities.
+    pub fn canonical_json(&self) -> String {
+        // serde_json's default Map is a BTreeMap, so serialisation is sorted.
+        serde_json::to_string(&self.0).unwrap_or_default()
+    }
+}
+
+fn cli_value(key: &str, raw: &str) -> Value {
+    if key == "keys" || key == "libs" || key == "mattr" {
+        return Value::Array(
+            raw.split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.into()))
+                .collect(),
+        );
+    }
+    if let Ok(n) = raw.parse::<i64>() {
+        return Value::from(n);
+    }
+    match raw {
+        "true" => Value::Bool(true),
+        "false" => Value::Bool(false),
+        _ => Value::String(raw.into()),
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.canonical_json())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_json_and_cli_forms_to_the_same_target() {
+        let a = Target::parse(r#"{"kind":"llvm","num-cores":4,"mcpu":"skylake"}"#).unwrap();
+        let b = Target::parse("llvm -mcpu=skylake -num-cores=4").unwrap();
+        assert_eq!(a, b);
+        let c = Target::parse("llvm -keys=cpu -link-params=0").unwrap();
+        assert_eq!(c.attrs()["keys"], serde_json::json!(["cpu"]));
+        assert_eq!(c.attrs()["link-params"], serde_json::json!(0));
+    }
+
+    #[test]
+    fn rejects_targets_without_kind() {
+        assert_eq!(
+            Target::parse(r#"{"mcpu":"x"}"#),
+            Err(TargetError::MissingKind)
+        );
+        assert!(Target::parse("-mcpu=x").is_err());
+        assert!(Target::parse("").is_err());
+        assert!(serde_json::from_str::<Target>(r#"{"kind": 3}"#).is_err());
+    }
+
+    #[test]
+    fn job_pins_only_what_it_names() {
+        let worker = Target::parse(r#"{"kind":"llvm","num-cores":2,"mcpu":"znver5"}"#).unwrap();
+        assert!(worker.serves(&Target::of_kind("llvm")));
+        assert!(worker.serves(&Target::parse(r#"{"kind":"llvm","num-cores":2}"#).unwrap()));
+        assert!(!worker.serves(&Target::parse(r#"{"kind":"llvm","num-cores":4}"#).unwrap()));
+        assert!(!worker.serves(&Target::of_kind("cuda")));
+        assert!(!Target::of_kind("llvm")
+            .serves(&Target::parse(r#"{"kind":"llvm","num-cores":2}"#).unwrap()));
+    }
+}
