@@ -1,1 +1,18 @@
+//! The tunefleet master.
+//!
+//! Layers, from the inside out (see ARCHITECTURE.md):
+//! - [`scheduler`]: the job lifecycle as a pure state machine (no I/O, no clock);
+//! - [`store`]: SQLite persistence of what the scheduler decided;
+//! - [`core`]: the single thread that owns both and orders commit → publish → reply;
+//! - [`net`]: WebSocket endpoints that translate frames to core commands;
+//! - [`serve`]: start-up and graceful shutdown;
+//! - [`client`] and [`commands`]: the CLI's side of the protocol.
 
+pub mod core;
+pub mod export_trace;
+pub mod net;
+pub mod scheduler;
+pub mod serve;
+pub mod store;
+pub mod client;
+pub mod commands;

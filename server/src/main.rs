@@ -1,1 +1,49 @@
-fn main() {}
+//! `tunefleet`: the master (`serve`) and the client commands for automation.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+use tunefleet_server::commands::{self, ClientCli};
+use tunefleet_server::{export_trace, serve};
+
+#[derive(Parser)]
+#[command(name = "tunefleet", version, about = "Distributed auto-tuning farm for Apache TVM")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the master: job queue, durable state, WebSocket endpoints, dashboard.
+    Serve(serve::ServeArgs),
+    #[command(flatten)]
+    Client(ClientCli),
+    /// Print the state database's event log as JSON lines (works offline).
+    ExportTrace(export_trace::ExportTraceArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The master logs at info; client commands stay quiet unless asked (RUST_LOG).
+    let default_level = if matches!(cli.command, Cmd::Serve(_)) { "info" } else { "warn" };
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let result = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => match cli.command {
+            Cmd::Serve(args) => runtime.block_on(serve::run(args)),
+            Cmd::Client(command) => runtime.block_on(command.run()),
+            Cmd::ExportTrace(args) => export_trace::run(args),
+        },
+        Err(e) => Err(e.into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => commands::report_error(&err),
+    }
+}

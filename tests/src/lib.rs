@@ -1,1 +1,286 @@
+//! Harness for end-to-end tests: the real `tunefleet` and `tunefleet-worker`
+//! binaries, started as processes on loopback, killed with real signals.
+//!
+//! The binaries are built once per test process with the same cargo that runs
+//! the tests (`$CARGO build --bins`), so a test never runs a stale binary.
 
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tunefleet_server::client::Client;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// Directory holding the workspace's built binaries (target/debug).
+pub fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "tunefleet-server", "-p", "tunefleet-worker", "--bins"])
+            .current_dir(&root)
+            .status()
+            .expect("cannot run cargo to build the binaries");
+        assert!(status.success(), "building the tunefleet binaries failed");
+        // target/debug/deps/<test-binary> -> target/debug
+        let exe = std::env::current_exe().expect("current exe");
+        exe.parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in target/<profile>/deps")
+            .to_path_buf()
+    })
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(path.is_file(), "{} not built", path.display());
+    path
+}
+
+pub fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn log_file(dir: &Path, name: &str) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(name))
+        .expect("log file")
+}
+
+/// A running master process.
+pub struct Master {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub state: PathBuf,
+    pub dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl Master {
+    /// Starts a master on a free port with a fresh state file under `dir`.
+    pub fn start(dir: &Path, extra: &[&str]) -> Master {
+        let state = dir.join("fleet.db");
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, addr) = spawn_master("127.0.0.1:0".parse().expect("addr"), &state, dir, &extra);
+        Master {
+            child: Some(child),
+            addr,
+            state,
+            dir: dir.to_path_buf(),
+            extra,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or(0)
+    }
+
+    /// `kill -9`: no chance to flush or say goodbye.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        signal(child.id(), "TERM");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Starts the master again on the same port with the same state file.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match std::panic::catch_unwind(|| spawn_master(self.addr, &self.state, &self.dir, &self.extra)) {
+                Ok((child, _)) => {
+                    self.child = Some(child);
+                    return;
+                }
+                Err(e) if Instant::now() > deadline => std::panic::resume_unwind(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.url(), Some(ADMIN_TOKEN))
+            .await
+            .expect("client connects to the master")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("master.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn spawn_master(bind: SocketAddr, state: &Path, dir: &Path, extra: &[String]) -> (Child, SocketAddr) {
+    let mut child = Command::new(bin("tunefleet"))
+        .arg("serve")
+        .arg("--bind")
+        .arg(bind.to_string())
+        .arg("--state")
+        .arg(state)
+        .arg("--admin-token")
+        .arg(ADMIN_TOKEN)
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(log_file(dir, "master.log"))
+        .spawn()
+        .expect("spawn tunefleet serve");
+    let stdout = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if !sent {
+                if let Some(rest) = line.strip_prefix("tunefleet master listening on ") {
+                    let addr = rest.split_whitespace().next().unwrap_or_default().to_string();
+                    let _ = tx.send(addr);
+                    sent = true;
+                }
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(addr) => (child, addr.parse().expect("master prints its address")),
+        Err(_) => {
+            let _ = child.kill();
+            let log = std::fs::read_to_string(dir.join("master.log")).unwrap_or_default();
+            panic!("master did not start listening on {bind}; log:\n{log}");
+        }
+    }
+}
+
+/// A running worker process.
+pub struct Worker {
+    child: Option<Child>,
+    pub name: String,
+}
+
+impl Worker {
+    pub fn start(master: &Master, name: &str, sim_seconds: f64, extra: &[&str]) -> Worker {
+        Self::start_url(&master.url(), &master.dir, name, sim_seconds, extra)
+    }
+
+    pub fn start_url(url: &str, dir: &Path, name: &str, sim_seconds: f64, extra: &[&str]) -> Worker {
+        let child = Command::new(bin("tunefleet-worker"))
+            .args(["--server", url, "--target", r#"{"kind":"llvm","num-cores":2}"#])
+            .args(["--backend", "sim", "--name", name])
+            .arg("--sim-seconds")
+            .arg(sim_seconds.to_string())
+            .args(["--backoff-initial-ms", "50", "--backoff-max-ms", "500"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(log_file(dir, &format!("{name}.log")))
+            .stderr(log_file(dir, &format!("{name}.log")))
+            .spawn()
+            .expect("spawn tunefleet-worker");
+        Worker {
+            child: Some(child),
+            name: name.to_string(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or(0)
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn stop_signal(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    pub fn cont_signal(&self) {
+        signal(self.pid(), "CONT");
+    }
+
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            signal(child.id(), "CONT");
+        }
+        self.kill9();
+    }
+}
+
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+}
+
+/// Polls `f` until it returns `Some` or the timeout passes.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A YAML file with `n` distinct small matmul workloads.
+pub fn matmul_yaml(n: usize, prefix: &str) -> String {
+    let mut yaml = String::from("target: {kind: llvm, num-cores: 2}\ntrials: 8\nworkloads:\n");
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - name: {prefix}{i}\n    op: matmul\n    shape: {{m: {}, n: 32, k: 32}}\n    dtype: float32\n",
+            32 + i
+        ));
+    }
+    yaml
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_test_writer()
+        .try_init();
+}

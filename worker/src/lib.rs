@@ -1,1 +1,26 @@
+//! The tunefleet worker: registers with a master over a WebSocket, tunes the
+//! jobs it is assigned with a [`Backend`], streams progress, and reports results.
+//!
+//! The binary `tunefleet-worker` is a thin CLI over [`run_worker`]; tests and
+//! the in-process fleet benchmark call [`run_worker`] directly, many times in
+//! one process.
+//!
+//! - [`session`]: connect / register / job loop / reconnect (the protocol logic).
+//! - [`connection`]: JSON messages over the WebSocket.
+//! - [`backend`]: the [`Backend`] trait and the `sim` test backend.
+//! - [`backoff`]: reconnect delays.
 
+pub mod backend;
+pub mod backoff;
+pub mod connection;
+pub mod session;
+
+#[cfg(test)]
+mod testutil;
+
+pub use backend::{
+    progress_channel, Backend, JobSpec, ProgressSink, ProgressUpdate, ProgressWatch, SimBackend,
+    TuneError, TuneFuture,
+};
+pub use backoff::Backoff;
+pub use session::{run_worker, worker_url, WorkerConfig, WorkerError, WorkerStats};

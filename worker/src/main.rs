@@ -1,1 +1,173 @@
-fn main() {}
+//! `tunefleet-worker`: the command-line front of [`tunefleet_worker::run_worker`].
+
+use anyhow::bail;
+use clap::{Parser, ValueEnum};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tunefleet_shared::target::Target;
+use tunefleet_worker::{run_worker, Backend, Backoff, SimBackend, WorkerConfig};
+
+/// Tunes jobs for a tunefleet master.
+#[derive(Debug, Parser)]
+#[command(name = "tunefleet-worker", version)]
+struct Cli {
+    /// Master URL, e.g. ws://127.0.0.1:18871 (the worker connects to <URL>/ws/worker).
+    #[arg(long)]
+    server: String,
+
+    /// What this machine compiles for: a TVM target as JSON
+    /// ('{"kind":"llvm","num-cores":2}') or as a legacy string ('llvm -num-cores=2').
+    #[arg(long, value_parser = parse_target)]
+    target: Target,
+
+    /// How to tune. `sim` is a fleet-testing backend that fakes results.
+    #[arg(long, value_enum)]
+    backend: BackendKind,
+
+    /// Seconds the sim backend spends per job (0: answer at once).
+    #[arg(long, default_value = "0.5", value_parser = parse_seconds)]
+    sim_seconds: Duration,
+
+    /// Name shown on the master (default: HOSTNAME-PID).
+    #[arg(long)]
+    name: Option<String>,
+
+    /// Join secret, if the master was started with one.
+    #[arg(long, env = "TUNEFLEET_WORKER_SECRET", hide_env_values = true)]
+    worker_secret: Option<String>,
+
+    /// First reconnect delay; doubles per failed attempt, with jitter.
+    #[arg(long, default_value_t = 200)]
+    backoff_initial_ms: u64,
+
+    /// Cap on the reconnect delay.
+    #[arg(long, default_value_t = 10_000)]
+    backoff_max_ms: u64,
+
+    /// Exit after this many jobs have been reported and acknowledged (for tests).
+    #[arg(long)]
+    max_jobs: Option<u64>,
+}
+
+/// Backends this build provides. The TVM backend (`tvm`) will be added here
+/// and become the default; until then the choice is explicit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendKind {
+    /// Fake tuning for fleet tests; results are synthetic.
+    Sim,
+}
+
+fn parse_target(text: &str) -> Result<Target, String> {
+    Target::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| "must be a non-negative number of seconds".to_string())
+}
+
+fn default_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_string());
+    format!("{host}-{}", std::process::id())
+}
+
+fn make_backend(cli: &Cli) -> Arc<dyn Backend> {
+    match cli.backend {
+        BackendKind::Sim => Arc::new(SimBackend::new(cli.sim_seconds)),
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    tracing::info!("shutdown requested");
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the Tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the cause chain on one line, without a backtrace.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    if cli.backoff_initial_ms == 0 {
+        bail!("--backoff-initial-ms must be at least 1");
+    }
+    if cli.backoff_max_ms < cli.backoff_initial_ms {
+        bail!("--backoff-max-ms must not be smaller than --backoff-initial-ms");
+    }
+    let backend = make_backend(&cli);
+    let config = WorkerConfig {
+        server: cli.server.clone(),
+        target: cli.target.clone(),
+        name: cli.name.clone().unwrap_or_else(default_name),
+        backend,
+        secret: cli.worker_secret.clone(),
+        backoff: Backoff {
+            initial: Duration::from_millis(cli.backoff_initial_ms),
+            max: Duration::from_millis(cli.backoff_max_ms),
+        },
+        max_jobs: cli.max_jobs,
+        worker_id: None,
+    };
+    let stats = run_worker(config, shutdown_signal()).await?;
+    tracing::info!(?stats, "worker stopped");
+    Ok(())
+}

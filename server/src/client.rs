@@ -1,0 +1,1285 @@
+//! The Rust client of a tunefleet master: one WebSocket to `<base>/ws/client`.
+//!
+//! Shaped like mini-redis's client: [`Client::connect`] performs the handshake,
+//! [`Client::request`] sends one [`ClientCommand`] and waits for the reply that
+//! carries its `id`, and typed helpers ([`Client::submit`], [`Client::status`],
+//! ...) wrap `request` so callers never match on [`ReplyBody`] themselves.
+//!
+//! # Why replies and events share one reader
+//! A subscribed socket carries two interleaved streams: replies to our requests
+//! and the pushed snapshot/event stream. The client is single-task (no
+//! background reader), so whoever reads the socket sees both. `request` keeps
+//! every snapshot/event it reads while waiting for its reply in a queue, and
+//! [`Client::next_update`] drains that queue before reading the socket again;
+//! no event is lost or reordered by issuing a request on a subscribed socket.
+//!
+//! # Why the client pings
+//! `next_update` may legitimately wait hours for the next event. A half-open
+//! TCP connection (master host rebooted, NAT dropped the mapping) would make it
+//! wait forever, so after [`KEEPALIVE`] of silence the client sends a ping and
+//! treats a second silent period as a lost connection, which `watch` answers by
+//! reconnecting.
+//!
+//! # Secrets
+//! The token is sent once, in `hello`, and is not stored in the [`Client`]; no
+//! error or log line produced here contains it.
+//!
+//! [`FleetView`] is the local mirror a subscriber keeps: it applies the
+//! snapshot and the events and tells the caller when it missed events.
+
+use futures_util::{SinkExt, StreamExt};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tunefleet_shared::protocol::{
+    close_code, ClientCommand, ClientRequest, ErrorCode, FleetEvent, FleetSnapshot, JobCounts,
+    JobId, JobState, JobView, ReplyBody, Role, ServerMessage, StatusReport, SubmitReport,
+    WorkerView, PROTOCOL_VERSION,
+};
+
+/// The path of the client endpoint, appended to the `--server` base URL.
+pub const CLIENT_PATH: &str = "/ws/client";
+
+/// How long [`Client::connect`] may take, TCP + WebSocket + `hello`.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default limit on waiting for one reply (a large submission is parsed and
+/// stored before the master answers, hence generous).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Silence after which the client pings; a second silent period of the same
+/// length means the connection is dead.
+pub const KEEPALIVE: Duration = Duration::from_secs(20);
+
+/// Largest message accepted from the master. Snapshots and results carry every
+/// job with its best records, which outgrows tungstenite's 64 MiB default on
+/// big farms.
+const MAX_MESSAGE: usize = 1 << 30;
+
+/// Close code reported when a close frame carries no code (RFC 6455 §7.1.5).
+pub const NO_STATUS: u16 = 1005;
+
+/// The identification sent in `hello`.
+pub fn client_name() -> String {
+    format!("tunefleet-cli/{}", env!("CARGO_PKG_VERSION"))
+}
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Everything that can go wrong talking to the master. The `Display` text is
+/// written for the person at the terminal.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// `--server` is not something we can connect to.
+    #[error("invalid server URL `{url}`: {reason}")]
+    BadUrl { url: String, reason: String },
+    /// TCP or WebSocket connection could not be established.
+    #[error("cannot connect to {url}: {reason}")]
+    Connect { url: String, reason: String },
+    /// The master answered a request with an error.
+    #[error("{}", describe_server_error(*.code, .message))]
+    Server { code: ErrorCode, message: String },
+    /// The master closed the socket with a close frame.
+    #[error("{}", describe_close(*.code, .reason))]
+    Closed { code: u16, reason: String },
+    /// The master announced that it is shutting down.
+    #[error("the master is shutting down: {reason}")]
+    Shutdown { reason: String },
+    /// The connection broke (reset, dead peer, I/O error).
+    #[error("connection to the master lost: {0}")]
+    Transport(String),
+    /// No reply within the request timeout.
+    #[error("no reply from the master to `{what}` within {}", fmt_duration(*.after))]
+    Timeout { what: String, after: Duration },
+    /// The master sent something that is not a valid message for this endpoint.
+    #[error("the master sent an invalid message: {0}")]
+    Protocol(String),
+    /// A valid message, but not the answer the request expects.
+    #[error("unexpected reply from the master: expected `{expected}`, got {got}")]
+    UnexpectedReply { expected: &'static str, got: String },
+}
+
+impl ClientError {
+    /// Whether trying again later, on a new connection, may succeed. False for
+    /// configuration problems (bad URL, bad token, other protocol version) that
+    /// no amount of waiting fixes.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::BadUrl { .. }
+            | ClientError::Protocol(_)
+            | ClientError::UnexpectedReply { .. } => false,
+            ClientError::Connect { .. }
+            | ClientError::Shutdown { .. }
+            | ClientError::Transport(_)
+            | ClientError::Timeout { .. } => true,
+            ClientError::Server { code, .. } => matches!(code, ErrorCode::Internal),
+            ClientError::Closed { code, .. } => !matches!(
+                *code,
+                close_code::PROTOCOL_MISMATCH
+                    | close_code::UNAUTHORIZED
+                    | close_code::HANDSHAKE
+                    | close_code::POLICY
+                    | close_code::TOO_BIG
+            ),
+        }
+    }
+
+    /// The machine-readable code when the master answered with an error.
+    pub fn server_code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Server { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    if d >= Duration::from_secs(1) {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// `snake_case` name of an error code, as on the wire.
+pub fn error_code_name(code: ErrorCode) -> String {
+    serde_json::to_value(code)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{code:?}"))
+}
+
+fn describe_server_error(code: ErrorCode, message: &str) -> String {
+    let name = error_code_name(code);
+    // The master's messages may already start with the code ("unauthorized: ...").
+    let message = message.trim();
+    let message = message
+        .strip_prefix(name.as_str())
+        .and_then(|rest| rest.strip_prefix(':'))
+        .map_or(message, str::trim_start);
+    match code {
+        ErrorCode::ProtocolMismatch => protocol_mismatch(message),
+        _ => format!("master refused: {name}: {message}"),
+    }
+}
+
+fn protocol_mismatch(detail: &str) -> String {
+    let detail = detail.trim();
+    let text = if detail.to_ascii_lowercase().starts_with("protocol") {
+        detail.to_owned()
+    } else if detail.is_empty() {
+        "protocol mismatch".to_owned()
+    } else {
+        format!("protocol mismatch: {detail}")
+    };
+    format!("{text} (this client speaks protocol {PROTOCOL_VERSION})")
+}
+
+fn describe_close(code: u16, reason: &str) -> String {
+    let reason = reason.trim();
+    let with = |what: &str| {
+        if reason.is_empty() {
+            what.to_owned()
+        } else {
+            format!("{what}: {reason}")
+        }
+    };
+    match code {
+        close_code::PROTOCOL_MISMATCH => protocol_mismatch(reason),
+        close_code::UNAUTHORIZED => {
+            let reason = reason
+                .strip_prefix("unauthorized:")
+                .map_or(reason, str::trim_start);
+            if reason.is_empty() {
+                "master refused: unauthorized: bad or missing token (--token or TUNEFLEET_TOKEN)"
+                    .into()
+            } else {
+                format!("master refused: unauthorized: {reason}")
+            }
+        }
+        close_code::HANDSHAKE => with("master refused the handshake"),
+        close_code::HEARTBEAT_TIMEOUT => with("master dropped the connection"),
+        close_code::SLOW_CONSUMER => with("master dropped this subscriber for falling behind"),
+        close_code::GOING_AWAY => with("the master is going away"),
+        close_code::TOO_BIG => with("master refused a message as too large"),
+        close_code::POLICY => with("master closed the connection (policy violation)"),
+        close_code::NORMAL | NO_STATUS => with("master closed the connection"),
+        _ => with(&format!("master closed the connection (code {code})")),
+    }
+}
+
+/// Turns `--server` into the client endpoint URL: trims whitespace and
+/// trailing `/`, maps `http(s)://` to `ws(s)://`, and appends `/ws/client`
+/// unless it is already there.
+pub fn endpoint_url(server: &str) -> Result<String, ClientError> {
+    let trimmed = server.trim().trim_end_matches('/');
+    let bad = |reason: &str| ClientError::BadUrl {
+        url: server.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let (scheme, rest) = trimmed
+        .split_once("://")
+        .ok_or_else(|| bad("expected ws://HOST:PORT (e.g. ws://127.0.0.1:18871)"))?;
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "ws" | "http" => "ws",
+        "wss" | "https" => "wss",
+        _ => return Err(bad("the scheme must be ws:// or wss://")),
+    };
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(bad("no host name"));
+    }
+    if rest.ends_with(CLIENT_PATH) {
+        Ok(format!("{scheme}://{rest}"))
+    } else {
+        Ok(format!("{scheme}://{rest}{CLIENT_PATH}"))
+    }
+}
+
+fn connect_error(url: &str, err: tungstenite::Error) -> ClientError {
+    use tungstenite::error::UrlError;
+    let connect = |reason: String| ClientError::Connect {
+        url: url.to_owned(),
+        reason,
+    };
+    match err {
+        tungstenite::Error::Io(e) => match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => {
+                connect("connection refused (is `tunefleet serve` running there?)".into())
+            }
+            std::io::ErrorKind::TimedOut => connect("connection timed out".into()),
+            _ => connect(e.to_string()),
+        },
+        tungstenite::Error::Url(UrlError::TlsFeatureNotEnabled) => ClientError::BadUrl {
+            url: url.to_owned(),
+            reason: "this build has no TLS support; use ws:// (e.g. behind an SSH tunnel)".into(),
+        },
+        tungstenite::Error::Url(e) => ClientError::BadUrl {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        },
+        tungstenite::Error::Http(resp) => {
+            let status = resp.status();
+            connect(format!(
+                "HTTP {status} (is this a tunefleet master? the client endpoint is {CLIENT_PATH})"
+            ))
+        }
+        other => connect(other.to_string()),
+    }
+}
+
+fn transport_error(err: tungstenite::Error) -> ClientError {
+    use tungstenite::error::ProtocolError;
+    match err {
+        tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => {
+            ClientError::Transport("connection closed".into())
+        }
+        tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => {
+            ClientError::Transport("the master closed the connection without a close frame".into())
+        }
+        tungstenite::Error::Capacity(e) => {
+            ClientError::Protocol(format!("message over the client's size limit: {e}"))
+        }
+        tungstenite::Error::Io(e) => ClientError::Transport(e.to_string()),
+        other => ClientError::Transport(other.to_string()),
+    }
+}
+
+/// A short description of a message for "unexpected reply" errors; never the
+/// whole payload (it can be megabytes).
+fn summarize(msg: &ServerMessage) -> String {
+    match msg {
+        ServerMessage::Reply { body, .. } => format!("reply `{}`", reply_kind(body)),
+        ServerMessage::Error { code, .. } => format!("error `{}`", error_code_name(*code)),
+        ServerMessage::Snapshot { .. } => "snapshot".into(),
+        ServerMessage::Event { .. } => "event".into(),
+        ServerMessage::Shutdown { .. } => "shutdown".into(),
+    }
+}
+
+fn reply_kind(body: &ReplyBody) -> &'static str {
+    match body {
+        ReplyBody::Welcome { .. } => "welcome",
+        ReplyBody::Subscribed => "subscribed",
+        ReplyBody::Submitted(_) => "submitted",
+        ReplyBody::Status(_) => "status",
+        ReplyBody::Results { .. } => "results",
+        ReplyBody::Cancelled { .. } => "cancelled",
+        ReplyBody::Retried { .. } => "retried",
+    }
+}
+
+fn command_name(cmd: &ClientCommand) -> &'static str {
+    match cmd {
+        ClientCommand::Hello { .. } => "hello",
+        ClientCommand::Subscribe => "subscribe",
+        ClientCommand::Submit { .. } => "submit",
+        ClientCommand::Status => "status",
+        ClientCommand::Results { .. } => "results",
+        ClientCommand::Cancel { .. } => "cancel",
+        ClientCommand::Retry { .. } => "retry",
+    }
+}
+
+fn unexpected(expected: &'static str, body: &ReplyBody) -> ClientError {
+    ClientError::UnexpectedReply {
+        expected,
+        got: format!("reply `{}`", reply_kind(body)),
+    }
+}
+
+/// One item of the subscription stream.
+// Values are moved once from the socket to the caller, never stored in bulk,
+// so the size difference between variants costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Update {
+    /// A full picture of the fleet. Sent after `subscribe`, and again whenever
+    /// the master decides this subscriber fell behind: replace, don't merge.
+    Snapshot(u64, FleetSnapshot),
+    /// One change, numbered.
+    Event(u64, FleetEvent),
+}
+
+/// A connection to the master's client endpoint, after a successful `hello`.
+pub struct Client {
+    ws: Socket,
+    url: String,
+    next_id: u64,
+    /// Snapshots and events read while waiting for a reply.
+    pending: VecDeque<ServerMessage>,
+    role: Role,
+    server_version: String,
+    request_timeout: Duration,
+    keepalive: Duration,
+    ping_outstanding: bool,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.url)
+            .field("role", &self.role)
+            .field("server_version", &self.server_version)
+            .field("next_id", &self.next_id)
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to `server` (a base URL such as `ws://127.0.0.1:18871`, or the
+    /// full `.../ws/client` URL) and performs the `hello` handshake.
+    pub async fn connect(server: &str, token: Option<&str>) -> Result<Client, ClientError> {
+        let url = endpoint_url(server)?;
+        match tokio::time::timeout(CONNECT_TIMEOUT, Self::connect_inner(&url, token)).await {
+            Ok(result) => result,
+            Err(_) => Err(ClientError::Connect {
+                url,
+                reason: format!("timed out after {} s", CONNECT_TIMEOUT.as_secs()),
+            }),
+        }
+    }
+
+    async fn connect_inner(url: &str, token: Option<&str>) -> Result<Client, ClientError> {
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(MAX_MESSAGE))
+            .max_frame_size(Some(MAX_MESSAGE));
+        let (ws, _response) = tokio_tungstenite::connect_async_with_config(url, Some(config), true)
+            .await
+            .map_err(|e| connect_error(url, e))?;
+        let mut client = Client {
+            ws,
+            url: url.to_owned(),
+            next_id: 1,
+            pending: VecDeque::new(),
+            role: Role::Read,
+            server_version: String::new(),
+            request_timeout: CONNECT_TIMEOUT,
+            keepalive: KEEPALIVE,
+            ping_outstanding: false,
+        };
+        let hello = ClientCommand::Hello {
+            protocol: PROTOCOL_VERSION,
+            token: token.map(str::to_owned),
+            client: Some(client_name()),
+        };
+        match client.request(hello).await? {
+            ReplyBody::Welcome {
+                server_version,
+                protocol,
+                role,
+            } => {
+                if protocol != PROTOCOL_VERSION {
+                    return Err(ClientError::Server {
+                        code: ErrorCode::ProtocolMismatch,
+                        message: format!("master {server_version} speaks protocol {protocol}"),
+                    });
+                }
+                client.role = role;
+                client.server_version = server_version;
+                client.request_timeout = DEFAULT_REQUEST_TIMEOUT;
+                tracing::debug!(url, ?role, "connected to master");
+                Ok(client)
+            }
+            other => Err(unexpected("welcome", &other)),
+        }
+    }
+
+    /// The role the master granted (admin with a valid token, read otherwise).
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The master's version string from `welcome`.
+    pub fn server_version(&self) -> &str {
+        &self.server_version
+    }
+
+    /// The endpoint URL this client is connected to.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Limit on waiting for one reply (default [`DEFAULT_REQUEST_TIMEOUT`]).
+    pub fn set_request_timeout(&mut self, timeout: Duration) {
+        self.request_timeout = timeout;
+    }
+
+    /// Silence before pinging, and after an unanswered ping before giving up
+    /// (default [`KEEPALIVE`]).
+    pub fn set_keepalive(&mut self, keepalive: Duration) {
+        self.keepalive = keepalive.max(Duration::from_millis(10));
+    }
+
+    /// Sends `command` and waits for its reply. Snapshots and events read in
+    /// the meantime are kept for [`Client::next_update`].
+    pub async fn request(&mut self, command: ClientCommand) -> Result<ReplyBody, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let what = command_name(&command);
+        let text = serde_json::to_string(&ClientRequest { id, command })
+            .map_err(|e| ClientError::Protocol(format!("cannot encode request: {e}")))?;
+        self.ws
+            .send(Message::text(text))
+            .await
+            .map_err(transport_error)?;
+        let deadline = Instant::now() + self.request_timeout;
+        loop {
+            let msg = match self.recv(Some((deadline, what))).await? {
+                Some(msg) => msg,
+                None => {
+                    return Err(ClientError::Transport(
+                        "the master closed the connection before replying".into(),
+                    ))
+                }
+            };
+            match msg {
+                ServerMessage::Reply { id: got, body } if got == id => return Ok(body),
+                ServerMessage::Error {
+                    id: Some(got),
+                    code,
+                    message,
+                } if got == id => return Err(ClientError::Server { code, message }),
+                // An error not tied to a request concerns the connection itself.
+                ServerMessage::Error {
+                    id: None,
+                    code,
+                    message,
+                } => return Err(ClientError::Server { code, message }),
+                ServerMessage::Shutdown { reason } => return Err(ClientError::Shutdown { reason }),
+                msg @ (ServerMessage::Snapshot { .. } | ServerMessage::Event { .. }) => {
+                    self.pending.push_back(msg)
+                }
+                other => {
+                    tracing::debug!(expected = id, got = %summarize(&other), "ignoring stale reply")
+                }
+            }
+        }
+    }
+
+    /// Submits one workload file's text; `filename` appears in the master's
+    /// error messages.
+    pub async fn submit(
+        &mut self,
+        yaml: impl Into<String>,
+        filename: Option<&str>,
+    ) -> Result<SubmitReport, ClientError> {
+        let command = ClientCommand::Submit {
+            yaml: yaml.into(),
+            filename: filename.map(str::to_owned),
+        };
+        match self.request(command).await? {
+            ReplyBody::Submitted(report) => Ok(report),
+            other => Err(unexpected("submitted", &other)),
+        }
+    }
+
+    /// Job counts and worker numbers.
+    pub async fn status(&mut self) -> Result<StatusReport, ClientError> {
+        match self.request(ClientCommand::Status).await? {
+            ReplyBody::Status(report) => Ok(report),
+            other => Err(unexpected("status", &other)),
+        }
+    }
+
+    /// Full views of the given jobs, or of every job when `job_ids` is `None`.
+    pub async fn results(
+        &mut self,
+        job_ids: Option<Vec<JobId>>,
+    ) -> Result<Vec<JobView>, ClientError> {
+        match self.request(ClientCommand::Results { job_ids }).await? {
+            ReplyBody::Results { jobs } => Ok(jobs),
+            other => Err(unexpected("results", &other)),
+        }
+    }
+
+    /// Cancels a job (admin).
+    pub async fn cancel(&mut self, job_id: &str) -> Result<(), ClientError> {
+        let command = ClientCommand::Cancel {
+            job_id: job_id.to_owned(),
+        };
+        match self.request(command).await? {
+            ReplyBody::Cancelled { .. } => Ok(()),
+            other => Err(unexpected("cancelled", &other)),
+        }
+    }
+
+    /// Puts a failed or cancelled job back in the queue (admin).
+    pub async fn retry(&mut self, job_id: &str) -> Result<(), ClientError> {
+        let command = ClientCommand::Retry {
+            job_id: job_id.to_owned(),
+        };
+        match self.request(command).await? {
+            ReplyBody::Retried { .. } => Ok(()),
+            other => Err(unexpected("retried", &other)),
+        }
+    }
+
+    /// Subscribes and returns the snapshot that follows the `subscribed` reply,
+    /// with its seq. Updates read before that snapshot are stale and dropped.
+    pub async fn subscribe(&mut self) -> Result<(u64, FleetSnapshot), ClientError> {
+        match self.request(ClientCommand::Subscribe).await? {
+            ReplyBody::Subscribed => {}
+            other => return Err(unexpected("subscribed", &other)),
+        }
+        let mut snapshot = None;
+        while let Some(msg) = self.pending.pop_front() {
+            if let ServerMessage::Snapshot { seq, snapshot: s } = msg {
+                snapshot = Some((seq, s));
+                break;
+            }
+        }
+        if let Some(found) = snapshot {
+            return Ok(found);
+        }
+        let deadline = Instant::now() + self.request_timeout;
+        loop {
+            match self.recv(Some((deadline, "subscribe"))).await? {
+                Some(ServerMessage::Snapshot { seq, snapshot }) => return Ok((seq, snapshot)),
+                Some(ServerMessage::Error { code, message, .. }) => {
+                    return Err(ClientError::Server { code, message })
+                }
+                Some(ServerMessage::Shutdown { reason }) => {
+                    return Err(ClientError::Shutdown { reason })
+                }
+                Some(other) => {
+                    tracing::debug!(got = %summarize(&other), "ignoring message before snapshot")
+                }
+                None => {
+                    return Err(ClientError::Transport(
+                        "the master closed the connection before sending the snapshot".into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// The next snapshot or event of the subscription. `Ok(None)` when the
+    /// master closed the connection normally; errors for everything else,
+    /// including a dead connection (see [`KEEPALIVE`]). Waits without limit
+    /// otherwise. Cancel-safe: dropping the future loses no message.
+    pub async fn next_update(&mut self) -> Result<Option<Update>, ClientError> {
+        loop {
+            let msg = match self.pending.pop_front() {
+                Some(msg) => msg,
+                None => match self.recv(None).await {
+                    Ok(Some(msg)) => msg,
+                    Ok(None) => return Ok(None),
+                    Err(ClientError::Closed { code, .. })
+                        if code == close_code::NORMAL || code == NO_STATUS =>
+                    {
+                        return Ok(None)
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            match msg {
+                ServerMessage::Snapshot { seq, snapshot } => {
+                    return Ok(Some(Update::Snapshot(seq, snapshot)))
+                }
+                ServerMessage::Event { seq, event } => return Ok(Some(Update::Event(seq, event))),
+                ServerMessage::Shutdown { reason } => return Err(ClientError::Shutdown { reason }),
+                ServerMessage::Error {
+                    id: None,
+                    code,
+                    message,
+                } => return Err(ClientError::Server { code, message }),
+                other => {
+                    tracing::debug!(got = %summarize(&other), "ignoring unsolicited message")
+                }
+            }
+        }
+    }
+
+    /// Closes the connection politely (close frame, then wait briefly for the
+    /// master's answer).
+    pub async fn close(mut self) -> Result<(), ClientError> {
+        let frame = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "bye".into(),
+        };
+        match self.ws.close(Some(frame)).await {
+            Ok(()) => {}
+            Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
+                return Ok(())
+            }
+            Err(e) => return Err(transport_error(e)),
+        }
+        let drain = async { while let Some(Ok(_)) = self.ws.next().await {} };
+        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+        Ok(())
+    }
+
+    /// Reads the next protocol message. `Ok(None)` at end of stream; control
+    /// frames are handled here (tungstenite answers pings itself).
+    async fn recv(
+        &mut self,
+        deadline: Option<(Instant, &str)>,
+    ) -> Result<Option<ServerMessage>, ClientError> {
+        loop {
+            let mut wait = self.keepalive;
+            if let Some((at, what)) = deadline {
+                let left = at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(ClientError::Timeout {
+                        what: what.to_owned(),
+                        after: self.request_timeout,
+                    });
+                }
+                wait = wait.min(left);
+            }
+            let frame = match tokio::time::timeout(wait, self.ws.next()).await {
+                Ok(frame) => frame,
+                Err(_) => {
+                    if deadline.is_some_and(|(at, _)| Instant::now() >= at) {
+                        continue; // reported at the top of the loop
+                    }
+                    if self.ping_outstanding {
+                        return Err(ClientError::Transport(format!(
+                            "no answer from the master for {}",
+                            fmt_duration(self.keepalive * 2)
+                        )));
+                    }
+                    self.ws
+                        .send(Message::Ping(Default::default()))
+                        .await
+                        .map_err(transport_error)?;
+                    self.ping_outstanding = true;
+                    continue;
+                }
+            };
+            let msg = match frame {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(transport_error(e)),
+                Some(Ok(msg)) => msg,
+            };
+            self.ping_outstanding = false;
+            let text = match &msg {
+                Message::Text(text) => text.as_str(),
+                Message::Binary(bytes) => std::str::from_utf8(bytes).map_err(|_| {
+                    ClientError::Protocol("binary frame that is not UTF-8 JSON".into())
+                })?,
+                Message::Close(frame) => {
+                    let (code, reason) = match frame {
+                        Some(f) => (u16::from(f.code), f.reason.as_str().to_owned()),
+                        None => (NO_STATUS, String::new()),
+                    };
+                    return Err(ClientError::Closed { code, reason });
+                }
+                Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => continue,
+            };
+            return serde_json::from_str::<ServerMessage>(text)
+                .map(Some)
+                .map_err(|e| ClientError::Protocol(e.to_string()));
+        }
+    }
+}
+
+/// What [`FleetView::apply_event`] made of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventOutcome {
+    /// The next event in order (or a harmless repeat of the last one); applied.
+    Applied,
+    /// Older than what the view already reflects; ignored.
+    Stale,
+    /// Events `expected..got` were missed. The event was applied (events carry
+    /// full state of one job or worker), but other changes may be missing:
+    /// resubscribe to get a fresh snapshot.
+    Gap { expected: u64, got: u64 },
+}
+
+/// A subscriber's local mirror of the fleet.
+///
+/// Sequence rule: a snapshot numbered `S` reflects every event up to `S`; the
+/// next event is `S + 1`. Every event carries the full state of one job or
+/// worker, so applying one twice is harmless; an event numbered `S` right after
+/// the snapshot is therefore re-applied rather than dropped, which keeps the
+/// view right even if the master numbers snapshots with the *next* seq.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FleetView {
+    pub jobs: HashMap<JobId, JobView>,
+    /// By session id.
+    pub workers: HashMap<String, WorkerView>,
+    last_seq: Option<u64>,
+}
+
+impl FleetView {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Seq of the last snapshot or event applied.
+    pub fn last_seq(&self) -> Option<u64> {
+        self.last_seq
+    }
+
+    /// Replaces the whole view.
+    pub fn apply_snapshot(&mut self, seq: u64, snapshot: FleetSnapshot) {
+        self.jobs = snapshot
+            .jobs
+            .into_iter()
+            .map(|job| (job.job_id.clone(), job))
+            .collect();
+        self.workers = snapshot
+            .workers
+            .into_iter()
+            .map(|w| (w.session.clone(), w))
+            .collect();
+        self.last_seq = Some(seq);
+    }
+
+    /// Applies one event and reports whether it followed the previous one.
+    pub fn apply_event(&mut self, seq: u64, event: &FleetEvent) -> EventOutcome {
+        let outcome = match self.last_seq {
+            Some(last) if seq < last => return EventOutcome::Stale,
+            Some(last) if seq > last.saturating_add(1) => EventOutcome::Gap {
+                expected: last + 1,
+                got: seq,
+            },
+            _ => EventOutcome::Applied,
+        };
+        match event {
+            FleetEvent::WorkerJoined { worker } | FleetEvent::WorkerUpdated { worker } => {
+                self.workers.insert(worker.session.clone(), worker.clone());
+            }
+            FleetEvent::WorkerLeft { session, .. } => {
+                self.workers.remove(session);
+            }
+            FleetEvent::JobUpdated { job } => {
+                self.jobs.insert(job.job_id.clone(), job.clone());
+            }
+        }
+        self.last_seq = Some(seq);
+        outcome
+    }
+
+    /// Jobs per state, computed from the mirror.
+    pub fn counts(&self) -> JobCounts {
+        let mut counts = JobCounts {
+            total: self.jobs.len(),
+            ..JobCounts::default()
+        };
+        for job in self.jobs.values() {
+            match job.state {
+                JobState::Queued => counts.queued += 1,
+                JobState::Assigned | JobState::Running => counts.running += 1,
+                JobState::Done => counts.done += 1,
+                JobState::Failed => counts.failed += 1,
+                JobState::Cancelled => counts.cancelled += 1,
+            }
+        }
+        counts
+    }
+
+    /// Workers currently working on a job.
+    pub fn workers_busy(&self) -> usize {
+        self.workers
+            .values()
+            .filter(|w| w.current_job.is_some())
+            .count()
+    }
+
+    /// Whether there is at least one job and every job is done, failed or cancelled.
+    pub fn all_terminal(&self) -> bool {
+        !self.jobs.is_empty() && self.jobs.values().all(|j| j.state.is_terminal())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::json;
+    use tokio::net::TcpListener;
+    use tunefleet_shared::workload::Workload;
+
+    /// The one place tests build a workload (its format is still moving).
+    pub(crate) fn workload(name: &str) -> Workload {
+        serde_json::from_value(json!({
+            "name": name, "op": "matmul", "shape": {"m": 64, "n": 64, "k": 64},
+            "dtype": "float32", "target": {"kind": "llvm"}, "trials": 16
+        }))
+        .expect("test workload")
+    }
+
+    pub(crate) fn job(id: &str, state: JobState) -> JobView {
+        JobView {
+            job_id: id.into(),
+            name: format!("job-{id}"),
+            workload: workload(&format!("job-{id}")),
+            state,
+            attempts: 1,
+            worker: None,
+            trials_done: 0,
+            trials_total: 16,
+            best_latency_s: None,
+            records: vec![],
+            errors: vec![],
+            result: None,
+            created_at: 1,
+            updated_at: 1,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    fn worker(session: &str, current: Option<&str>) -> WorkerView {
+        WorkerView {
+            session: session.into(),
+            worker_id: format!("id-{session}"),
+            name: format!("w-{session}"),
+            target: tunefleet_shared::target::Target::of_kind("llvm"),
+            backend: "sim".into(),
+            tvm_version: None,
+            current_job: current.map(str::to_owned),
+            jobs_done: 0,
+            connected_at: 0,
+        }
+    }
+
+    fn snapshot() -> FleetSnapshot {
+        FleetSnapshot {
+            jobs: vec![job("a", JobState::Queued), job("b", JobState::Running)],
+            workers: vec![worker("s1", Some("b"))],
+        }
+    }
+
+    #[test]
+    fn endpoint_url_normalises_the_server_flag() {
+        let ok = |s: &str| endpoint_url(s).unwrap();
+        assert_eq!(ok("ws://127.0.0.1:18871"), "ws://127.0.0.1:18871/ws/client");
+        assert_eq!(
+            ok("ws://127.0.0.1:18871/"),
+            "ws://127.0.0.1:18871/ws/client"
+        );
+        assert_eq!(ok(" ws://h:1/ws/client/ "), "ws://h:1/ws/client");
+        assert_eq!(ok("http://h:1"), "ws://h:1/ws/client");
+        assert_eq!(ok("https://h/farm"), "wss://h/farm/ws/client");
+        for bad in ["127.0.0.1:18871", "ftp://h", "ws://", "ws:///x", ""] {
+            let err = endpoint_url(bad).unwrap_err();
+            assert!(matches!(err, ClientError::BadUrl { .. }), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn error_messages_read_well() {
+        let e = ClientError::Closed {
+            code: close_code::UNAUTHORIZED,
+            reason: "bad token".into(),
+        };
+        assert_eq!(e.to_string(), "master refused: unauthorized: bad token");
+        assert!(!e.is_retryable());
+        let e = ClientError::Closed {
+            code: close_code::PROTOCOL_MISMATCH,
+            reason: "master speaks 2, client 1".into(),
+        };
+        assert!(e
+            .to_string()
+            .starts_with("protocol mismatch: master speaks 2"));
+        let e = ClientError::Server {
+            code: ErrorCode::InvalidWorkload,
+            message: "more.yaml:3: unknown field `tile`".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "master refused: invalid_workload: more.yaml:3: unknown field `tile`"
+        );
+        // The master's own "unauthorized: " / "protocol version mismatch" prefixes
+        // are not repeated.
+        let e = ClientError::Server {
+            code: ErrorCode::Unauthorized,
+            message: "unauthorized: wrong token".into(),
+        };
+        assert_eq!(e.to_string(), "master refused: unauthorized: wrong token");
+        let e = ClientError::Closed {
+            code: close_code::UNAUTHORIZED,
+            reason: "unauthorized: wrong token".into(),
+        };
+        assert_eq!(e.to_string(), "master refused: unauthorized: wrong token");
+        let e = ClientError::Server {
+            code: ErrorCode::ProtocolMismatch,
+            message: "protocol version mismatch: master speaks 1, client sent 2".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "protocol version mismatch: master speaks 1, client sent 2 \
+                 (this client speaks protocol {PROTOCOL_VERSION})"
+            )
+        );
+        assert!(ClientError::Closed {
+            code: close_code::GOING_AWAY,
+            reason: String::new()
+        }
+        .is_retryable());
+    }
+
+    #[test]
+    fn fleet_view_applies_snapshot_and_events_in_order() {
+        let mut view = FleetView::new();
+        view.apply_snapshot(10, snapshot());
+        assert_eq!(view.last_seq(), Some(10));
+        assert_eq!(view.counts().total, 2);
+        assert_eq!(view.counts().queued, 1);
+        assert_eq!(view.counts().running, 1);
+        assert_eq!(view.workers_busy(), 1);
+
+        let ev = FleetEvent::JobUpdated {
+            job: job("a", JobState::Done),
+        };
+        assert_eq!(view.apply_event(11, &ev), EventOutcome::Applied);
+        let ev = FleetEvent::JobUpdated {
+            job: job("c", JobState::Failed),
+        };
+        assert_eq!(view.apply_event(12, &ev), EventOutcome::Applied);
+        let ev = FleetEvent::WorkerLeft {
+            session: "s1".into(),
+            reason: "gone".into(),
+        };
+        assert_eq!(view.apply_event(13, &ev), EventOutcome::Applied);
+        let counts = view.counts();
+        assert_eq!(
+            counts,
+            JobCounts {
+                total: 3,
+                queued: 0,
+                running: 1,
+                done: 1,
+                failed: 1,
+                cancelled: 0
+            }
+        );
+        assert!(view.workers.is_empty());
+        assert!(!view.all_terminal());
+        let ev = FleetEvent::JobUpdated {
+            job: job("b", JobState::Cancelled),
+        };
+        view.apply_event(14, &ev);
+        assert!(view.all_terminal());
+    }
+
+    #[test]
+    fn fleet_view_reports_gaps_and_ignores_stale_events() {
+        let mut view = FleetView::new();
+        view.apply_snapshot(5, snapshot());
+        let done_a = FleetEvent::JobUpdated {
+            job: job("a", JobState::Done),
+        };
+        // An event already reflected by the snapshot must not roll state back.
+        let queued_b = FleetEvent::JobUpdated {
+            job: job("b", JobState::Queued),
+        };
+        assert_eq!(view.apply_event(4, &queued_b), EventOutcome::Stale);
+        assert_eq!(view.jobs["b"].state, JobState::Running);
+        // Same seq as the snapshot: re-applied, harmless.
+        assert_eq!(view.apply_event(5, &done_a), EventOutcome::Applied);
+        assert_eq!(
+            view.apply_event(9, &done_a),
+            EventOutcome::Gap {
+                expected: 6,
+                got: 9
+            }
+        );
+        assert_eq!(view.last_seq(), Some(9));
+        // A fresh snapshot resets the sequence, even backwards (master restart).
+        view.apply_snapshot(1, FleetSnapshot::default());
+        assert!(view.jobs.is_empty());
+        assert_eq!(view.counts(), JobCounts::default());
+        assert!(!view.all_terminal(), "no jobs is not 'all done'");
+        let joined = FleetEvent::WorkerJoined {
+            worker: worker("s2", None),
+        };
+        assert_eq!(view.apply_event(2, &joined), EventOutcome::Applied);
+        assert_eq!(view.workers.len(), 1);
+        assert_eq!(view.workers_busy(), 0);
+    }
+
+    /// A scripted master: accepts one client, answers `hello`, then runs `script`.
+    async fn fake_master<F, Fut>(script: F) -> String
+    where
+        F: FnOnce(WebSocketStream<TcpStream>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+            script(ws).await;
+        });
+        format!("ws://{addr}")
+    }
+
+    async fn read_request(ws: &mut WebSocketStream<TcpStream>) -> ClientRequest {
+        loop {
+            match ws.next().await.unwrap().unwrap() {
+                Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
+                _ => continue,
+            }
+        }
+    }
+
+    async fn send(ws: &mut WebSocketStream<TcpStream>, msg: &ServerMessage) {
+        let text = serde_json::to_string(msg).unwrap();
+        ws.send(Message::text(text)).await.unwrap();
+    }
+
+    async fn welcome(ws: &mut WebSocketStream<TcpStream>, role: Role) -> ClientRequest {
+        let hello = read_request(ws).await;
+        send(
+            ws,
+            &ServerMessage::Reply {
+                id: hello.id,
+                body: ReplyBody::Welcome {
+                    server_version: "0.1.0".into(),
+                    protocol: PROTOCOL_VERSION,
+                    role,
+                },
+            },
+        )
+        .await;
+        hello
+    }
+
+    #[tokio::test]
+    async fn handshake_then_request_with_interleaved_events() {
+        let url = fake_master(|mut ws| async move {
+            let hello = welcome(&mut ws, Role::Admin).await;
+            match hello.command {
+                ClientCommand::Hello {
+                    protocol,
+                    token,
+                    client,
+                } => {
+                    assert_eq!(protocol, PROTOCOL_VERSION);
+                    assert_eq!(token.as_deref(), Some("s3cret"));
+                    assert!(client.unwrap().starts_with("tunefleet-cli/"));
+                }
+                other => panic!("{other:?}"),
+            }
+            let sub = read_request(&mut ws).await;
+            assert_eq!(sub.command, ClientCommand::Subscribe);
+            assert!(sub.id > hello.id);
+            send(
+                &mut ws,
+                &ServerMessage::Reply {
+                    id: sub.id,
+                    body: ReplyBody::Subscribed,
+                },
+            )
+            .await;
+            send(
+                &mut ws,
+                &ServerMessage::Snapshot {
+                    seq: 3,
+                    snapshot: FleetSnapshot::default(),
+                },
+            )
+            .await;
+            let status = read_request(&mut ws).await;
+            // An event and a stale reply arrive before the status reply.
+            let event = FleetEvent::WorkerLeft {
+                session: "x".into(),
+                reason: "bye".into(),
+            };
+            send(&mut ws, &ServerMessage::Event { seq: 4, event }).await;
+            send(
+                &mut ws,
+                &ServerMessage::Reply {
+                    id: 999,
+                    body: ReplyBody::Subscribed,
+                },
+            )
+            .await;
+            let report = StatusReport {
+                jobs: JobCounts::default(),
+                workers: 2,
+                workers_busy: 1,
+                server_version: "0.1.0".into(),
+            };
+            send(
+                &mut ws,
+                &ServerMessage::Reply {
+                    id: status.id,
+                    body: ReplyBody::Status(report),
+                },
+            )
+            .await;
+            let cancel = read_request(&mut ws).await;
+            send(
+                &mut ws,
+                &ServerMessage::Error {
+                    id: Some(cancel.id),
+                    code: ErrorCode::NotFound,
+                    message: "no job zz".into(),
+                },
+            )
+            .await;
+            ws.close(None).await.ok();
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
+
+        let mut client = Client::connect(&url, Some("s3cret")).await.unwrap();
+        assert_eq!(client.role(), Role::Admin);
+        assert_eq!(client.server_version(), "0.1.0");
+        assert!(!format!("{client:?}").contains("s3cret"));
+        let (seq, snap) = client.subscribe().await.unwrap();
+        assert_eq!((seq, snap), (3, FleetSnapshot::default()));
+        let status = client.status().await.unwrap();
+        assert_eq!(status.workers, 2);
+        match client.next_update().await.unwrap() {
+            Some(Update::Event(4, FleetEvent::WorkerLeft { session, .. })) => {
+                assert_eq!(session, "x")
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = client.cancel("zz").await.unwrap_err();
+        assert_eq!(err.server_code(), Some(ErrorCode::NotFound));
+        assert_eq!(err.to_string(), "master refused: not_found: no job zz");
+        // The master closes normally: end of the stream, not an error.
+        assert_eq!(client.next_update().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn refused_handshake_reports_the_close_reason() {
+        let url = fake_master(|mut ws| async move {
+            let _hello = read_request(&mut ws).await;
+            let frame = CloseFrame {
+                code: CloseCode::from(close_code::UNAUTHORIZED),
+                reason: "bad token".into(),
+            };
+            ws.close(Some(frame)).await.ok();
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
+        let err = Client::connect(&url, Some("wrong")).await.unwrap_err();
+        assert_eq!(err.to_string(), "master refused: unauthorized: bad token");
+        assert!(!err.to_string().contains("wrong"));
+        assert!(!err.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn handshake_error_reply_is_a_server_error() {
+        let url = fake_master(|mut ws| async move {
+            let hello = read_request(&mut ws).await;
+            let msg = ServerMessage::Error {
+                id: Some(hello.id),
+                code: ErrorCode::ProtocolMismatch,
+                message: "master speaks protocol 2".into(),
+            };
+            send(&mut ws, &msg).await;
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
+        let err = Client::connect(&url, None).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("protocol mismatch: master speaks protocol 2"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn connection_refused_is_clear() {
+        // Bind then drop to get a port nobody listens on.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let err = Client::connect(&format!("ws://127.0.0.1:{port}"), None)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "cannot connect to ws://127.0.0.1:{port}/ws/client: connection refused"
+            )),
+            "{text}"
+        );
+        assert!(err.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn silent_master_is_detected_by_keepalive() {
+        let url = fake_master(|mut ws| async move {
+            welcome(&mut ws, Role::Read).await;
+            // Never read again: pings stay unanswered.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            drop(ws);
+        })
+        .await;
+        let mut client = Client::connect(&url, None).await.unwrap();
+        client.set_keepalive(Duration::from_millis(50));
+        let err = client.next_update().await.unwrap_err();
+        assert!(
+            err.to_string().contains("no answer from the master"),
+            "{err}"
+        );
+        assert!(err.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn request_timeout_names_the_request() {
+        let url = fake_master(|mut ws| async move {
+            welcome(&mut ws, Role::Read).await;
+            // Reads (so pongs flow) but never replies.
+            while let Some(Ok(_)) = ws.next().await {}
+        })
+        .await;
+        let mut client = Client::connect(&url, None).await.unwrap();
+        client.set_request_timeout(Duration::from_millis(100));
+        client.set_keepalive(Duration::from_millis(30));
+        let err = client.status().await.unwrap_err();
+        assert!(
+            matches!(&err, ClientError::Timeout { what, .. } if what == "status"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,351 @@
+//! The client subcommands of the `tunefleet` binary, one module each (as in
+//! mini-redis): `submit`, `watch`, `status`, `results`, `export`.
+//!
+//! Each module defines a clap `XArgs` and `pub async fn run(args: XArgs)`. They
+//! talk to the master only through [`crate::client::Client`], so everything
+//! they do is also possible from a Rust program or a test.
+//!
+//! `main.rs` can either add the `XArgs` types to its own subcommand enum or
+//! flatten [`ClientCli`] into it (`#[command(flatten)] Client(ClientCli)`), and
+//! should turn an error into the process exit status with [`report_error`]
+//! (some commands ask for a specific status through [`Exit`]).
+//!
+//! # Tokens
+//! `--token` / `TUNEFLEET_TOKEN` is sent in the handshake by every command
+//! (submit needs it; the read-only commands send it when given, so they also
+//! work against a master without public read). It is never printed: clap is
+//! told to hide the environment value, and [`ConnectArgs`]'s `Debug` redacts it.
+
+use crate::client::{Client, ClientError};
+use std::fmt;
+use tunefleet_shared::protocol::{ErrorCode, JobView};
+
+pub mod export;
+pub mod results;
+pub mod status;
+pub mod submit;
+pub mod watch;
+
+/// Where the master listens by default (`tunefleet serve`'s default port).
+pub const DEFAULT_SERVER: &str = "ws://127.0.0.1:18871";
+
+/// How to reach the master; flattened into every client command.
+#[derive(clap::Args, Clone)]
+pub struct ConnectArgs {
+    /// Master URL (base URL such as ws://HOST:PORT, or the full .../ws/client URL).
+    #[arg(long, value_name = "URL", default_value = DEFAULT_SERVER, env = "TUNEFLEET_SERVER")]
+    pub server: String,
+    /// Access token (admin token for submit). Prefer the environment variable:
+    /// command lines are visible to other users of the machine.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "TUNEFLEET_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for ConnectArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectArgs")
+            .field("server", &self.server)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl ConnectArgs {
+    /// Connects and performs the handshake, with a hint about the token when
+    /// the master refuses one that was not given.
+    pub async fn connect(&self) -> Result<Client, anyhow::Error> {
+        Client::connect(&self.server, self.token.as_deref())
+            .await
+            .map_err(|e| self.explain(e))
+    }
+
+    /// Turns a client error into an `anyhow::Error`, adding how to pass a
+    /// token when the master wants one and none was given.
+    pub fn explain(&self, err: ClientError) -> anyhow::Error {
+        let auth = matches!(
+            err.server_code(),
+            Some(ErrorCode::Unauthorized | ErrorCode::Forbidden)
+        ) || matches!(
+            err,
+            ClientError::Closed {
+                code: tunefleet_shared::protocol::close_code::UNAUTHORIZED,
+                ..
+            }
+        );
+        if auth && self.token.is_none() && !err.to_string().contains("--token") {
+            anyhow::anyhow!("{err} (no token given: pass --token or set TUNEFLEET_TOKEN)")
+        } else {
+            err.into()
+        }
+    }
+}
+
+/// An error that asks for a specific exit status. With an empty message
+/// nothing more is printed (the command already said what happened).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Exit {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Exit {
+    /// Exit with `code` without printing anything more.
+    pub fn silent(code: u8) -> Self {
+        Exit {
+            code,
+            message: String::new(),
+        }
+    }
+}
+
+/// The exit status for a command error: [`Exit::code`] when the command asked
+/// for one, else 1.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    err.downcast_ref::<Exit>().map_or(1, |e| e.code)
+}
+
+/// Prints `error: ...` to stderr (unless the command asked to stay silent) and
+/// returns the exit status to end the process with.
+pub fn report_error(err: &anyhow::Error) -> std::process::ExitCode {
+    let silent = err
+        .downcast_ref::<Exit>()
+        .is_some_and(|e| e.message.is_empty());
+    if !silent {
+        eprintln!("error: {err:#}");
+    }
+    std::process::ExitCode::from(exit_code(err))
+}
+
+/// The client subcommands, ready to be flattened into `main.rs`'s enum.
+#[derive(clap::Subcommand, Debug)]
+pub enum ClientCli {
+    /// Submit workload files to the master.
+    Submit(submit::SubmitArgs),
+    /// Show a live progress bar until every job is finished.
+    Watch(watch::WatchArgs),
+    /// Print job counts and workers.
+    Status(status::StatusArgs),
+    /// Print tuning results as a table, JSON or CSV.
+    Results(results::ResultsArgs),
+    /// Write tuning results to a file.
+    Export(export::ExportArgs),
+}
+
+impl ClientCli {
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self {
+            ClientCli::Submit(args) => submit::run(args).await,
+            ClientCli::Watch(args) => watch::run(args).await,
+            ClientCli::Status(args) => status::run(args).await,
+            ClientCli::Results(args) => results::run(args).await,
+            ClientCli::Export(args) => export::run(args).await,
+        }
+    }
+}
+
+/// `12.3 µs`, `4.567 ms`, `1.234 s`: the unit that keeps 3–4 significant digits.
+pub fn format_latency(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "-".into();
+    }
+    if seconds < 1e-3 {
+        format!("{:.1} µs", seconds * 1e6)
+    } else if seconds < 1.0 {
+        format!("{:.3} ms", seconds * 1e3)
+    } else {
+        format!("{seconds:.3} s")
+    }
+}
+
+/// Achieved GFLOP/s: what the worker reported, else computed from the
+/// workload's flop count and the best latency.
+pub fn job_gflops(job: &JobView) -> Option<f64> {
+    if let Some(g) = job.result.as_ref().and_then(|r| r.gflops) {
+        return g.is_finite().then_some(g);
+    }
+    let latency = job.best_latency_s?;
+    let flops = job.workload.flops()?;
+    (latency > 0.0 && latency.is_finite()).then(|| flops / latency / 1e9)
+}
+
+/// The operator name of a job's workload (`matmul`, `conv2d`, ...).
+pub fn job_op(job: &JobView) -> String {
+    job.workload.op_name().to_string()
+}
+
+/// A short shape description of a job's workload (`m=64 n=64 k=64`).
+pub fn job_shape(job: &JobView) -> String {
+    job.workload.shape_summary().to_string()
+}
+
+/// Stable output order: oldest first, then by name and id.
+pub fn sort_jobs(jobs: &mut [JobView]) {
+    jobs.sort_by(|a, b| {
+        (a.created_at, &a.name, &a.job_id).cmp(&(b.created_at, &b.name, &b.job_id))
+    });
+}
+
+/// One CSV field (RFC 4180): quoted when it holds a comma, quote, CR/LF or
+/// leading/trailing space, with quotes doubled.
+pub fn csv_field(value: &str) -> String {
+    let needs_quotes = value.contains([',', '"', '\n', '\r'])
+        || value.starts_with(char::is_whitespace)
+        || value.ends_with(char::is_whitespace);
+    if needs_quotes {
+        format!("\"{}\"", value.replace('"', "\"\""))
+    } else {
+        value.to_owned()
+    }
+}
+
+/// One CSV line (CRLF-free: `\n` line ends).
+pub fn csv_line<S: AsRef<str>>(fields: &[S]) -> String {
+    let mut line = fields
+        .iter()
+        .map(|f| csv_field(f.as_ref()))
+        .collect::<Vec<_>>()
+        .join(",");
+    line.push('\n');
+    line
+}
+
+/// Column alignment for [`render_table`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+/// Aligned plain-text columns separated by two spaces; widths count chars, so
+/// `µs` lines up.
+pub fn render_table(header: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|(h, _)| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.enumerate() {
+            let (width, align) = (widths.get(i).copied().unwrap_or(0), header[i].1);
+            if i > 0 {
+                text.push_str("  ");
+            }
+            let pad = " ".repeat(width.saturating_sub(cell.chars().count()));
+            match align {
+                Align::Left => {
+                    text.push_str(cell);
+                    text.push_str(&pad);
+                }
+                Align::Right => {
+                    text.push_str(&pad);
+                    text.push_str(cell);
+                }
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut header.iter().map(|(h, _)| *h));
+    for row in rows {
+        line(&mut row.iter().take(header.len()).map(String::as_str));
+    }
+    out
+}
+
+/// `1 job` / `3 jobs`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_uses_a_readable_unit() {
+        assert_eq!(format_latency(12.34e-6), "12.3 µs");
+        assert_eq!(format_latency(4.5678e-3), "4.568 ms");
+        assert_eq!(format_latency(1.5), "1.500 s");
+        assert_eq!(format_latency(f64::NAN), "-");
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_only_when_needed() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+        assert_eq!(csv_field(" pad"), "\" pad\"");
+        assert_eq!(csv_field(""), "");
+        assert_eq!(csv_line(&["a", "b,c", ""]), "a,\"b,c\",\n");
+    }
+
+    #[test]
+    fn table_columns_align_by_chars() {
+        let header = [("NAME", Align::Left), ("BEST", Align::Right)];
+        let rows = vec![
+            vec!["a".to_string(), "12.3 µs".to_string()],
+            vec!["longer".to_string(), "1.000 s".to_string()],
+        ];
+        let text = render_table(&header, &rows);
+        assert_eq!(text, "NAME       BEST\na       12.3 µs\nlonger  1.000 s\n");
+    }
+
+    #[test]
+    fn connect_args_debug_hides_the_token() {
+        let args = ConnectArgs {
+            server: DEFAULT_SERVER.into(),
+            token: Some("hunter2".into()),
+        };
+        let text = format!("{args:?}");
+        assert!(!text.contains("hunter2"));
+        assert!(text.contains("redacted"));
+    }
+
+    #[test]
+    fn exit_codes_come_from_exit_errors() {
+        let err: anyhow::Error = Exit::silent(2).into();
+        assert_eq!(exit_code(&err), 2);
+        assert_eq!(exit_code(&anyhow::anyhow!("boom")), 1);
+    }
+
+    #[test]
+    fn client_cli_parses_every_subcommand() {
+        use clap::{FromArgMatches, Subcommand};
+        let cmd = ClientCli::augment_subcommands(clap::Command::new("tunefleet"));
+        cmd.clone().debug_assert();
+        let parse = |args: &[&str]| {
+            let matches = cmd.clone().try_get_matches_from(args).unwrap();
+            ClientCli::from_arg_matches(&matches).unwrap()
+        };
+        match parse(&["tunefleet", "submit", "a.yaml", "b.yaml", "--json"]) {
+            ClientCli::Submit(a) => assert_eq!(a.files.len(), 2),
+            other => panic!("{other:?}"),
+        }
+        match parse(&["tunefleet", "results", "--format", "csv", "--job", "x", "y"]) {
+            ClientCli::Results(a) => assert_eq!(a.jobs, ["x", "y"]),
+            other => panic!("{other:?}"),
+        }
+        match parse(&["tunefleet", "watch", "--follow"]) {
+            ClientCli::Watch(a) => assert!(a.follow),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse(&["tunefleet", "export", "--format", "csv", "--out", "r.csv"]),
+            ClientCli::Export(_)
+        ));
+        assert!(matches!(
+            parse(&["tunefleet", "status", "--json", "--server", "ws://h:1"]),
+            ClientCli::Status(_)
+        ));
+    }
+}

@@ -1,0 +1,211 @@
+//! `tunefleet results`: every job's state and best result, as a table (for
+//! people), JSON or CSV (for scripts and spreadsheets).
+//!
+//! The JSON form is the protocol's [`JobView`] list as is (one object per job
+//! with `job_id`, `name`, `state`, `best_latency_s` — `null` until known — and
+//! `records`, best first, at most the master's `nbest`), so it never drifts from
+//! what the master knows. CSV has one flat row per job with a fixed header
+//! ([`CSV_HEADER`]); fields are quoted by [`super::csv_field`].
+//!
+//! Jobs are printed oldest first ([`super::sort_jobs`]) so that two runs
+//! against an unchanged master print identical output.
+
+use super::{
+    csv_line, format_latency, job_gflops, job_op, job_shape, render_table, sort_jobs, Align,
+    ConnectArgs,
+};
+use tunefleet_shared::protocol::JobView;
+
+/// Columns of the CSV output, in order.
+pub const CSV_HEADER: [&str; 12] = [
+    "job_id",
+    "name",
+    "op",
+    "shape",
+    "dtype",
+    "state",
+    "attempts",
+    "worker",
+    "best_latency_s",
+    "gflops",
+    "trials_done",
+    "trials_total",
+];
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResultsFormat {
+    /// Aligned columns for the terminal.
+    #[default]
+    Table,
+    /// An array of job objects.
+    Json,
+    /// One row per job, with a header.
+    Csv,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ResultsArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ResultsFormat::Table)]
+    pub format: ResultsFormat,
+    /// Only these jobs (repeatable; several ids may follow one --job).
+    #[arg(long = "job", value_name = "ID", num_args = 1..)]
+    pub jobs: Vec<String>,
+}
+
+pub async fn run(args: ResultsArgs) -> anyhow::Result<()> {
+    let jobs = fetch(&args.connect, &args.jobs).await?;
+    let text = match args.format {
+        ResultsFormat::Table => to_table(&jobs),
+        ResultsFormat::Json => to_json(&jobs)?,
+        ResultsFormat::Csv => to_csv(&jobs),
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// Fetches the jobs (all when `job_ids` is empty) in output order.
+pub async fn fetch(connect: &ConnectArgs, job_ids: &[String]) -> anyhow::Result<Vec<JobView>> {
+    let mut client = connect.connect().await?;
+    let filter = (!job_ids.is_empty()).then(|| job_ids.to_vec());
+    let mut jobs = client
+        .results(filter)
+        .await
+        .map_err(|e| connect.explain(e))?;
+    let _ = client.close().await;
+    sort_jobs(&mut jobs);
+    Ok(jobs)
+}
+
+/// Pretty JSON array of the job views, with a final newline.
+pub fn to_json(jobs: &[JobView]) -> anyhow::Result<String> {
+    let mut text = serde_json::to_string_pretty(jobs)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// CSV with [`CSV_HEADER`]; empty fields for unknown values.
+pub fn to_csv(jobs: &[JobView]) -> String {
+    let mut out = csv_line(&CSV_HEADER);
+    for job in jobs {
+        let row = [
+            job.job_id.clone(),
+            job.name.clone(),
+            job_op(job),
+            job_shape(job),
+            job.workload.dtype.clone(),
+            job.state.to_string(),
+            job.attempts.to_string(),
+            job.worker.clone().unwrap_or_default(),
+            job.best_latency_s
+                .map(|l| l.to_string())
+                .unwrap_or_default(),
+            job_gflops(job)
+                .map(|g| format!("{g:.3}"))
+                .unwrap_or_default(),
+            job.trials_done.to_string(),
+            job.trials_total.to_string(),
+        ];
+        out.push_str(&csv_line(&row));
+    }
+    out
+}
+
+/// Aligned columns, or a one-line note when there are no jobs.
+pub fn to_table(jobs: &[JobView]) -> String {
+    if jobs.is_empty() {
+        return "no jobs\n".into();
+    }
+    let header = [
+        ("JOB_ID", Align::Left),
+        ("NAME", Align::Left),
+        ("OP", Align::Left),
+        ("STATE", Align::Left),
+        ("ATTEMPTS", Align::Right),
+        ("WORKER", Align::Left),
+        ("BEST", Align::Right),
+        ("GFLOP/S", Align::Right),
+        ("TRIALS", Align::Right),
+    ];
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|job| {
+            vec![
+                job.job_id.clone(),
+                job.name.clone(),
+                job_op(job),
+                job.state.to_string(),
+                job.attempts.to_string(),
+                job.worker.clone().unwrap_or_else(|| "-".into()),
+                job.best_latency_s
+                    .map(format_latency)
+                    .unwrap_or_else(|| "-".into()),
+                job_gflops(job)
+                    .map(|g| format!("{g:.1}"))
+                    .unwrap_or_else(|| "-".into()),
+                format!("{}/{}", job.trials_done, job.trials_total),
+            ]
+        })
+        .collect();
+    render_table(&header, &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::tests::job;
+    use tunefleet_shared::protocol::{JobState, TuningRecord};
+
+    fn jobs() -> Vec<JobView> {
+        let mut done = job("aa", JobState::Done);
+        done.name = "mm, \"big\"".into();
+        done.best_latency_s = Some(2.5e-5);
+        done.worker = Some("gpu-1".into());
+        done.trials_done = 16;
+        done.records = vec![TuningRecord {
+            latency_s: 2.5e-5,
+            record: serde_json::json!({"trace": []}),
+        }];
+        vec![done, job("bb", JobState::Queued)]
+    }
+
+    #[test]
+    fn json_is_an_array_of_job_objects() {
+        let value: serde_json::Value = serde_json::from_str(&to_json(&jobs()).unwrap()).unwrap();
+        let arr = value.as_array().unwrap();
+        assert_eq!(arr.len(), 2);
+        assert_eq!(arr[0]["job_id"], "aa");
+        assert_eq!(arr[0]["state"], "done");
+        assert_eq!(arr[0]["best_latency_s"], 2.5e-5);
+        assert_eq!(arr[0]["records"].as_array().unwrap().len(), 1);
+        assert!(arr[1]["best_latency_s"].is_null());
+        assert!(arr[1]["name"].is_string());
+    }
+
+    #[test]
+    fn csv_has_the_header_and_quotes_names() {
+        let text = to_csv(&jobs());
+        let mut lines = text.lines();
+        assert_eq!(lines.next().unwrap(), CSV_HEADER.join(","));
+        let row = lines.next().unwrap();
+        assert!(row.starts_with("aa,\"mm, \"\"big\"\"\","), "{row}");
+        assert!(row.contains(",done,1,gpu-1,0.000025,"), "{row}");
+        assert!(row.ends_with(",16,16"), "{row}");
+        let queued = lines.next().unwrap();
+        assert!(queued.contains(",queued,1,,,,0,16"), "{queued}");
+        assert_eq!(lines.next(), None);
+    }
+
+    #[test]
+    fn table_has_one_line_per_job() {
+        let text = to_table(&jobs());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("JOB_ID"));
+        assert!(lines[1].contains("25.0 µs"), "{text}");
+        assert!(lines[2].contains("0/16"), "{text}");
+        assert_eq!(to_table(&[]), "no jobs\n");
+    }
+}

@@ -1,0 +1,92 @@
+//! `tunefleet status`: one request, one answer.
+//!
+//! `--json` prints the master's [`StatusReport`] unchanged, as pretty JSON;
+//! scripts rely on `jobs.{total,queued,running,done,failed,cancelled}` and
+//! `workers` being integers, so the shape is the protocol's and nothing is
+//! added or renamed here. Without `--json`, a three-line human summary.
+
+use super::{plural, ConnectArgs};
+use tunefleet_shared::protocol::StatusReport;
+
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Print the status report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
+    let mut client = args.connect.connect().await?;
+    let report = client.status().await.map_err(|e| args.connect.explain(e))?;
+    let url = client.url().to_owned();
+    let _ = client.close().await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", human(&report, &url));
+    }
+    Ok(())
+}
+
+/// The human summary.
+pub fn human(report: &StatusReport, url: &str) -> String {
+    let j = &report.jobs;
+    let mut jobs = format!(
+        "{}: {} queued, {} running, {} done, {} failed",
+        plural(j.total, "job", "jobs"),
+        j.queued,
+        j.running,
+        j.done,
+        j.failed
+    );
+    if j.cancelled > 0 {
+        jobs.push_str(&format!(", {} cancelled", j.cancelled));
+    }
+    format!(
+        "master:  {url} (tunefleet {})\nworkers: {} ({} busy)\n{jobs}\n",
+        report.server_version, report.workers, report.workers_busy
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tunefleet_shared::protocol::JobCounts;
+
+    fn report() -> StatusReport {
+        StatusReport {
+            jobs: JobCounts {
+                total: 10,
+                queued: 2,
+                running: 3,
+                done: 4,
+                failed: 1,
+                cancelled: 0,
+            },
+            workers: 3,
+            workers_busy: 3,
+            server_version: "0.1.0".into(),
+        }
+    }
+
+    #[test]
+    fn json_has_the_fields_scripts_read() {
+        let value = serde_json::to_value(report()).unwrap();
+        for key in ["total", "queued", "running", "done", "failed"] {
+            assert!(value["jobs"][key].is_u64(), "jobs.{key}");
+        }
+        assert_eq!(value["workers"], 3);
+    }
+
+    #[test]
+    fn human_summary() {
+        let text = human(&report(), "ws://h:1/ws/client");
+        assert!(text.contains("workers: 3 (3 busy)"), "{text}");
+        assert!(
+            text.contains("10 jobs: 2 queued, 3 running, 4 done, 1 failed\n"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! `tunefleet submit FILE...`: send workload files to the master.
+//!
+//! The master parses and validates (one parser, in `shared`, used by master and
+//! browser alike), so the CLI sends each file's text with its name and prints
+//! the master's verdict. A rejection's message already names file, line and
+//! field, so it is printed verbatim.
+//!
+//! Every file is read before anything is sent: a typo in the third path should
+//! not leave the first two submitted. Files are then submitted in order and the
+//! first rejection stops the rest (resubmitting is harmless: the master skips
+//! workloads it already has).
+//!
+//! `--json` prints an array with one object per file:
+//! `{"file": ..., "new_jobs": [...], "duplicates": [...]}`.
+
+use super::{plural, ConnectArgs};
+use crate::client::{Client, ClientError};
+use anyhow::Context;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use tunefleet_shared::protocol::SubmitReport;
+
+#[derive(clap::Args, Debug)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Workload files (YAML).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print the submit reports as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One file's outcome, as printed by `--json`.
+#[derive(Debug, Serialize)]
+pub struct FileReport {
+    pub file: String,
+    #[serde(flatten)]
+    pub report: SubmitReport,
+}
+
+pub async fn run(args: SubmitArgs) -> anyhow::Result<()> {
+    let mut texts = Vec::with_capacity(args.files.len());
+    for path in &args.files {
+        // Blocking read is fine: nothing else runs yet.
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        texts.push((path.display().to_string(), text));
+    }
+
+    let mut client = args.connect.connect().await?;
+    let mut reports: Vec<FileReport> = Vec::new();
+    for (file, text) in texts {
+        let report = match client.submit(text, Some(&file)).await {
+            Ok(report) => report,
+            Err(err) => {
+                if !reports.is_empty() {
+                    let done: Vec<&str> = reports.iter().map(|r| r.file.as_str()).collect();
+                    eprintln!("note: already submitted: {}", done.join(", "));
+                }
+                return Err(rejection(&args.connect, &file, err));
+            }
+        };
+        if !args.json {
+            print_report(&mut client, &file, &report).await;
+        }
+        reports.push(FileReport { file, report });
+    }
+    let _ = client.close().await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    Ok(())
+}
+
+/// The master's own message for a rejected workload (it names file, line and
+/// field); the usual client error for anything else.
+fn rejection(connect: &ConnectArgs, file: &str, err: ClientError) -> anyhow::Error {
+    use tunefleet_shared::protocol::ErrorCode;
+    match err {
+        ClientError::Server {
+            code: ErrorCode::InvalidWorkload | ErrorCode::BadRequest | ErrorCode::TooLarge,
+            message,
+        } => {
+            if message.contains(file) {
+                anyhow::anyhow!("{message}")
+            } else {
+                anyhow::anyhow!("{file}: {message}")
+            }
+        }
+        other => connect
+            .explain(other)
+            .context(format!("cannot submit {file}")),
+    }
+}
+
+/// `more.yaml: 3 new jobs, 1 duplicate skipped`, then one line per job.
+pub fn summary_line(file: &str, report: &SubmitReport) -> String {
+    format!(
+        "{file}: {}, {} skipped",
+        plural(report.new_jobs.len(), "new job", "new jobs"),
+        plural(report.duplicates.len(), "duplicate", "duplicates")
+    )
+}
+
+async fn print_report(client: &mut Client, file: &str, report: &SubmitReport) {
+    println!("{}", summary_line(file, report));
+    let ids: Vec<String> = report
+        .new_jobs
+        .iter()
+        .chain(&report.duplicates)
+        .cloned()
+        .collect();
+    if ids.is_empty() {
+        return;
+    }
+    // Names are a convenience: without them, print the ids alone.
+    let names: HashMap<String, String> = match client.results(Some(ids)).await {
+        Ok(jobs) => jobs.into_iter().map(|j| (j.job_id, j.name)).collect(),
+        Err(e) => {
+            tracing::debug!("cannot fetch job names: {e}");
+            HashMap::new()
+        }
+    };
+    let width = report
+        .new_jobs
+        .iter()
+        .chain(&report.duplicates)
+        .map(|id| id.chars().count())
+        .max()
+        .unwrap_or(0);
+    for (tag, ids) in [("new", &report.new_jobs), ("duplicate", &report.duplicates)] {
+        for id in ids {
+            let name = names.get(id).map(String::as_str).unwrap_or("");
+            println!("  {tag:<9}  {id:<width$}  {name}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_line_pluralises() {
+        let report = SubmitReport {
+            new_jobs: vec!["a".into(), "b".into(), "c".into()],
+            duplicates: vec!["d".into()],
+        };
+        assert_eq!(
+            summary_line("more.yaml", &report),
+            "more.yaml: 3 new jobs, 1 duplicate skipped"
+        );
+        let one = SubmitReport {
+            new_jobs: vec!["a".into()],
+            duplicates: vec![],
+        };
+        assert_eq!(
+            summary_line("x.yaml", &one),
+            "x.yaml: 1 new job, 0 duplicates skipped"
+        );
+    }
+
+    #[test]
+    fn json_report_is_flat() {
+        let r = FileReport {
+            file: "a.yaml".into(),
+            report: SubmitReport {
+                new_jobs: vec!["x".into()],
+                duplicates: vec![],
+            },
+        };
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            serde_json::json!({"file": "a.yaml", "new_jobs": ["x"], "duplicates": []})
+        );
+    }
+
+    #[test]
+    fn workload_rejections_are_printed_verbatim() {
+        let connect = ConnectArgs {
+            server: "ws://h:1".into(),
+            token: Some("t".into()),
+        };
+        let err = ClientError::Server {
+            code: tunefleet_shared::protocol::ErrorCode::InvalidWorkload,
+            message: "more.yaml:3:5: unknown field `tile`".into(),
+        };
+        assert_eq!(
+            format!("{:#}", rejection(&connect, "more.yaml", err)),
+            "more.yaml:3:5: unknown field `tile`"
+        );
+    }
+}

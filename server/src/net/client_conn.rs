@@ -1,0 +1,281 @@
+//! One client's socket (CLI, browser, script): hello, requests, subscription.
+//!
+//! Every request gets exactly one reply carrying its `id`. A subscriber gets a
+//! snapshot, then every event in `seq` order. Events come from a bounded
+//! broadcast channel, so the core never waits for a subscriber; a subscriber
+//! that falls more than the buffer behind is sent a fresh snapshot (with the
+//! current `seq`) instead of the events it missed, and carries on from there.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::broadcast::{self, error::RecvError};
+use tracing::{debug, info, warn};
+use tunefleet_shared::protocol::{
+    close_code, ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, ServerMessage, PROTOCOL_VERSION,
+};
+use tunefleet_shared::secrets_equal;
+use tunefleet_shared::workload::{parse_workload_file, MAX_WORKLOAD_FILE_BYTES};
+
+use super::{AppState, Connection, Frame};
+use crate::core::{Command, Published};
+use crate::scheduler::CommandError;
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_BAD_MESSAGES: u32 = 16;
+
+pub async fn run(mut conn: Connection, state: AppState) {
+    let _alive = state.alive.clone();
+    let Some(role) = handshake(&mut conn, &state).await else {
+        return;
+    };
+    let mut shutdown = state.shutdown.clone();
+    let mut events: Option<broadcast::Receiver<Arc<Published>>> = None;
+    let mut last_seq = 0u64;
+    let mut bad_messages = 0;
+    let mut ping = tokio::time::interval(state.config.heartbeat_interval);
+    let mut last_ping = Instant::now();
+
+    loop {
+        tokio::select! {
+            frame = conn.recv() => match frame {
+                Frame::Text(text) => match serde_json::from_str::<ClientRequest>(&text) {
+                    Err(e) => {
+                        bad_messages += 1;
+                        let id = serde_json::from_str::<serde_json::Value>(&text).ok()
+                            .and_then(|v| v.get("id").and_then(|i| i.as_u64()));
+                        let _ = conn.send(&error(id, ErrorCode::BadRequest, format!("invalid request: {e}"))).await;
+                        if bad_messages >= MAX_BAD_MESSAGES {
+                            conn.close(close_code::POLICY, "too many invalid requests").await;
+                            return;
+                        }
+                    }
+                    Ok(request) => {
+                        bad_messages = 0;
+                        let subscribe = matches!(request.command, ClientCommand::Subscribe);
+                        if subscribe && events.is_none() {
+                            // Subscribe before taking the snapshot so no event falls between them.
+                            events = Some(state.core.events.subscribe());
+                        }
+                        let reply = handle(request, role, &state).await;
+                        if conn.send(&reply).await.is_err() {
+                            return;
+                        }
+                        if subscribe && matches!(reply, ServerMessage::Reply { .. }) {
+                            match send_snapshot(&mut conn, &state).await {
+                                Some(seq) => last_seq = seq,
+                                None => return,
+                            }
+                        }
+                    }
+                },
+                Frame::Binary => {
+                    let _ = conn.send(&error(None, ErrorCode::BadRequest, "binary frames are not supported; send JSON text".into())).await;
+                }
+                Frame::Control => {}
+                Frame::Closed { .. } | Frame::Error(_) => return,
+                Frame::TooBig => {
+                    let limit = conn.max_message_bytes();
+                    warn!("client sent a message over the {limit}-byte limit; closing");
+                    conn.close(close_code::TOO_BIG, &format!("message over the {limit}-byte limit")).await;
+                    return;
+                }
+            },
+            event = next_event(&mut events) => match event {
+                Ok(published) => {
+                    if published.seq > last_seq {
+                        last_seq = published.seq;
+                        if conn.send_text(published.json.clone()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    info!(missed, "subscriber fell behind; sending a fresh snapshot");
+                    match send_snapshot(&mut conn, &state).await {
+                        Some(seq) => last_seq = seq,
+                        None => return,
+                    }
+                }
+                Err(RecvError::Closed) => {
+                    conn.close(close_code::GOING_AWAY, "master is shutting down").await;
+                    return;
+                }
+            },
+            _ = ping.tick() => {
+                if conn.last_seen.elapsed() > state.config.heartbeat_timeout {
+                    conn.close(close_code::HEARTBEAT_TIMEOUT, "heartbeat timeout").await;
+                    return;
+                }
+                if last_ping.elapsed() >= state.config.heartbeat_interval {
+                    last_ping = Instant::now();
+                    if conn.ping().await.is_err() {
+                        return;
+                    }
+                }
+            },
+            _ = shutdown.changed() => {
+                let _ = conn.send(&ServerMessage::Shutdown { reason: "master is shutting down".into() }).await;
+                conn.close(close_code::GOING_AWAY, "master is shutting down").await;
+                return;
+            }
+        }
+    }
+}
+
+async fn next_event(rx: &mut Option<broadcast::Receiver<Arc<Published>>>) -> Result<Arc<Published>, RecvError> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn send_snapshot(conn: &mut Connection, state: &AppState) -> Option<u64> {
+    let (seq, snapshot) = state.core.ask(|reply| Command::Snapshot { reply }).await?;
+    conn.send(&ServerMessage::Snapshot { seq, snapshot }).await.ok()?;
+    Some(seq)
+}
+
+async fn handshake(conn: &mut Connection, state: &AppState) -> Option<Role> {
+    let frame = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.recv()).await {
+        Ok(frame) => frame,
+        Err(_) => {
+            conn.close(close_code::HANDSHAKE, "no hello within 10 s").await;
+            return None;
+        }
+    };
+    let Frame::Text(text) = frame else {
+        conn.close(close_code::HANDSHAKE, "first message must be a JSON hello request").await;
+        return None;
+    };
+    let request = match serde_json::from_str::<ClientRequest>(&text) {
+        Ok(request) => request,
+        Err(e) => {
+            let version = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v.get("protocol").and_then(|p| p.as_u64()));
+            if let Some(v) = version.filter(|v| *v != u64::from(PROTOCOL_VERSION)) {
+                let reason = format!("protocol version mismatch: master speaks {PROTOCOL_VERSION}, client sent {v}");
+                conn.close(close_code::PROTOCOL_MISMATCH, &reason).await;
+            } else {
+                conn.close(close_code::HANDSHAKE, &format!("invalid hello: {e}")).await;
+            }
+            return None;
+        }
+    };
+    let ClientCommand::Hello { protocol, token, client } = request.command else {
+        let _ = conn
+            .send(&error(Some(request.id), ErrorCode::BadRequest, "the first request must be hello".into()))
+            .await;
+        conn.close(close_code::HANDSHAKE, "the first request must be hello").await;
+        return None;
+    };
+    if protocol != PROTOCOL_VERSION {
+        let reason = format!("protocol version mismatch: master speaks {PROTOCOL_VERSION}, client sent {protocol}");
+        let _ = conn.send(&error(Some(request.id), ErrorCode::ProtocolMismatch, reason.clone())).await;
+        conn.close(close_code::PROTOCOL_MISMATCH, &reason).await;
+        return None;
+    }
+    let role = match token {
+        Some(t) if secrets_equal(&t, &state.config.admin_token) => Role::Admin,
+        Some(_) => {
+            warn!(client = client.as_deref().unwrap_or("?"), "client refused: wrong token");
+            let reason = "unauthorized: wrong token";
+            let _ = conn.send(&error(Some(request.id), ErrorCode::Unauthorized, reason.into())).await;
+            conn.close(close_code::UNAUTHORIZED, reason).await;
+            return None;
+        }
+        None if state.config.public_read => Role::Read,
+        None => {
+            let reason = "unauthorized: this master needs a token (--token or TUNEFLEET_TOKEN)";
+            let _ = conn.send(&error(Some(request.id), ErrorCode::Unauthorized, reason.into())).await;
+            conn.close(close_code::UNAUTHORIZED, reason).await;
+            return None;
+        }
+    };
+    debug!(client = client.as_deref().unwrap_or("?"), ?role, "client connected");
+    let welcome = ServerMessage::Reply {
+        id: request.id,
+        body: ReplyBody::Welcome {
+            server_version: env!("CARGO_PKG_VERSION").into(),
+            protocol: PROTOCOL_VERSION,
+            role,
+        },
+    };
+    conn.send(&welcome).await.ok()?;
+    Some(role)
+}
+
+async fn handle(request: ClientRequest, role: Role, state: &AppState) -> ServerMessage {
+    let id = request.id;
+    if request.command.needs_admin() && role != Role::Admin {
+        return error(Some(id), ErrorCode::Forbidden, "this request needs the admin token".into());
+    }
+    let core = &state.core;
+    let gone = || error(Some(id), ErrorCode::Internal, "master is shutting down".into());
+    let body = match request.command {
+        ClientCommand::Hello { .. } => {
+            return error(Some(id), ErrorCode::BadRequest, "already said hello on this connection".into())
+        }
+        ClientCommand::Subscribe => ReplyBody::Subscribed,
+        ClientCommand::Status => match core.ask(|reply| Command::Status { reply }).await {
+            Some(report) => ReplyBody::Status(report),
+            None => return gone(),
+        },
+        ClientCommand::Results { job_ids } => match core.ask(|reply| Command::Results { job_ids, reply }).await {
+            Some(jobs) => ReplyBody::Results { jobs },
+            None => return gone(),
+        },
+        ClientCommand::Submit { yaml, filename } => {
+            let filename = filename.unwrap_or_else(|| "upload.yaml".into());
+            if yaml.len() > MAX_WORKLOAD_FILE_BYTES {
+                return error(
+                    Some(id),
+                    ErrorCode::TooLarge,
+                    format!("{filename}: {} bytes is over the {MAX_WORKLOAD_FILE_BYTES}-byte limit for a workload file", yaml.len()),
+                );
+            }
+            let name = filename.clone();
+            let parsed = tokio::task::spawn_blocking(move || parse_workload_file(&yaml, &name)).await;
+            let workloads = match parsed {
+                Ok(Ok(workloads)) => workloads,
+                Ok(Err(errors)) => {
+                    info!(file = %filename, "submission refused: invalid workload file");
+                    return error(Some(id), ErrorCode::InvalidWorkload, errors.to_string());
+                }
+                Err(e) => return error(Some(id), ErrorCode::Internal, format!("parser crashed: {e}")),
+            };
+            match core.ask(|reply| Command::Submit { workloads, reply }).await {
+                Some(report) => ReplyBody::Submitted(report),
+                None => return gone(),
+            }
+        }
+        ClientCommand::Cancel { job_id } => {
+            match core.ask(|reply| Command::Cancel { job_id: job_id.clone(), reply }).await {
+                Some(Ok(())) => ReplyBody::Cancelled { job_id },
+                Some(Err(e)) => return command_error(id, e),
+                None => return gone(),
+            }
+        }
+        ClientCommand::Retry { job_id } => {
+            match core.ask(|reply| Command::Retry { job_id: job_id.clone(), reply }).await {
+                Some(Ok(())) => ReplyBody::Retried { job_id },
+                Some(Err(e)) => return command_error(id, e),
+                None => return gone(),
+            }
+        }
+    };
+    ServerMessage::Reply { id, body }
+}
+
+fn command_error(id: u64, e: CommandError) -> ServerMessage {
+    let code = match e {
+        CommandError::UnknownJob(_) => ErrorCode::NotFound,
+        CommandError::InvalidState { .. } => ErrorCode::InvalidState,
+    };
+    error(Some(id), code, e.to_string())
+}
+
+fn error(id: Option<u64>, code: ErrorCode, message: String) -> ServerMessage {
+    ServerMessage::Error { id, code, message }
+}

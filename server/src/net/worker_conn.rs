@@ -1,0 +1,295 @@
+//! One worker's socket: handshake, token check, heartbeat, and forwarding.
+//!
+//! The token handed out at registration is bound to this socket: any worker
+//! message whose token differs (a stolen or stale one) is refused here and
+//! never reaches the scheduler. When the socket ends for any reason the core
+//! is told at once, which recycles the worker's job to the front of the queue.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+use tunefleet_shared::protocol::{
+    close_code, ErrorCode, MasterMessage, WorkerHello, WorkerMessage, PROTOCOL_VERSION,
+};
+use tunefleet_shared::secrets_equal;
+
+use super::{AppState, Connection, Frame};
+use crate::core::{Command, Outbound, WorkerInput};
+use crate::scheduler::{session_label, LeaveKind, ProgressReport};
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Consecutive unparseable messages tolerated before the socket is closed.
+const MAX_BAD_MESSAGES: u32 = 16;
+const MAX_NAME_LEN: usize = 128;
+
+pub async fn run(mut conn: Connection, state: AppState) {
+    let _alive = state.alive.clone();
+    let Some(hello) = handshake(&mut conn, &state).await else {
+        return;
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let name = hello.name.clone();
+    let joined = state
+        .core
+        .ask(|reply| Command::WorkerJoin {
+            hello: Box::new(hello),
+            tx,
+            reply,
+        })
+        .await;
+    let (session, matching) = match joined {
+        Some(Ok(ok)) => ok,
+        Some(Err(refusal)) => {
+            conn.close(close_code::NO_MATCHING_JOBS, &refusal.to_string()).await;
+            return;
+        }
+        None => {
+            conn.close(close_code::GOING_AWAY, "master is shutting down").await;
+            return;
+        }
+    };
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let registered = MasterMessage::Registered {
+        token: token.clone(),
+        session: session_label(session),
+        matching_jobs: matching,
+    };
+    if conn.send(&registered).await.is_err() {
+        state
+            .core
+            .send(Command::WorkerLeave {
+                session,
+                kind: LeaveKind::Lost,
+                reason: "connection lost during registration".into(),
+            })
+            .await;
+        return;
+    }
+
+    let config = state.config.clone();
+    let mut shutdown = state.shutdown.clone();
+    // Checks liveness several times per timeout so a silent peer is caught
+    // close to `heartbeat_timeout`, not up to a whole interval later.
+    let check_every = config
+        .heartbeat_interval
+        .min(config.heartbeat_timeout / 5)
+        .max(Duration::from_millis(20));
+    let mut check = tokio::time::interval(check_every);
+    let mut last_ping = Instant::now();
+    let mut bad_messages = 0;
+    let mut kind = LeaveKind::Lost;
+
+    let reason: String = loop {
+        tokio::select! {
+            frame = conn.recv() => match frame {
+                Frame::Text(text) => match serde_json::from_str::<WorkerMessage>(&text) {
+                    Err(e) => {
+                        bad_messages += 1;
+                        warn!(worker = %name, session, "unparseable message: {e}");
+                        if bad_messages >= MAX_BAD_MESSAGES {
+                            conn.close(close_code::POLICY, "too many invalid messages").await;
+                            break "closed after too many invalid messages".into();
+                        }
+                        let _ = conn.send(&error(ErrorCode::BadRequest, format!("invalid message: {e}"))).await;
+                    }
+                    Ok(msg) => {
+                        bad_messages = 0;
+                        match to_input(msg, &token) {
+                            Ok(input) => {
+                                if !state.core.send(Command::Worker { session, input }).await {
+                                    break "master core stopped".into();
+                                }
+                            }
+                            Err(reply) => {
+                                warn!(worker = %name, session, "refused: {}", describe(&reply));
+                                let _ = conn.send(&reply).await;
+                            }
+                        }
+                    }
+                },
+                Frame::Binary => {
+                    let _ = conn.send(&error(ErrorCode::BadRequest, "binary frames are not supported; send JSON text".into())).await;
+                }
+                Frame::Control => {}
+                Frame::Closed { code, reason } => {
+                    break format!("closed by worker (code {}{}{})", code.map_or("none".into(), |c| c.to_string()),
+                        if reason.is_empty() { "" } else { ": " }, reason);
+                }
+                Frame::TooBig => {
+                    let limit = conn.max_message_bytes();
+                    conn.close(close_code::TOO_BIG, &format!("message over the {limit}-byte limit")).await;
+                    break format!("sent a message over the {limit}-byte limit");
+                }
+                Frame::Error(e) => break format!("connection error: {e}"),
+            },
+            out = rx.recv() => match out {
+                Some(Outbound::Msg(msg)) => {
+                    if let Err(e) = conn.send(&msg).await {
+                        break format!("send failed: {e}");
+                    }
+                }
+                Some(Outbound::Close { code, reason }) => {
+                    conn.close(code, &reason).await;
+                    break reason;
+                }
+                None => break "master core stopped".into(),
+            },
+            _ = check.tick() => {
+                let silent = conn.last_seen.elapsed();
+                if silent > config.heartbeat_timeout {
+                    let reason = format!("heartbeat timeout: nothing received for {:.1} s", silent.as_secs_f64());
+                    conn.close(close_code::HEARTBEAT_TIMEOUT, &reason).await;
+                    break reason;
+                }
+                if last_ping.elapsed() >= config.heartbeat_interval {
+                    last_ping = Instant::now();
+                    if let Err(e) = conn.ping().await {
+                        break format!("ping failed: {e}");
+                    }
+                }
+            },
+            _ = shutdown.changed() => {
+                kind = LeaveKind::MasterShutdown;
+                let _ = conn.send(&MasterMessage::Shutdown { reason: "master is shutting down".into() }).await;
+                conn.close(close_code::GOING_AWAY, "master is shutting down").await;
+                break "master is shutting down".into();
+            }
+        }
+    };
+    info!(worker = %name, session, %reason, "worker connection ended");
+    state
+        .core
+        .send(Command::WorkerLeave { session, kind, reason })
+        .await;
+}
+
+/// Reads and checks `register`; closes the socket with a clear reason if wrong.
+async fn handshake(conn: &mut Connection, state: &AppState) -> Option<WorkerHello> {
+    let frame = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.recv()).await {
+        Ok(frame) => frame,
+        Err(_) => {
+            conn.close(close_code::HANDSHAKE, "no register message within 10 s").await;
+            return None;
+        }
+    };
+    let text = match frame {
+        Frame::Text(text) => text,
+        Frame::TooBig => {
+            conn.close(close_code::TOO_BIG, "register message too big").await;
+            return None;
+        }
+        Frame::Closed { .. } | Frame::Error(_) => return None,
+        Frame::Binary | Frame::Control => {
+            conn.close(close_code::HANDSHAKE, "first message must be a JSON register message").await;
+            return None;
+        }
+    };
+    // Check the version before the shape: a newer worker's register may not parse.
+    let version = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("protocol").and_then(|p| p.as_u64()));
+    if let Some(v) = version.filter(|v| *v != u64::from(PROTOCOL_VERSION)) {
+        let reason = format!("protocol version mismatch: master speaks {PROTOCOL_VERSION}, worker sent {v}");
+        warn!("{reason}");
+        conn.close(close_code::PROTOCOL_MISMATCH, &reason).await;
+        return None;
+    }
+    let hello = match serde_json::from_str::<WorkerMessage>(&text) {
+        Ok(WorkerMessage::Register(hello)) => hello,
+        Ok(_) => {
+            conn.close(close_code::HANDSHAKE, "first message must be register").await;
+            return None;
+        }
+        Err(e) => {
+            let reason = format!("invalid register message: {e}");
+            warn!("{reason}");
+            conn.close(close_code::HANDSHAKE, &reason).await;
+            return None;
+        }
+    };
+    if let Some(secret) = &state.config.worker_secret {
+        if !hello.secret.as_deref().is_some_and(|s| secrets_equal(s, secret)) {
+            warn!(worker = %hello.name, "worker refused: missing or wrong join secret");
+            conn.close(close_code::UNAUTHORIZED, "unauthorized: missing or wrong worker secret").await;
+            return None;
+        }
+    }
+    if hello.name.is_empty() || hello.name.len() > MAX_NAME_LEN || hello.worker_id.is_empty() {
+        conn.close(close_code::HANDSHAKE, "worker name and worker_id must be 1 to 128 bytes")
+            .await;
+        return None;
+    }
+    Some(hello)
+}
+
+fn to_input(msg: WorkerMessage, token: &str) -> Result<WorkerInput, MasterMessage> {
+    let (sent, input) = match msg {
+        WorkerMessage::Register(_) => {
+            return Err(error(ErrorCode::BadRequest, "already registered on this connection".into()))
+        }
+        WorkerMessage::RequestJob { token } => (token, WorkerInput::RequestJob),
+        WorkerMessage::Progress {
+            token,
+            job_id,
+            lease,
+            trials_done,
+            trials_total,
+            best_latency_s,
+        } => (
+            token,
+            WorkerInput::Progress(ProgressReport {
+                job_id,
+                lease,
+                trials_done,
+                trials_total,
+                best_latency_s,
+            }),
+        ),
+        WorkerMessage::Result {
+            token,
+            job_id,
+            lease,
+            result,
+        } => (
+            token,
+            WorkerInput::Result {
+                job_id,
+                lease,
+                result: Box::new(result),
+            },
+        ),
+        WorkerMessage::JobFailed {
+            token,
+            job_id,
+            lease,
+            error: message,
+        } => (
+            token,
+            WorkerInput::Failed {
+                job_id,
+                lease,
+                error: message,
+            },
+        ),
+    };
+    if secrets_equal(&sent, token) {
+        Ok(input)
+    } else {
+        Err(error(
+            ErrorCode::StaleToken,
+            "token does not belong to this connection (tokens die with their socket); message rejected".into(),
+        ))
+    }
+}
+
+fn error(code: ErrorCode, message: String) -> MasterMessage {
+    MasterMessage::Error { code, message }
+}
+
+fn describe(msg: &MasterMessage) -> String {
+    match msg {
+        MasterMessage::Error { message, .. } => message.clone(),
+        other => format!("{other:?}"),
+    }
+}

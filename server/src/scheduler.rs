@@ -1,0 +1,860 @@
+//! The scheduler: the whole job lifecycle as a plain state machine.
+//!
+//! It owns no socket, no database and no clock. Each method is one event
+//! ("a worker joined", "a result arrived", "time is now T") and pushes the
+//! consequences into an output list ([`Output`]): which jobs changed (to be
+//! persisted and published), which messages go to which worker session, which
+//! sessions must be closed. The driver (`core.rs`) translates sockets into
+//! these calls and outputs back into I/O; tests and property tests call the
+//! methods directly, which is why the invariants in `ARCHITECTURE.md` can be
+//! checked exhaustively.
+//!
+//! Lifecycle: `queued → assigned → running → done | failed | cancelled`. A job
+//! leaves `assigned`/`running` only through a result, a reported failure, the
+//! loss of its worker (disconnect, missed heartbeat, job timeout), a cancel, or
+//! a master restart. Every attempt that ends without a result is recorded in
+//! the job's error history; after `max_attempts` such attempts the job fails.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use tunefleet_shared::protocol::{
+    JobError, JobId, JobResult, JobState, JobView, Lease, MasterMessage, Millis, ResultMeta,
+    TuningRecord, WorkerHello, WorkerView,
+};
+use tunefleet_shared::target::Target;
+use tunefleet_shared::workload::Workload;
+
+/// A connection-scoped worker identity, allocated by the driver.
+pub type SessionId = u64;
+
+/// Leases remembered per job for accepting late results.
+const LEASE_HISTORY: usize = 16;
+
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// Attempts that may end without a result before the job fails.
+    pub max_attempts: u32,
+    /// Recycle an in-flight job whose worker reported nothing for this long.
+    pub job_timeout_ms: Option<u64>,
+    /// Best records kept per job.
+    pub nbest: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            max_attempts: 3,
+            job_timeout_ms: Some(30 * 60 * 1000),
+            nbest: 5,
+        }
+    }
+}
+
+/// Which worker process held a lease; lets a result that finished while the
+/// worker was disconnected be matched to the same worker after it reconnects.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    pub lease: Lease,
+    pub worker_id: String,
+    pub worker: String,
+}
+
+/// A job as the scheduler and the database know it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub view: JobView,
+    /// The newest lease issued for this job (0 before the first assignment).
+    pub lease: Lease,
+    /// The session holding the current lease while in flight. Never persisted
+    /// as meaningful: sessions do not survive a restart.
+    #[serde(skip)]
+    pub holder: Option<SessionId>,
+    pub lease_history: Vec<LeaseRecord>,
+    pub last_progress_at: Millis,
+    /// Position in the queue: lower runs first. Recycled jobs get negative keys.
+    pub queue_key: i64,
+}
+
+impl Job {
+    pub fn id(&self) -> &JobId {
+        &self.view.job_id
+    }
+    pub fn state(&self) -> JobState {
+        self.view.state
+    }
+    fn target(&self) -> &Target {
+        &self.view.workload.target
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Session {
+    view: WorkerView,
+    /// Asked for a job and has none.
+    idle: bool,
+    current: Option<(JobId, Lease)>,
+}
+
+/// What the driver must do after an event.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// The job changed: persist it, then publish its view.
+    JobChanged(JobId),
+    WorkerJoined(SessionId),
+    WorkerChanged(SessionId),
+    WorkerLeft { session: SessionId, reason: String },
+    Send { session: SessionId, msg: MasterMessage },
+}
+
+/// Why a worker message was not applied. Logged and answered, never stored.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Rejection {
+    #[error("unknown job {0}")]
+    UnknownJob(JobId),
+    #[error("unknown worker session {0}")]
+    UnknownSession(SessionId),
+    #[error("job {job} is not assigned to this worker under lease {lease}")]
+    NotAssigned { job: JobId, lease: Lease },
+    #[error("job {job} is already {state}")]
+    AlreadyFinished { job: JobId, state: JobState },
+    #[error("invalid result: {0}")]
+    InvalidResult(String),
+}
+
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum JoinRefusal {
+    #[error(
+        "no open job can run on target {worker}; open jobs need: {wanted}. \
+         A worker serves a job when the kinds match and every attribute the job pins is equal"
+    )]
+    NoMatchingJobs { worker: String, wanted: String },
+}
+
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CommandError {
+    #[error("unknown job {0}")]
+    UnknownJob(JobId),
+    #[error("job {job} is {state}; {action} needs a job that is {needs}")]
+    InvalidState {
+        job: JobId,
+        state: JobState,
+        action: &'static str,
+        needs: &'static str,
+    },
+}
+
+/// A worker's progress message, minus the token the network layer checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgressReport {
+    pub job_id: JobId,
+    pub lease: Lease,
+    pub trials_done: u32,
+    pub trials_total: u32,
+    pub best_latency_s: Option<f64>,
+}
+
+/// How a worker's session ended, which decides whether the attempt counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaveKind {
+    /// Crash, close, network error, missed heartbeat: counts as a failed attempt.
+    Lost,
+    /// The master itself is shutting down: not the job's fault.
+    MasterShutdown,
+}
+
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    jobs: HashMap<JobId, Job>,
+    /// Queued jobs grouped by their target's canonical text, each in queue order.
+    queues: BTreeMap<String, (Target, BTreeMap<i64, JobId>)>,
+    next_back: i64,
+    next_front: i64,
+    sessions: BTreeMap<SessionId, Session>,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig) -> Self {
+        Scheduler {
+            config,
+            jobs: HashMap::new(),
+            queues: BTreeMap::new(),
+            next_back: 1,
+            next_front: -1,
+            sessions: BTreeMap::new(),
+        }
+    }
+
+    /// Rebuilds the scheduler from persisted jobs after a (possibly unclean)
+    /// stop. Jobs that were in flight go back to the front of the queue; that
+    /// attempt does not count, since the master, not the job, stopped it.
+    pub fn recover(config: SchedulerConfig, jobs: Vec<Job>, now: Millis, out: &mut Vec<Output>) -> Self {
+        let mut s = Scheduler::new(config);
+        let mut jobs = jobs;
+        jobs.sort_by_key(|j| j.queue_key);
+        for mut job in jobs {
+            s.next_back = s.next_back.max(job.queue_key + 1);
+            s.next_front = s.next_front.min(job.queue_key - 1);
+            job.holder = None;
+            let id = job.id().clone();
+            let was_in_flight = job.state().is_in_flight();
+            if was_in_flight {
+                let attempt = job.view.attempts;
+                job.view.errors.push(JobError {
+                    attempt,
+                    worker: job.view.worker.clone(),
+                    at: now,
+                    message: "master restarted during this attempt; attempt not counted".into(),
+                });
+                job.view.attempts = attempt.saturating_sub(1);
+                job.view.state = JobState::Queued;
+                job.view.worker = None;
+                job.view.updated_at = now;
+            }
+            s.jobs.insert(id.clone(), job);
+            if was_in_flight {
+                // In-flight jobs were at the head of the fleet's attention; keep them there.
+                let key = s.take_front_key();
+                s.enqueue(&id, key);
+                out.push(Output::JobChanged(id));
+            } else if s.jobs[&id].state() == JobState::Queued {
+                let key = s.jobs[&id].queue_key;
+                s.enqueue(&id, key);
+            }
+        }
+        s
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    pub fn job(&self, id: &str) -> Option<&Job> {
+        self.jobs.get(id)
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    pub fn worker(&self, session: SessionId) -> Option<&WorkerView> {
+        self.sessions.get(&session).map(|s| &s.view)
+    }
+
+    pub fn workers(&self) -> impl Iterator<Item = &WorkerView> {
+        self.sessions.values().map(|s| &s.view)
+    }
+
+    pub fn idle_sessions(&self) -> impl Iterator<Item = SessionId> + '_ {
+        self.sessions.iter().filter(|(_, s)| s.idle).map(|(id, _)| *id)
+    }
+
+    /// The job a session holds, as the scheduler sees it.
+    pub fn session_job(&self, session: SessionId) -> Option<&(JobId, Lease)> {
+        self.sessions.get(&session).and_then(|s| s.current.as_ref())
+    }
+
+    /// Queued job ids in the order a universal worker would receive them.
+    pub fn queue_order(&self) -> Vec<JobId> {
+        let mut all: Vec<(i64, JobId)> = self
+            .queues
+            .values()
+            .flat_map(|(_, q)| q.iter().map(|(k, id)| (*k, id.clone())))
+            .collect();
+        all.sort();
+        all.into_iter().map(|(_, id)| id).collect()
+    }
+
+    // ----- events -------------------------------------------------------
+
+    /// New workloads. Returns (new job ids, duplicate job ids) in input order.
+    pub fn submit(
+        &mut self,
+        workloads: Vec<Workload>,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> (Vec<JobId>, Vec<JobId>) {
+        let (mut created, mut duplicates) = (Vec::new(), Vec::new());
+        for workload in workloads {
+            let id = workload.job_id();
+            if self.jobs.contains_key(&id) {
+                duplicates.push(id);
+                continue;
+            }
+            let key = self.next_back;
+            self.next_back += 1;
+            let view = JobView {
+                job_id: id.clone(),
+                name: workload.name.clone(),
+                trials_total: workload.trials,
+                workload,
+                state: JobState::Queued,
+                attempts: 0,
+                worker: None,
+                trials_done: 0,
+                best_latency_s: None,
+                records: Vec::new(),
+                errors: Vec::new(),
+                result: None,
+                created_at: now,
+                updated_at: now,
+                started_at: None,
+                finished_at: None,
+            };
+            self.jobs.insert(
+                id.clone(),
+                Job {
+                    view,
+                    lease: 0,
+                    holder: None,
+                    lease_history: Vec::new(),
+                    last_progress_at: now,
+                    queue_key: key,
+                },
+            );
+            self.enqueue(&id, key);
+            out.push(Output::JobChanged(id.clone()));
+            created.push(id);
+        }
+        self.dispatch(now, out);
+        (created, duplicates)
+    }
+
+    /// A worker registered. Refused when open jobs exist and none can run on
+    /// its target (a silent mismatch would leave the worker idle forever).
+    pub fn worker_joined(
+        &mut self,
+        session: SessionId,
+        hello: &WorkerHello,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> Result<usize, JoinRefusal> {
+        let open: Vec<&Job> = self.jobs.values().filter(|j| !j.state().is_terminal()).collect();
+        let matching = open.iter().filter(|j| hello.target.serves(j.target())).count();
+        if !open.is_empty() && matching == 0 {
+            let mut wanted: Vec<String> = open.iter().map(|j| j.target().canonical_json()).collect();
+            wanted.sort();
+            wanted.dedup();
+            wanted.truncate(5);
+            return Err(JoinRefusal::NoMatchingJobs {
+                worker: hello.target.canonical_json(),
+                wanted: wanted.join(", "),
+            });
+        }
+        let view = WorkerView {
+            session: session_label(session),
+            worker_id: hello.worker_id.clone(),
+            name: hello.name.clone(),
+            target: hello.target.clone(),
+            backend: hello.backend.clone(),
+            tvm_version: hello.tvm_version.clone(),
+            current_job: None,
+            jobs_done: 0,
+            connected_at: now,
+        };
+        self.sessions.insert(
+            session,
+            Session {
+                view,
+                idle: false,
+                current: None,
+            },
+        );
+        out.push(Output::WorkerJoined(session));
+        Ok(matching)
+    }
+
+    /// The worker's socket closed, errored or missed its heartbeat. Its job
+    /// goes back to the front of the queue at once.
+    pub fn worker_left(
+        &mut self,
+        session: SessionId,
+        kind: LeaveKind,
+        reason: &str,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(s) = self.sessions.remove(&session) else {
+            return;
+        };
+        if let Some((job_id, lease)) = s.current {
+            let message = format!("worker {} ({}) lost: {reason}", s.view.name, s.view.session);
+            if let Some(job) = self.jobs.get_mut(&job_id) {
+                if job.holder == Some(session) && job.lease == lease {
+                    job.holder = None;
+                    if kind == LeaveKind::MasterShutdown {
+                        job.view.attempts = job.view.attempts.saturating_sub(1);
+                    }
+                    self.end_attempt(&job_id, message, now, out);
+                }
+            }
+        }
+        out.push(Output::WorkerLeft {
+            session,
+            reason: reason.to_string(),
+        });
+        self.dispatch(now, out);
+    }
+
+    /// The worker is idle and wants work; it gets an `assign` now or as soon
+    /// as a job it can serve is queued.
+    pub fn request_job(&mut self, session: SessionId, now: Millis, out: &mut Vec<Output>) {
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        if let Some((job_id, lease)) = s.current.take() {
+            // Messages on one socket arrive in order, so a request while holding
+            // a job means the worker dropped it.
+            let name = s.view.name.clone();
+            if let Some(job) = self.jobs.get_mut(&job_id) {
+                if job.holder == Some(session) && job.lease == lease {
+                    job.holder = None;
+                    self.end_attempt(
+                        &job_id,
+                        format!("worker {name} asked for new work without finishing this job"),
+                        now,
+                        out,
+                    );
+                }
+            }
+        }
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.idle = true;
+            s.view.current_job = None;
+        }
+        self.dispatch(now, out);
+    }
+
+    pub fn progress(
+        &mut self,
+        session: SessionId,
+        report: &ProgressReport,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> Result<(), Rejection> {
+        let ProgressReport {
+            ref job_id,
+            lease,
+            trials_done,
+            trials_total,
+            best_latency_s,
+        } = *report;
+        let job = self.held_job_mut(session, job_id, lease)?;
+        job.view.state = JobState::Running;
+        job.view.trials_done = trials_done.min(trials_total.max(job.view.trials_total));
+        if trials_total > 0 {
+            job.view.trials_total = trials_total;
+        }
+        if let Some(best) = best_latency_s.filter(|b| b.is_finite() && *b > 0.0) {
+            job.view.best_latency_s = Some(job.view.best_latency_s.map_or(best, |b| b.min(best)));
+        }
+        job.view.updated_at = now;
+        job.last_progress_at = now;
+        out.push(Output::JobChanged(job_id.clone()));
+        Ok(())
+    }
+
+    /// A finished tuning result. Accepted when it comes from the current lease
+    /// holder, or (re-sent after a reconnect) when the job is still open and the
+    /// lease was issued to the same worker process. A job is done exactly once.
+    pub fn result(
+        &mut self,
+        session: SessionId,
+        job_id: &str,
+        lease: Lease,
+        result: JobResult,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> Result<(), Rejection> {
+        self.check_owner(session, job_id, lease)?;
+        let nbest = self.config.nbest;
+        let records = match validate_result(&result, nbest) {
+            Ok(records) => records,
+            Err(e) => {
+                self.release_lease(session, job_id, lease, out);
+                self.end_attempt(job_id, format!("invalid result: {e}"), now, out);
+                self.dispatch(now, out);
+                return Err(Rejection::InvalidResult(e));
+            }
+        };
+        let worker_name = self
+            .sessions
+            .get(&session)
+            .map(|s| s.view.name.clone())
+            .unwrap_or_default();
+        self.release_lease(session, job_id, lease, out);
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.view.jobs_done += 1;
+            out.push(Output::WorkerChanged(session));
+        }
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return Err(Rejection::UnknownJob(job_id.to_string()));
+        };
+        job.view.state = JobState::Done;
+        job.view.best_latency_s = records.first().map(|r| r.latency_s);
+        job.view.records = records;
+        job.view.trials_done = result.trials.max(job.view.trials_done);
+        job.view.result = Some(ResultMeta {
+            trials: result.trials,
+            wall_time_s: result.wall_time_s,
+            worker: worker_name,
+            backend: result.backend,
+            tvm_version: result.tvm_version,
+            gflops: result.gflops,
+            extra: result.extra,
+        });
+        job.view.finished_at = Some(now);
+        job.view.updated_at = now;
+        out.push(Output::JobChanged(job_id.to_string()));
+        self.dispatch(now, out);
+        Ok(())
+    }
+
+    /// The worker could not tune the job. Same ownership rule as results.
+    pub fn job_failed(
+        &mut self,
+        session: SessionId,
+        job_id: &str,
+        lease: Lease,
+        error: &str,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> Result<(), Rejection> {
+        self.check_owner(session, job_id, lease)?;
+        let name = self
+            .sessions
+            .get(&session)
+            .map(|s| s.view.name.clone())
+            .unwrap_or_default();
+        self.release_lease(session, job_id, lease, out);
+        self.end_attempt(job_id, format!("worker {name} reported: {error}"), now, out);
+        self.dispatch(now, out);
+        Ok(())
+    }
+
+    /// Time passes: recycle jobs whose worker went quiet for `job_timeout`.
+    pub fn tick(&mut self, now: Millis, out: &mut Vec<Output>) {
+        let Some(timeout) = self.config.job_timeout_ms else {
+            return;
+        };
+        let stale: Vec<(JobId, SessionId, Lease)> = self
+            .jobs
+            .values()
+            .filter(|j| j.state().is_in_flight() && now.saturating_sub(j.last_progress_at) > timeout)
+            .filter_map(|j| j.holder.map(|h| (j.id().clone(), h, j.lease)))
+            .collect();
+        for (job_id, session, lease) in stale {
+            self.release_lease(session, &job_id, lease, out);
+            out.push(Output::Send {
+                session,
+                msg: MasterMessage::Cancel {
+                    job_id: job_id.clone(),
+                    lease,
+                    reason: format!("no progress for {} s (job timeout)", timeout / 1000),
+                },
+            });
+            self.end_attempt(
+                &job_id,
+                format!("job timeout: no progress for {} s", timeout / 1000),
+                now,
+                out,
+            );
+        }
+        self.dispatch(now, out);
+    }
+
+    pub fn cancel(&mut self, job_id: &str, now: Millis, out: &mut Vec<Output>) -> Result<(), CommandError> {
+        let job = self
+            .jobs
+            .get(job_id)
+            .ok_or_else(|| CommandError::UnknownJob(job_id.to_string()))?;
+        let state = job.state();
+        if state.is_terminal() {
+            return Err(CommandError::InvalidState {
+                job: job_id.to_string(),
+                state,
+                action: "cancel",
+                needs: "queued, assigned or running",
+            });
+        }
+        if let (Some(holder), lease) = (job.holder, job.lease) {
+            self.release_lease(holder, job_id, lease, out);
+            out.push(Output::Send {
+                session: holder,
+                msg: MasterMessage::Cancel {
+                    job_id: job_id.to_string(),
+                    lease,
+                    reason: "cancelled by an admin".into(),
+                },
+            });
+        }
+        self.dequeue(job_id);
+        if let Some(job) = self.jobs.get_mut(job_id) {
+            job.view.state = JobState::Cancelled;
+            job.view.worker = None;
+            job.view.finished_at = Some(now);
+            job.view.updated_at = now;
+        }
+        out.push(Output::JobChanged(job_id.to_string()));
+        self.dispatch(now, out);
+        Ok(())
+    }
+
+    /// Puts a failed or cancelled job back at the end of the queue with a
+    /// fresh attempt budget; its error history is kept.
+    pub fn retry(&mut self, job_id: &str, now: Millis, out: &mut Vec<Output>) -> Result<(), CommandError> {
+        let job = self
+            .jobs
+            .get_mut(job_id)
+            .ok_or_else(|| CommandError::UnknownJob(job_id.to_string()))?;
+        let state = job.state();
+        if !matches!(state, JobState::Failed | JobState::Cancelled) {
+            return Err(CommandError::InvalidState {
+                job: job_id.to_string(),
+                state,
+                action: "retry",
+                needs: "failed or cancelled",
+            });
+        }
+        job.view.state = JobState::Queued;
+        job.view.attempts = 0;
+        job.view.finished_at = None;
+        job.view.trials_done = 0;
+        job.view.updated_at = now;
+        let key = self.next_back;
+        self.next_back += 1;
+        self.enqueue(job_id, key);
+        out.push(Output::JobChanged(job_id.to_string()));
+        self.dispatch(now, out);
+        Ok(())
+    }
+
+    // ----- internals ----------------------------------------------------
+
+    fn held_job_mut(&mut self, session: SessionId, job_id: &str, lease: Lease) -> Result<&mut Job, Rejection> {
+        let job = self
+            .jobs
+            .get_mut(job_id)
+            .ok_or_else(|| Rejection::UnknownJob(job_id.to_string()))?;
+        if job.state().is_terminal() {
+            return Err(Rejection::AlreadyFinished {
+                job: job_id.to_string(),
+                state: job.state(),
+            });
+        }
+        if job.holder != Some(session) || job.lease != lease {
+            return Err(Rejection::NotAssigned {
+                job: job_id.to_string(),
+                lease,
+            });
+        }
+        Ok(job)
+    }
+
+    /// The ownership rule for results and failures (see [`Scheduler::result`]).
+    fn check_owner(&self, session: SessionId, job_id: &str, lease: Lease) -> Result<(), Rejection> {
+        let s = self.sessions.get(&session).ok_or(Rejection::UnknownSession(session))?;
+        let job = self
+            .jobs
+            .get(job_id)
+            .ok_or_else(|| Rejection::UnknownJob(job_id.to_string()))?;
+        if job.state().is_terminal() {
+            return Err(Rejection::AlreadyFinished {
+                job: job_id.to_string(),
+                state: job.state(),
+            });
+        }
+        let current = job.holder == Some(session) && job.lease == lease;
+        let same_process = job
+            .lease_history
+            .iter()
+            .any(|r| r.lease == lease && r.worker_id == s.view.worker_id);
+        if current || same_process {
+            Ok(())
+        } else {
+            Err(Rejection::NotAssigned {
+                job: job_id.to_string(),
+                lease,
+            })
+        }
+    }
+
+    /// Detaches the job from the queue and from whoever holds it. If that is
+    /// not `by` under `lease` (a late result won), the holder is told to stop.
+    fn release_lease(&mut self, by: SessionId, job_id: &str, lease: Lease, out: &mut Vec<Output>) {
+        self.dequeue(job_id);
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        let Some(holder) = job.holder.take() else {
+            return;
+        };
+        let held_lease = job.lease;
+        if let Some(s) = self.sessions.get_mut(&holder) {
+            if s.current.as_ref().map(|(j, _)| j.as_str()) == Some(job_id) {
+                s.current = None;
+                s.view.current_job = None;
+                out.push(Output::WorkerChanged(holder));
+            }
+        }
+        // A late result under an old lease can close a job that its sender, or
+        // another worker, is running again under a newer one: stop that run.
+        if holder != by || held_lease != lease {
+            out.push(Output::Send {
+                session: holder,
+                msg: MasterMessage::Cancel {
+                    job_id: job_id.to_string(),
+                    lease: held_lease,
+                    reason: "finished by another worker".into(),
+                },
+            });
+        }
+    }
+
+    /// An attempt ended without a result: record why, then requeue at the
+    /// front or fail for good.
+    fn end_attempt(&mut self, job_id: &str, message: String, now: Millis, out: &mut Vec<Output>) {
+        let max_attempts = self.config.max_attempts;
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        job.holder = None;
+        job.view.errors.push(JobError {
+            attempt: job.view.attempts,
+            worker: job.view.worker.clone(),
+            at: now,
+            message,
+        });
+        job.view.worker = None;
+        job.view.updated_at = now;
+        if job.view.attempts >= max_attempts {
+            job.view.state = JobState::Failed;
+            job.view.finished_at = Some(now);
+            self.dequeue(job_id);
+        } else {
+            job.view.state = JobState::Queued;
+            let key = self.take_front_key();
+            self.enqueue(job_id, key);
+        }
+        out.push(Output::JobChanged(job_id.to_string()));
+    }
+
+    /// Hands queued jobs to idle sessions, oldest idle session first, each the
+    /// earliest queued job its target can serve.
+    fn dispatch(&mut self, now: Millis, out: &mut Vec<Output>) {
+        let idle: Vec<SessionId> = self.idle_sessions().collect();
+        for session in idle {
+            if self.queues.values().all(|(_, q)| q.is_empty()) {
+                return;
+            }
+            let Some(target) = self.sessions.get(&session).map(|s| s.view.target.clone()) else {
+                continue;
+            };
+            let next = self
+                .queues
+                .values()
+                .filter(|(t, q)| !q.is_empty() && target.serves(t))
+                .filter_map(|(_, q)| q.iter().next().map(|(k, id)| (*k, id.clone())))
+                .min();
+            if let Some((_, job_id)) = next {
+                self.assign(session, &job_id, now, out);
+            }
+        }
+    }
+
+    fn assign(&mut self, session: SessionId, job_id: &str, now: Millis, out: &mut Vec<Output>) {
+        self.dequeue(job_id);
+        let nbest = self.config.nbest as u32;
+        let (Some(s), Some(job)) = (self.sessions.get_mut(&session), self.jobs.get_mut(job_id)) else {
+            return;
+        };
+        job.lease += 1;
+        job.holder = Some(session);
+        job.view.attempts += 1;
+        job.view.state = JobState::Assigned;
+        job.view.worker = Some(s.view.name.clone());
+        job.view.started_at = Some(now);
+        job.view.updated_at = now;
+        job.last_progress_at = now;
+        job.lease_history.push(LeaseRecord {
+            lease: job.lease,
+            worker_id: s.view.worker_id.clone(),
+            worker: s.view.name.clone(),
+        });
+        if job.lease_history.len() > LEASE_HISTORY {
+            job.lease_history.remove(0);
+        }
+        s.idle = false;
+        s.current = Some((job_id.to_string(), job.lease));
+        s.view.current_job = Some(job_id.to_string());
+        out.push(Output::Send {
+            session,
+            msg: MasterMessage::Assign {
+                job_id: job_id.to_string(),
+                lease: job.lease,
+                attempt: job.view.attempts,
+                workload: job.view.workload.clone(),
+                nbest,
+            },
+        });
+        out.push(Output::JobChanged(job_id.to_string()));
+        out.push(Output::WorkerChanged(session));
+    }
+
+    fn take_front_key(&mut self) -> i64 {
+        let key = self.next_front;
+        self.next_front -= 1;
+        key
+    }
+
+    fn enqueue(&mut self, job_id: &str, key: i64) {
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        job.queue_key = key;
+        let target = job.view.workload.target.clone();
+        self.queues
+            .entry(target.canonical_json())
+            .or_insert_with(|| (target, BTreeMap::new()))
+            .1
+            .insert(key, job_id.to_string());
+    }
+
+    fn dequeue(&mut self, job_id: &str) {
+        let Some(job) = self.jobs.get(job_id) else {
+            return;
+        };
+        let canon = job.target().canonical_json();
+        if let Some((_, q)) = self.queues.get_mut(&canon) {
+            if q.get(&job.queue_key).map(String::as_str) == Some(job_id) {
+                q.remove(&job.queue_key);
+            }
+        }
+    }
+}
+
+pub fn session_label(session: SessionId) -> String {
+    format!("w{session}")
+}
+
+/// Checks a result's numbers and returns its best `nbest` records, best first.
+fn validate_result(result: &JobResult, nbest: usize) -> Result<Vec<TuningRecord>, String> {
+    let ok = |x: f64| x.is_finite() && x > 0.0;
+    if !ok(result.best_latency_s) {
+        return Err(format!("best_latency_s must be a positive number, got {}", result.best_latency_s));
+    }
+    if let Some(bad) = result.records.iter().find(|r| !ok(r.latency_s)) {
+        return Err(format!("record latency must be a positive number, got {}", bad.latency_s));
+    }
+    let mut records = result.records.clone();
+    records.sort_by(|a, b| a.latency_s.total_cmp(&b.latency_s));
+    records.truncate(nbest);
+    if records.is_empty() {
+        records.push(TuningRecord {
+            latency_s: result.best_latency_s,
+            record: serde_json::Value::Null,
+        });
+    }
+    Ok(records)
+}

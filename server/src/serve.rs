@@ -1,0 +1,257 @@
+//! `tunefleet serve`: wires the store, the core thread, the ticker and the
+//! HTTP/WebSocket server together, and takes them down in order.
+//!
+//! Shutdown (SIGINT/SIGTERM): stop accepting, tell every connection (workers
+//! get `shutdown` and requeue nothing themselves: the master puts their jobs
+//! back without counting the attempt), wait for the connection tasks, then
+//! stop the core, which commits its last batch before it returns.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc, watch};
+use tracing::{info, warn};
+use tunefleet_shared::workload::parse_workload_file;
+
+use crate::core::{Command, Core, CoreHandle};
+use crate::net::{self, AppState, NetConfig};
+use crate::scheduler::SchedulerConfig;
+use crate::store::{Durability, Store};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on (HTTP for the dashboard, WebSocket at /ws/worker and /ws/client).
+    #[arg(long, default_value = "127.0.0.1:18871")]
+    pub bind: SocketAddr,
+    /// SQLite file holding all durable state; reuse it to resume after a crash.
+    #[arg(long, default_value = "tunefleet.db")]
+    pub state: PathBuf,
+    /// Workload YAML files to submit at start (duplicates of known jobs are skipped).
+    #[arg(long, num_args = 1..)]
+    pub workloads: Vec<PathBuf>,
+    /// Admin token for submit/cancel/retry; generated and printed when not given.
+    #[arg(long, env = "TUNEFLEET_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Let clients without a token read status, results and events.
+    #[arg(long)]
+    pub public_read: bool,
+    /// Secret workers must present to register (`tunefleet-worker --worker-secret`).
+    #[arg(long, env = "TUNEFLEET_WORKER_SECRET", hide_env_values = true)]
+    pub worker_secret: Option<String>,
+    /// How often the master pings each peer.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+    /// A peer silent for this long is dead; its job is recycled.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub heartbeat_timeout: Duration,
+    /// Recycle a job whose worker reported no progress for this long (0 = never).
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pub job_timeout: Duration,
+    /// Attempts ending without a result before a job is marked failed.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: u32,
+    /// Best records kept per job.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub nbest: u32,
+    /// Largest WebSocket message accepted; bigger ones close the socket with 1009.
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    pub max_message_bytes: usize,
+    /// Events buffered per subscriber before it is resynced with a snapshot.
+    #[arg(long, default_value_t = 4096)]
+    pub event_buffer: usize,
+    #[arg(long, value_enum, default_value = "normal")]
+    pub durability: Durability,
+    /// Directory with the built dashboard (index.html, web.js, web_bg.wasm).
+    #[arg(long)]
+    pub web_dir: Option<PathBuf>,
+}
+
+/// Parses `250ms`, `5s`, `2m`, `1h` or a plain number of seconds (`1.5`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (try 500ms, 5s, 2m, 1h)"))?;
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("`{text}`: unknown unit `{unit}` (use ms, s, m or h)")),
+    };
+    if !(value.is_finite() && value >= 0.0) {
+        return Err(format!("`{text}` must be a non-negative duration"));
+    }
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if args.heartbeat_timeout <= args.heartbeat_interval {
+        bail!("--heartbeat-timeout must be longer than --heartbeat-interval");
+    }
+    // Parse start-up files first: a typo should stop us before anything binds.
+    let mut initial = Vec::new();
+    for path in &args.workloads {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let workloads = parse_workload_file(&text, &path.display().to_string())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("invalid workload file {}", path.display()))?;
+        initial.push((path.clone(), workloads));
+    }
+
+    let store = Store::open(&args.state, args.durability)?;
+    let (events, _) = broadcast::channel(args.event_buffer.max(16));
+    let config = SchedulerConfig {
+        max_attempts: args.max_attempts,
+        job_timeout_ms: (!args.job_timeout.is_zero()).then(|| args.job_timeout.as_millis() as u64),
+        nbest: args.nbest as usize,
+    };
+    let core = Core::start(config, store, events.clone())?;
+    let (command_tx, command_rx) = mpsc::channel(65536);
+    let core_thread = std::thread::Builder::new()
+        .name("tunefleet-core".into())
+        .spawn(move || core.run(command_rx))
+        .context("cannot start the core thread")?;
+    let handle = CoreHandle {
+        commands: command_tx,
+        events,
+    };
+
+    for (path, workloads) in initial {
+        let report = handle
+            .ask(|reply| Command::Submit { workloads, reply })
+            .await
+            .context("core stopped")?;
+        info!(
+            file = %path.display(),
+            new = report.new_jobs.len(),
+            duplicates = report.duplicates.len(),
+            "loaded workloads"
+        );
+    }
+
+    let ticker = {
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                every.tick().await;
+                if handle.commands.try_send(Command::Tick).is_err() && handle.commands.is_closed() {
+                    return;
+                }
+            }
+        })
+    };
+
+    let admin_token = match args.admin_token.clone() {
+        Some(t) if !t.is_empty() => t,
+        _ => {
+            let t = uuid::Uuid::new_v4().simple().to_string();
+            println!("admin token: {t}  (pass it to admin commands with --token or TUNEFLEET_TOKEN)");
+            t
+        }
+    };
+    let web_dir = args.web_dir.clone().or_else(default_web_dir);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    let state = AppState {
+        core: handle.clone(),
+        config: Arc::new(NetConfig {
+            heartbeat_interval: args.heartbeat_interval,
+            heartbeat_timeout: args.heartbeat_timeout,
+            admin_token,
+            public_read: args.public_read,
+            worker_secret: args.worker_secret.clone(),
+            max_message_bytes: args.max_message_bytes,
+            web_dir,
+        }),
+        shutdown: shutdown_rx,
+        alive: alive_tx,
+    };
+    let listener = TcpListener::bind(args.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.bind))?;
+    let addr = listener.local_addr()?;
+    // Tests and scripts wait for this line.
+    println!("tunefleet master listening on {addr} (dashboard http://{addr}/, workers ws://{addr}/ws/worker)");
+    info!(%addr, state = %args.state.display(), "master up");
+
+    let app = net::router(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            wait_for_signal().await;
+            info!("shutting down: closing connections");
+            let _ = shutdown_tx.send(true);
+        })
+        .await
+        .context("server error")?;
+
+    // Every connection task holds a clone of `alive`; recv() returns None once all are gone.
+    if tokio::time::timeout(Duration::from_secs(5), alive_rx.recv()).await.is_err() {
+        warn!("some connections did not close within 5 s");
+    }
+    ticker.abort();
+    let _ = handle.ask(|done| Command::Shutdown { done }).await;
+    drop(handle);
+    let _ = tokio::task::spawn_blocking(move || core_thread.join()).await;
+    info!("master stopped");
+    Ok(())
+}
+
+fn default_web_dir() -> Option<PathBuf> {
+    let candidates = [
+        std::env::current_dir().ok().map(|d| d.join("web/dist")),
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|p| p.join("../../web/dist"))),
+    ];
+    candidates.into_iter().flatten().find(|d| d.join("index.html").is_file())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

@@ -1,0 +1,551 @@
+//! The scheduler driven directly, without sockets or a clock: scenario tests
+//! for each rule, and a property test that throws random sequences of joins,
+//! leaves, results, failures, timeouts, cancels and master restarts at it and
+//! checks after every step that no job is lost, duplicated or done twice.
+
+use std::collections::{BTreeMap, HashMap};
+
+use proptest::prelude::*;
+use tunefleet_server::scheduler::{
+    Job, LeaveKind, Output, ProgressReport, Rejection, Scheduler, SchedulerConfig, SessionId,
+};
+use tunefleet_shared::protocol::{JobResult, JobState, MasterMessage, TuningRecord, WorkerHello, PROTOCOL_VERSION};
+use tunefleet_shared::target::Target;
+use tunefleet_shared::workload::{parse_workload_file, Workload};
+
+fn workloads(n: usize, pinned_every: usize) -> Vec<Workload> {
+    let mut yaml = String::from("target: {kind: llvm}\ntrials: 8\nworkloads:\n");
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - name: mm{i}\n    op: matmul\n    shape: {{m: {}, n: 16, k: 16}}\n    dtype: float32\n",
+            16 + i
+        ));
+        if pinned_every > 0 && i % pinned_every == 0 {
+            yaml.push_str("    target: {kind: llvm, mcpu: a}\n");
+        }
+    }
+    parse_workload_file(&yaml, "test.yaml").expect("test workloads parse")
+}
+
+fn hello(worker_id: &str, target: &str) -> WorkerHello {
+    WorkerHello {
+        protocol: PROTOCOL_VERSION,
+        worker_id: worker_id.into(),
+        name: worker_id.into(),
+        target: Target::parse(target).expect("test target"),
+        backend: "sim".into(),
+        tvm_version: None,
+        secret: None,
+    }
+}
+
+fn result(latency: f64) -> JobResult {
+    JobResult {
+        best_latency_s: latency,
+        gflops: None,
+        records: (0..8)
+            .map(|i| TuningRecord {
+                latency_s: latency * (1.0 + i as f64),
+                record: serde_json::json!({ "candidate": i }),
+            })
+            .rev()
+            .collect(),
+        trials: 8,
+        wall_time_s: 0.1,
+        backend: "sim".into(),
+        tvm_version: None,
+        extra: serde_json::Value::Null,
+    }
+}
+
+fn assigned(out: &[Output]) -> Vec<(SessionId, String, u64)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                session,
+                msg: MasterMessage::Assign { job_id, lease, .. },
+            } => Some((*session, job_id.clone(), *lease)),
+            _ => None,
+        })
+        .collect()
+}
+
+const CONFIG: SchedulerConfig = SchedulerConfig {
+    max_attempts: 3,
+    job_timeout_ms: Some(10_000),
+    nbest: 5,
+};
+
+#[test]
+fn idle_worker_gets_a_job_as_soon_as_one_is_submitted() {
+    let mut s = Scheduler::new(CONFIG);
+    let mut out = Vec::new();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.request_job(1, 0, &mut out);
+    assert!(assigned(&out).is_empty());
+    out.clear();
+    let (new, dup) = s.submit(workloads(2, 0), 1, &mut out);
+    assert_eq!((new.len(), dup.len()), (2, 0));
+    let a = assigned(&out);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].1, new[0], "first submitted job goes first");
+    let (_, dup) = s.submit(workloads(2, 0), 2, &mut out);
+    assert_eq!(dup.len(), 2, "same content is a duplicate");
+}
+
+#[test]
+fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
+    let mut s = Scheduler::new(CONFIG);
+    let mut out = Vec::new();
+    let ids = s.submit(workloads(3, 0), 0, &mut out).0;
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.request_job(1, 0, &mut out);
+    assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Assigned);
+    out.clear();
+    s.worker_left(1, LeaveKind::Lost, "killed", 5, &mut out);
+    let job = s.job(&ids[0]).unwrap();
+    assert_eq!(job.state(), JobState::Queued);
+    assert_eq!(s.queue_order()[0], ids[0], "recycled job is first in line");
+    assert_eq!(job.view.errors.len(), 1);
+    assert!(job.view.errors[0].message.contains("killed"));
+
+    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 6, &mut out).unwrap();
+    out.clear();
+    s.request_job(2, 6, &mut out);
+    let a = assigned(&out);
+    assert_eq!((a[0].1.as_str(), a[0].2), (ids[0].as_str(), 2), "second lease");
+    s.result(2, &ids[0], 2, result(1e-3), 7, &mut out).unwrap();
+    let job = s.job(&ids[0]).unwrap();
+    assert_eq!(job.state(), JobState::Done);
+    assert_eq!(job.view.attempts, 2);
+    assert_eq!(job.view.records.len(), 5, "nbest records kept");
+    assert!(job.view.records.windows(2).all(|w| w[0].latency_s <= w[1].latency_s));
+    assert_eq!(job.view.best_latency_s, Some(1e-3));
+}
+
+#[test]
+fn results_from_the_wrong_worker_or_lease_are_rejected() {
+    let mut s = Scheduler::new(CONFIG);
+    let mut out = Vec::new();
+    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.request_job(1, 0, &mut out);
+    assert!(matches!(
+        s.result(2, &ids[0], 1, result(1e-3), 1, &mut out),
+        Err(Rejection::NotAssigned { .. })
+    ));
+    assert!(matches!(
+        s.result(1, &ids[0], 7, result(1e-3), 1, &mut out),
+        Err(Rejection::NotAssigned { .. })
+    ));
+    assert!(matches!(
+        s.result(1, "nope", 1, result(1e-3), 1, &mut out),
+        Err(Rejection::UnknownJob(_))
+    ));
+    let bad = s.progress(
+        2,
+        &ProgressReport {
+            job_id: ids[0].clone(),
+            lease: 1,
+            trials_done: 1,
+            trials_total: 8,
+            best_latency_s: Some(1.0),
+        },
+        1,
+        &mut out,
+    );
+    assert!(bad.is_err());
+    s.result(1, &ids[0], 1, result(1e-3), 2, &mut out).unwrap();
+    assert!(matches!(
+        s.result(1, &ids[0], 1, result(1e-3), 3, &mut out),
+        Err(Rejection::AlreadyFinished { .. })
+    ));
+}
+
+#[test]
+fn late_result_rule() {
+    // A worker process (worker_id "a") loses its connection mid-job, finishes
+    // while disconnected, reconnects as a new session and re-sends.
+    let mut s = Scheduler::new(CONFIG);
+    let mut out = Vec::new();
+    let ids = s.submit(workloads(2, 0), 0, &mut out).0;
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.request_job(1, 0, &mut out);
+    s.worker_left(1, LeaveKind::Lost, "network", 1, &mut out);
+    // Still open (queued): accepted from the same process.
+    s.worker_joined(3, &hello("a", r#"{"kind":"llvm"}"#), 2, &mut out).unwrap();
+    s.result(3, &ids[0], 1, result(1e-3), 3, &mut out).unwrap();
+    assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Done);
+    assert!(!s.queue_order().contains(&ids[0]));
+
+    // Re-assigned to another worker meanwhile: still open, the late result wins
+    // and the other worker is told to stop.
+    s.worker_joined(4, &hello("c", r#"{"kind":"llvm"}"#), 4, &mut out).unwrap();
+    s.request_job(4, 4, &mut out); // takes ids[1], lease 1
+    s.worker_left(4, LeaveKind::Lost, "network", 5, &mut out);
+    s.worker_joined(5, &hello("d", r#"{"kind":"llvm"}"#), 6, &mut out).unwrap();
+    s.request_job(5, 6, &mut out); // ids[1], lease 2
+    s.worker_joined(6, &hello("c", r#"{"kind":"llvm"}"#), 7, &mut out).unwrap();
+    out.clear();
+    s.result(6, &ids[1], 1, result(2e-3), 8, &mut out).unwrap();
+    assert!(out.iter().any(|o| matches!(o,
+        Output::Send { session: 5, msg: MasterMessage::Cancel { lease: 2, .. } })));
+    assert_eq!(s.session_job(5), None);
+    // Another process cannot claim someone else's lease, and done stays done.
+    assert!(s.result(5, &ids[1], 2, result(1e-3), 9, &mut out).is_err());
+    assert!(s.result(3, &ids[0], 1, result(1e-3), 9, &mut out).is_err());
+}
+
+#[test]
+fn failures_retry_until_max_attempts_then_fail_with_all_errors() {
+    let mut s = Scheduler::new(CONFIG);
+    let mut out = Vec::new();
+    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    for lease in 1..=3 {
+        out.clear();
+        s.request_job(1, lease, &mut out);
+        assert_eq!(assigned(&out).len(), 1, "attempt {lease} assigned");
+        s.job_failed(1, &ids[0], lease, &format!("boom {lease}"), lease, &mut out).unwrap();
+    }
+    let job = s.job(&ids[0]).unwrap();
+    assert_eq!(job.state(), JobState::Failed);
+    assert_eq!(job.view.errors.len(), 3);
+    assert!(job.view.errors[2].message.contains("boom 3"));
+    s.retry(&ids[0], 10, &mut out).unwrap();
+    assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Queued);
+    assert!(s.retry(&ids[0], 10, &mut out).is_err(), "only failed/cancelled jobs retry");
+}
+
+#[test]
+fn job_timeout_recycles_a_quiet_job_and_cancels_the_worker() {
+    let mut s = Scheduler::new(CONFIG);
+    let mut out = Vec::new();
+    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.request_job(1, 0, &mut out);
+    s.tick(9_000, &mut out);
+    assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Assigned);
+    out.clear();
+    s.tick(10_001, &mut out);
+    assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Queued);
+    assert!(out.iter().any(|o| matches!(o, Output::Send { session: 1, msg: MasterMessage::Cancel { .. } })));
+}
+
+#[test]
+fn workers_only_get_jobs_their_target_serves_and_mismatches_are_refused() {
+    let mut s = Scheduler::new(CONFIG);
+    let mut out = Vec::new();
+    let ids = s.submit(workloads(2, 2), 0, &mut out).0; // ids[0] pinned to mcpu a
+    s.worker_joined(1, &hello("plain", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    out.clear();
+    s.request_job(1, 0, &mut out);
+    assert_eq!(assigned(&out)[0].1, ids[1], "plain llvm worker skips the pinned job");
+    assert!(s
+        .worker_joined(2, &hello("gpu", r#"{"kind":"cuda"}"#), 0, &mut out)
+        .is_err());
+    let matching = s
+        .worker_joined(3, &hello("a", r#"{"kind":"llvm","mcpu":"a"}"#), 0, &mut out)
+        .unwrap();
+    assert_eq!(matching, 2);
+}
+
+#[test]
+fn restart_requeues_in_flight_jobs_without_counting_the_attempt() {
+    let mut s = Scheduler::new(CONFIG);
+    let mut out = Vec::new();
+    let ids = s.submit(workloads(3, 0), 0, &mut out).0;
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.request_job(1, 0, &mut out);
+    s.result(1, &ids[0], 1, result(1e-3), 1, &mut out).unwrap();
+    s.request_job(1, 2, &mut out); // ids[1] in flight
+    let persisted: Vec<Job> = s.jobs().cloned().collect();
+    let mut out = Vec::new();
+    let r = Scheduler::recover(CONFIG, persisted, 10, &mut out);
+    assert_eq!(r.job(&ids[0]).unwrap().state(), JobState::Done);
+    let j1 = r.job(&ids[1]).unwrap();
+    assert_eq!(j1.state(), JobState::Queued);
+    assert_eq!(j1.view.attempts, 0);
+    assert_eq!(r.queue_order(), vec![ids[1].clone(), ids[2].clone()]);
+    assert_eq!(out, vec![Output::JobChanged(ids[1].clone())]);
+}
+
+// ----- property test ----------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Op {
+    Join { slot: usize, pinned: bool },
+    Leave { slot: usize },
+    Request { slot: usize },
+    Progress { slot: usize },
+    Finish { slot: usize },
+    Fail { slot: usize },
+    /// A message for a lease this slot may not hold (stale, foreign or made up).
+    Forged { slot: usize, job: usize, lease: u64 },
+    Tick { advance: u64 },
+    Cancel { job: usize },
+    Retry { job: usize },
+    Restart,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let slot = 0usize..4;
+    prop_oneof![
+        1 => (slot.clone(), any::<bool>()).prop_map(|(slot, pinned)| Op::Join { slot, pinned }),
+        1 => slot.clone().prop_map(|slot| Op::Leave { slot }),
+        3 => slot.clone().prop_map(|slot| Op::Request { slot }),
+        1 => slot.clone().prop_map(|slot| Op::Progress { slot }),
+        3 => slot.clone().prop_map(|slot| Op::Finish { slot }),
+        1 => slot.clone().prop_map(|slot| Op::Fail { slot }),
+        1 => (slot, 0usize..6, 0u64..4).prop_map(|(slot, job, lease)| Op::Forged { slot, job, lease }),
+        1 => (0u64..15_000).prop_map(|advance| Op::Tick { advance }),
+        1 => (0usize..6).prop_map(|job| Op::Cancel { job }),
+        1 => (0usize..6).prop_map(|job| Op::Retry { job }),
+        1 => Just(Op::Restart),
+    ]
+}
+
+/// Drives a scheduler like the core does, keeping a "database" of every job
+/// the scheduler reported as changed.
+struct Harness {
+    s: Scheduler,
+    ids: Vec<String>,
+    now: u64,
+    next_session: SessionId,
+    /// slot -> live session
+    sessions: HashMap<usize, SessionId>,
+    /// slot -> the assignment it was last sent and has not finished
+    holding: HashMap<usize, (String, u64)>,
+    persisted: BTreeMap<String, Job>,
+    accepted: HashMap<String, u32>,
+}
+
+impl Harness {
+    fn new(n_jobs: usize) -> Self {
+        let mut s = Scheduler::new(CONFIG);
+        let mut out = Vec::new();
+        let ids = s.submit(workloads(n_jobs, 2), 0, &mut out).0;
+        let mut h = Harness {
+            s,
+            ids,
+            now: 0,
+            next_session: 1,
+            sessions: HashMap::new(),
+            holding: HashMap::new(),
+            persisted: BTreeMap::new(),
+            accepted: HashMap::new(),
+        };
+        h.absorb(out);
+        h
+    }
+
+    fn absorb(&mut self, out: Vec<Output>) {
+        for o in out {
+            match o {
+                Output::JobChanged(id) => {
+                    let job = self.s.job(&id).expect("changed job exists").clone();
+                    self.persisted.insert(id, job);
+                }
+                Output::Send {
+                    session,
+                    msg: MasterMessage::Assign { job_id, lease, .. },
+                } => {
+                    let slot = self.slot_of(session).expect("assign goes to a live session");
+                    assert!(self.holding.insert(slot, (job_id, lease)).is_none(), "worker got a second job");
+                }
+                Output::Send {
+                    session,
+                    msg: MasterMessage::Cancel { job_id, lease, .. },
+                } => {
+                    if let Some(slot) = self.slot_of(session) {
+                        if self.holding.get(&slot) == Some(&(job_id, lease)) {
+                            self.holding.remove(&slot);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn slot_of(&self, session: SessionId) -> Option<usize> {
+        self.sessions.iter().find(|(_, s)| **s == session).map(|(slot, _)| *slot)
+    }
+
+    fn step(&mut self, op: Op) {
+        let mut out = Vec::new();
+        self.now += 1;
+        let now = self.now;
+        match op {
+            Op::Join { slot, pinned } => {
+                if self.sessions.contains_key(&slot) {
+                    return;
+                }
+                let target = if pinned { r#"{"kind":"llvm","mcpu":"a"}"# } else { r#"{"kind":"llvm"}"# };
+                let session = self.next_session;
+                self.next_session += 1;
+                if self
+                    .s
+                    .worker_joined(session, &hello(&format!("proc{slot}"), target), now, &mut out)
+                    .is_ok()
+                {
+                    self.sessions.insert(slot, session);
+                }
+            }
+            Op::Leave { slot } => {
+                if let Some(session) = self.sessions.remove(&slot) {
+                    // The worker process keeps its finished work to re-send (late result).
+                    self.s.worker_left(session, LeaveKind::Lost, "gone", now, &mut out);
+                }
+            }
+            Op::Request { slot } => {
+                if let Some(&session) = self.sessions.get(&slot) {
+                    if !self.holding.contains_key(&slot) {
+                        self.s.request_job(session, now, &mut out);
+                    }
+                }
+            }
+            Op::Progress { slot } => {
+                if let (Some(&session), Some((job_id, lease))) = (self.sessions.get(&slot), self.holding.get(&slot)) {
+                    let report = ProgressReport {
+                        job_id: job_id.clone(),
+                        lease: *lease,
+                        trials_done: 4,
+                        trials_total: 8,
+                        best_latency_s: Some(0.5),
+                    };
+                    let _ = self.s.progress(session, &report, now, &mut out);
+                }
+            }
+            Op::Finish { slot } => {
+                if let (Some(&session), Some((job_id, lease))) = (self.sessions.get(&slot), self.holding.remove(&slot)) {
+                    if self.s.result(session, &job_id, lease, result(1e-3), now, &mut out).is_ok() {
+                        *self.accepted.entry(job_id).or_default() += 1;
+                    }
+                }
+            }
+            Op::Fail { slot } => {
+                if let (Some(&session), Some((job_id, lease))) = (self.sessions.get(&slot), self.holding.remove(&slot)) {
+                    let _ = self.s.job_failed(session, &job_id, lease, "boom", now, &mut out);
+                }
+            }
+            Op::Forged { slot, job, lease } => {
+                if let (Some(&session), Some(job_id)) = (self.sessions.get(&slot), self.ids.get(job)) {
+                    let legit = self.holding.get(&slot) == Some(&(job_id.clone(), lease));
+                    if !legit {
+                        let before = self.s.job(job_id).cloned();
+                        if self.s.result(session, job_id, lease, result(1e-3), now, &mut out).is_ok() {
+                            // Only the late-result rule may accept it: same worker process.
+                            let before = before.expect("job existed");
+                            assert!(before.lease_history.iter().any(|r| r.lease == lease
+                                && r.worker_id == format!("proc{slot}")));
+                            *self.accepted.entry(job_id.clone()).or_default() += 1;
+                        }
+                    }
+                }
+            }
+            Op::Tick { advance } => {
+                self.now += advance;
+                self.s.tick(self.now, &mut out);
+            }
+            Op::Cancel { job } => {
+                if let Some(id) = self.ids.get(job).cloned() {
+                    let _ = self.s.cancel(&id, now, &mut out);
+                }
+            }
+            Op::Retry { job } => {
+                if let Some(id) = self.ids.get(job).cloned() {
+                    let _ = self.s.retry(&id, now, &mut out);
+                }
+            }
+            Op::Restart => {
+                // Everything not persisted is lost; every socket is gone.
+                let jobs: Vec<Job> = self.persisted.values().cloned().collect();
+                self.s = Scheduler::recover(CONFIG, jobs, now, &mut out);
+                self.sessions.clear();
+                self.holding.clear();
+            }
+        }
+        self.absorb(out);
+        self.check();
+    }
+
+    fn check(&self) {
+        let queue = self.s.queue_order();
+        for id in &self.ids {
+            let job = self.s.job(id).expect("a job is never lost");
+            let in_queue = queue.iter().filter(|q| *q == id).count();
+            assert_eq!(in_queue, usize::from(job.state() == JobState::Queued), "job {id} queue membership");
+            if job.state().is_in_flight() {
+                let holder = job.holder.expect("in-flight job has a holder");
+                assert_eq!(self.s.session_job(holder), Some(&(id.clone(), job.lease)));
+            } else {
+                assert_eq!(job.holder, None);
+            }
+            let accepted = self.accepted.get(id).copied().unwrap_or(0);
+            assert!(accepted <= 1, "job {id} accepted {accepted} results");
+            if job.state() == JobState::Done {
+                assert_eq!(accepted, 1, "done only through an accepted result");
+            }
+            assert!(job.view.attempts <= CONFIG.max_attempts);
+            // Durability: the database copy equals memory (sessions aside).
+            let mut stored = self.persisted.get(id).expect("every job is persisted").clone();
+            stored.holder = job.holder;
+            assert_eq!(&stored, job, "job {id} changed without being reported");
+        }
+        assert_eq!(queue.len(), queue.iter().collect::<std::collections::HashSet<_>>().len());
+        // Work conservation: nobody idles while a job it can serve waits.
+        for session in self.s.idle_sessions() {
+            let worker = self.s.worker(session).expect("idle session exists");
+            for id in &queue {
+                let job = self.s.job(id).expect("queued job exists");
+                assert!(!worker.target.serves(&job.view.workload.target), "idle worker next to a job it serves");
+            }
+        }
+    }
+
+    /// After the chaos: one capable worker drains everything still open.
+    fn drain(&mut self) {
+        let mut out = Vec::new();
+        let session = 10_000;
+        self.s
+            .worker_joined(session, &hello("drainer", r#"{"kind":"llvm","mcpu":"a"}"#), self.now, &mut out)
+            .expect("a universal worker is accepted");
+        for _ in 0..100 {
+            out.clear();
+            self.s.request_job(session, self.now, &mut out);
+            let Some((_, job_id, lease)) = assigned(&out).pop() else { break };
+            self.s
+                .result(session, &job_id, lease, result(1e-3), self.now, &mut out)
+                .expect("holder's result is accepted");
+            *self.accepted.entry(job_id).or_default() += 1;
+        }
+        // Other live sessions may still hold jobs; let them finish too.
+        for (slot, (job_id, lease)) in self.holding.clone() {
+            if let Some(&s) = self.sessions.get(&slot) {
+                if self.s.result(s, &job_id, lease, result(1e-3), self.now, &mut out).is_ok() {
+                    *self.accepted.entry(job_id).or_default() += 1;
+                }
+            }
+        }
+        for id in &self.ids {
+            let job = self.s.job(id).expect("job exists");
+            assert!(job.state().is_terminal(), "job {id} left {:?}", job.state());
+            assert!(self.accepted.get(id).copied().unwrap_or(0) <= 1);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #[test]
+    fn random_fleets_never_lose_or_duplicate_a_job(n_jobs in 1usize..6, ops in proptest::collection::vec(op(), 1..80)) {
+        let mut h = Harness::new(n_jobs);
+        h.check();
+        for op in ops {
+            h.step(op);
+        }
+        h.drain();
+    }
+}

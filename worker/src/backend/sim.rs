@@ -1,0 +1,231 @@
+//! The `sim` backend: a fleet-testing tool that pretends to tune.
+//!
+//! It exists so the master, the scheduler, reconnects and the UI can be
+//! exercised with hundreds of workers on a laptop, without TVM. It is never the
+//! default backend and its numbers mean nothing.
+//!
+//! Behaviour:
+//! - it spends the configured duration (`--sim-seconds`, may be 0) in up to ten
+//!   rounds, reporting progress after each round: `trials_done` grows to the
+//!   workload's `trials` and `best_latency_s` only ever decreases. With a zero
+//!   duration it returns at once without reporting progress (the 100-worker
+//!   benchmark uses that to measure the fleet machinery alone);
+//! - the result is deterministic: it is derived from a hash of
+//!   `workload.job_id()`, so the same job gives the same latencies on every
+//!   worker and every run. The best latency is the time the workload's FLOPs take
+//!   at 10 GFLOP/s (1 ms when the FLOPs are unknown) times a factor in
+//!   `[0.5, 1.5)` taken from the hash; record `i` (best first) is `1 + 0.1 i`
+//!   times slower. At most `nbest` records are returned, each with
+//!   `{"sim": true, "candidate": i, "job_id": ...}` as its record.
+//!
+//! Test hooks, chosen by the workload's name:
+//! - `sim-fail…`: the job fails at once with the error `simulated failure`;
+//! - `sim-hang…`: the job never reports progress and never finishes; only
+//!   cancellation (dropping the future) ends it.
+
+use super::{Backend, JobSpec, ProgressSink, ProgressUpdate, TuneError, TuneFuture};
+use std::time::{Duration, Instant};
+use tunefleet_shared::protocol::{JobResult, TuningRecord};
+
+/// Rate the synthetic latencies are based on.
+const SIM_FLOPS_PER_S: f64 = 10e9;
+/// Latency base when the workload's FLOPs are unknown.
+const SIM_DEFAULT_LATENCY_S: f64 = 1e-3;
+const MAX_ROUNDS: u32 = 10;
+
+/// See the module docs.
+#[derive(Clone, Debug)]
+pub struct SimBackend {
+    duration: Duration,
+}
+
+impl SimBackend {
+    /// A sim backend that spends `duration` on every job.
+    pub fn new(duration: Duration) -> Self {
+        SimBackend { duration }
+    }
+
+    /// The synthetic best latency of a job, independent of time spent.
+    pub fn best_latency_s(job: &JobSpec) -> f64 {
+        let hash = fnv1a(job.workload.job_id().as_bytes());
+        // 53 bits of the hash as a fraction in [0, 1), exactly representable.
+        let unit = (hash >> 11) as f64 / (1u64 << 53) as f64;
+        let base = job
+            .workload
+            .flops()
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .map_or(SIM_DEFAULT_LATENCY_S, |f| f / SIM_FLOPS_PER_S);
+        base * (0.5 + unit)
+    }
+
+    async fn run(&self, job: JobSpec, progress: ProgressSink) -> Result<JobResult, TuneError> {
+        let started = Instant::now();
+        let name = job.workload.name.as_str();
+        if name.starts_with("sim-fail") {
+            return Err(TuneError::Failed("simulated failure".into()));
+        }
+        if name.starts_with("sim-hang") {
+            std::future::pending::<()>().await;
+        }
+
+        let trials = job.workload.trials;
+        let best = Self::best_latency_s(&job);
+        if !self.duration.is_zero() {
+            let rounds = trials.clamp(1, MAX_ROUNDS);
+            let pause = self.duration / rounds;
+            for round in 1..=rounds {
+                tokio::time::sleep(pause).await;
+                // Converges to `best` on the last round, from 1.5x above.
+                let remaining = f64::from(rounds - round) / f64::from(rounds);
+                progress.report(ProgressUpdate {
+                    trials_done: scale(trials, round, rounds),
+                    trials_total: trials,
+                    best_latency_s: Some(best * (1.0 + 0.5 * remaining)),
+                });
+            }
+        }
+
+        let count = job.nbest.min(trials.max(1));
+        let job_id = job.workload.job_id();
+        let records = (0..count)
+            .map(|i| TuningRecord {
+                latency_s: best * (1.0 + 0.1 * f64::from(i)),
+                record: serde_json::json!({"sim": true, "candidate": i, "job_id": job_id}),
+            })
+            .collect();
+        Ok(JobResult {
+            best_latency_s: best,
+            gflops: job.workload.flops().map(|f| f / best / 1e9),
+            records,
+            trials,
+            wall_time_s: started.elapsed().as_secs_f64(),
+            backend: self.name().to_string(),
+            tvm_version: None,
+            extra: serde_json::Value::Null,
+        })
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    fn tvm_version(&self) -> Option<String> {
+        None
+    }
+
+    fn tune(&self, job: JobSpec, progress: ProgressSink) -> TuneFuture<'_> {
+        Box::pin(self.run(job, progress))
+    }
+}
+
+/// `total * part / whole` without overflow.
+fn scale(total: u32, part: u32, whole: u32) -> u32 {
+    let scaled = u64::from(total) * u64::from(part) / u64::from(whole.max(1));
+    u32::try_from(scaled).unwrap_or(total)
+}
+
+/// FNV-1a: tiny, and stable across Rust versions (unlike `DefaultHasher`).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::progress_channel;
+    use crate::testutil::{job, workload};
+
+    #[tokio::test]
+    async fn same_job_same_result() {
+        let backend = SimBackend::new(Duration::ZERO);
+        let spec = job(workload("mm", 64), 5);
+        let (sink, _watch) = progress_channel();
+        let a = backend.tune(spec.clone(), sink.clone()).await.unwrap();
+        let b = backend.tune(spec.clone(), sink).await.unwrap();
+        assert_eq!(a.best_latency_s, b.best_latency_s);
+        assert_eq!(a.records, b.records);
+        assert_eq!(a.best_latency_s, SimBackend::best_latency_s(&spec));
+        assert_eq!(a.backend, "sim");
+        assert_eq!(a.tvm_version, None);
+        assert_eq!(a.trials, 64);
+
+        // Different workload, different latency; base is flops / 10 GFLOP/s.
+        let other = job(workload("mm", 65), 5);
+        assert_ne!(SimBackend::best_latency_s(&other), a.best_latency_s);
+        let base = spec.workload.flops().unwrap() / SIM_FLOPS_PER_S;
+        assert!(a.best_latency_s >= 0.5 * base && a.best_latency_s < 1.5 * base);
+        let gflops = a.gflops.unwrap();
+        assert!((gflops - spec.workload.flops().unwrap() / a.best_latency_s / 1e9).abs() < 1e-9);
+    }
+
+    #[tokio::test]
+    async fn records_are_best_first_and_respect_nbest() {
+        let backend = SimBackend::new(Duration::ZERO);
+        let (sink, _watch) = progress_channel();
+        let result = backend
+            .tune(job(workload("mm", 64), 3), sink.clone())
+            .await
+            .unwrap();
+        assert_eq!(result.records.len(), 3);
+        assert_eq!(result.records[0].latency_s, result.best_latency_s);
+        assert!(result
+            .records
+            .windows(2)
+            .all(|w| w[0].latency_s < w[1].latency_s));
+        assert_eq!(result.records[2].record["candidate"], 2);
+        assert_eq!(result.records[2].record["sim"], true);
+
+        // Fewer trials than nbest: one record per trial.
+        let few = backend
+            .tune(job(workload("mm", 2), 10), sink)
+            .await
+            .unwrap();
+        assert_eq!(few.records.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn progress_is_monotone_and_reaches_all_trials() {
+        let backend = SimBackend::new(Duration::from_millis(100));
+        let spec = job(workload("mm", 37), 5);
+        let (sink, mut watch) = progress_channel();
+        let tune = backend.tune(spec, sink);
+        let collect = async {
+            let mut seen = Vec::new();
+            while let Some(update) = watch.next().await {
+                seen.push(update);
+            }
+            seen
+        };
+        let (result, seen) = tokio::join!(tune, collect);
+        let result = result.unwrap();
+        assert!(seen.len() >= 2, "{seen:?}");
+        for pair in seen.windows(2) {
+            assert!(pair[0].trials_done <= pair[1].trials_done, "{seen:?}");
+            assert!(pair[0].best_latency_s >= pair[1].best_latency_s, "{seen:?}");
+        }
+        let last = seen[seen.len() - 1];
+        assert_eq!(last.trials_done, 37);
+        assert_eq!(last.trials_total, 37);
+        assert_eq!(last.best_latency_s, Some(result.best_latency_s));
+        assert!(result.wall_time_s >= 0.09);
+    }
+
+    #[tokio::test]
+    async fn sim_fail_fails_and_sim_hang_hangs() {
+        let backend = SimBackend::new(Duration::ZERO);
+        let (sink, _watch) = progress_channel();
+        let err = backend
+            .tune(job(workload("sim-fail-1", 10), 5), sink.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "simulated failure");
+
+        let hang = backend.tune(job(workload("sim-hang", 10), 5), sink);
+        let outcome = tokio::time::timeout(Duration::from_millis(100), hang).await;
+        assert!(outcome.is_err(), "sim-hang returned");
+    }
+}

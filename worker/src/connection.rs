@@ -1,0 +1,161 @@
+//! Message framing for the worker's WebSocket to the master.
+//!
+//! The session logic wants to think in [`WorkerMessage`]s and
+//! [`MasterMessage`]s, not in WebSocket frames. [`Connection`] (in the spirit
+//! of mini-redis's `Connection`) is the one place that knows that each message
+//! is one JSON text frame, that ping/pong frames are transport noise, and how a
+//! close frame is reported. Keeping this out of the session loop means the loop
+//! reads like the protocol description in `tunefleet_shared::protocol`.
+//!
+//! Keep-alive: tungstenite answers the master's pings with pongs only while the
+//! stream is being read or written, so the session must keep a
+//! [`Connection::recv`] call in its `select!` at all times, also while a job runs.
+//! `recv` is cancel-safe (the stream keeps its own buffer), which is what makes
+//! that `select!` correct.
+
+use futures_util::{SinkExt, StreamExt};
+use std::fmt;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tunefleet_shared::protocol::{MasterMessage, WorkerMessage};
+
+/// How long closing waits for the master's side of the close handshake.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Code and reason of the close frame the master sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CloseInfo {
+    pub code: u16,
+    pub reason: String,
+}
+
+impl fmt::Display for CloseInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.reason.is_empty() {
+            write!(f, "close code {}", self.code)
+        } else {
+            write!(f, "close code {}: {}", self.code, self.reason)
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("WebSocket error: {0}")]
+    WebSocket(#[from] tungstenite::Error),
+    /// A frame that is not a message we understand. The connection is still
+    /// usable; the caller decides whether to ignore it.
+    #[error("undecodable message from the master: {0}")]
+    Decode(String),
+    #[error("cannot encode message: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+impl ConnectionError {
+    /// Whether the socket is still usable after this error.
+    pub fn is_recoverable(&self) -> bool {
+        matches!(self, ConnectionError::Decode(_))
+    }
+}
+
+/// A worker's WebSocket to the master, speaking whole protocol messages.
+pub struct Connection {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    close: Option<CloseInfo>,
+}
+
+impl Connection {
+    /// Opens the WebSocket (`url` already ends in `/ws/worker`).
+    pub async fn connect(url: &str) -> Result<Connection, ConnectionError> {
+        // Messages are small and latency-sensitive (acks, assigns): no Nagle.
+        let (ws, _response) = tokio_tungstenite::connect_async_with_config(url, None, true).await?;
+        Ok(Connection { ws, close: None })
+    }
+
+    /// Sends one message as a JSON text frame and flushes it.
+    pub async fn send(&mut self, message: &WorkerMessage) -> Result<(), ConnectionError> {
+        let text = serde_json::to_string(message)?;
+        self.ws.send(Message::text(text)).await?;
+        Ok(())
+    }
+
+    /// The next message from the master; `Ok(None)` once the socket is closed
+    /// (then [`close_info`](Self::close_info) tells how, if the master said).
+    pub async fn recv(&mut self) -> Result<Option<MasterMessage>, ConnectionError> {
+        loop {
+            let frame = match self.ws.next().await {
+                None => return Ok(None),
+                Some(Ok(frame)) => frame,
+                Some(Err(
+                    tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed,
+                )) => return Ok(None),
+                Some(Err(e)) => return Err(e.into()),
+            };
+            match frame {
+                Message::Text(text) => {
+                    return serde_json::from_str(text.as_str())
+                        .map(Some)
+                        .map_err(|e| ConnectionError::Decode(format!("{e}: {}", preview(&text))));
+                }
+                Message::Binary(_) => {
+                    return Err(ConnectionError::Decode(
+                        "binary frame (the protocol is JSON text)".into(),
+                    ))
+                }
+                Message::Close(frame) => {
+                    self.close = Some(match frame {
+                        Some(f) => CloseInfo {
+                            code: u16::from(f.code),
+                            reason: f.reason.to_string(),
+                        },
+                        None => CloseInfo {
+                            code: u16::from(CloseCode::Status),
+                            reason: String::new(),
+                        },
+                    });
+                    // Reading on sends tungstenite's close reply; the stream
+                    // then ends when the master drops the TCP connection. A
+                    // master that never does must not hang the worker.
+                    let drain = async { while let Some(Ok(_)) = self.ws.next().await {} };
+                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, drain).await;
+                    return Ok(None);
+                }
+                Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+            }
+        }
+    }
+
+    /// The close frame the master sent, once [`recv`](Self::recv) returned `Ok(None)`.
+    pub fn close_info(&self) -> Option<&CloseInfo> {
+        self.close.as_ref()
+    }
+
+    /// Closes with a normal close frame and waits briefly for the master's
+    /// side of the handshake. Never takes longer than a couple of seconds, even
+    /// when the master is unreachable.
+    pub async fn close(mut self, reason: &str) {
+        let frame = CloseFrame {
+            code: CloseCode::Normal,
+            reason: reason.into(),
+        };
+        let handshake = async {
+            if self.ws.close(Some(frame)).await.is_ok() {
+                while let Some(Ok(_)) = self.ws.next().await {}
+            }
+        };
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, handshake).await;
+    }
+}
+
+/// The start of an unparseable frame, for the log.
+fn preview(text: &str) -> String {
+    const MAX: usize = 200;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}

@@ -1,0 +1,492 @@
+//! Session tests against a scripted fake master (a unit-level test double built
+//! on `accept_async`); end-to-end tests with the real master live in `tests/`.
+
+use super::*;
+use crate::backend::SimBackend;
+use crate::testutil::workload;
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+use tunefleet_shared::protocol::JobResult;
+use tunefleet_shared::workload::Workload;
+
+const STEP: Duration = Duration::from_secs(5);
+
+type Ws = WebSocketStream<TcpStream>;
+
+struct FakeMaster {
+    listener: TcpListener,
+}
+
+impl FakeMaster {
+    async fn start() -> (FakeMaster, String) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}", listener.local_addr().unwrap());
+        (FakeMaster { listener }, url)
+    }
+
+    async fn accept(&self) -> Ws {
+        let (tcp, _) = tokio::time::timeout(STEP, self.listener.accept())
+            .await
+            .expect("worker did not connect")
+            .unwrap();
+        tokio_tungstenite::accept_async(tcp).await.unwrap()
+    }
+
+    /// Accepts a connection, reads `register`, answers `registered` with `token`.
+    async fn accept_registered(&self, token: &str) -> (Ws, WorkerHello) {
+        let mut ws = self.accept().await;
+        let hello = match recv(&mut ws).await {
+            WorkerMessage::Register(hello) => hello,
+            other => panic!("expected register, got {other:?}"),
+        };
+        send(
+            &mut ws,
+            MasterMessage::Registered {
+                token: token.into(),
+                session: format!("session-{token}"),
+                matching_jobs: 1,
+            },
+        )
+        .await;
+        (ws, hello)
+    }
+}
+
+async fn next_frame(ws: &mut Ws) -> Message {
+    tokio::time::timeout(STEP, ws.next())
+        .await
+        .expect("worker went silent")
+        .expect("socket ended")
+        .unwrap()
+}
+
+/// The next protocol message, skipping ping/pong.
+async fn recv(ws: &mut Ws) -> WorkerMessage {
+    loop {
+        match next_frame(ws).await {
+            Message::Text(text) => return serde_json::from_str(text.as_str()).unwrap(),
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+}
+
+async fn send(ws: &mut Ws, message: MasterMessage) {
+    let text = serde_json::to_string(&message).unwrap();
+    ws.send(Message::text(text)).await.unwrap();
+}
+
+async fn expect_request_job(ws: &mut Ws, expected_token: &str) {
+    match recv(ws).await {
+        WorkerMessage::RequestJob { token } => assert_eq!(token, expected_token),
+        other => panic!("expected request_job, got {other:?}"),
+    }
+}
+
+async fn expect_close(mut ws: Ws, code: u16) {
+    let ws = &mut ws;
+    loop {
+        match next_frame(ws).await {
+            Message::Close(Some(frame)) => {
+                assert_eq!(u16::from(frame.code), code);
+                // Reading on sends the close reply; dropping `ws` then closes
+                // the TCP connection, as a real server does.
+                while let Ok(Some(Ok(_))) = tokio::time::timeout(STEP, ws.next()).await {}
+                return;
+            }
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("expected close, got {other:?}"),
+        }
+    }
+}
+
+fn assign(workload: Workload, lease: Lease, nbest: u32) -> MasterMessage {
+    MasterMessage::Assign {
+        job_id: workload.job_id(),
+        lease,
+        attempt: 1,
+        workload,
+        nbest,
+    }
+}
+
+struct RunningWorker {
+    task: JoinHandle<Result<WorkerStats, WorkerError>>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl RunningWorker {
+    fn start(url: &str, sim: Duration, max_jobs: Option<u64>) -> RunningWorker {
+        let mut config = WorkerConfig::new(
+            url,
+            Target::parse(r#"{"kind":"llvm","num-cores":2}"#).unwrap(),
+            "test-worker",
+            Arc::new(SimBackend::new(sim)),
+        );
+        config.backoff = Backoff {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(50),
+        };
+        config.max_jobs = max_jobs;
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(run_worker(config, async {
+            let _ = rx.await;
+        }));
+        RunningWorker {
+            task,
+            shutdown: Some(tx),
+        }
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    async fn finish(self) -> Result<WorkerStats, WorkerError> {
+        tokio::time::timeout(STEP, self.task)
+            .await
+            .expect("worker did not stop")
+            .unwrap()
+    }
+}
+
+#[test]
+fn worker_url_appends_the_endpoint_once() {
+    let ok = |s: &str| worker_url(s).unwrap();
+    assert_eq!(ok("ws://127.0.0.1:18871"), "ws://127.0.0.1:18871/ws/worker");
+    assert_eq!(
+        ok("ws://127.0.0.1:18871/"),
+        "ws://127.0.0.1:18871/ws/worker"
+    );
+    assert_eq!(ok("ws://h:1/ws/worker"), "ws://h:1/ws/worker");
+    assert_eq!(ok("ws://h:1/ws/worker/"), "ws://h:1/ws/worker");
+    assert_eq!(ok(" http://h:1 "), "ws://h:1/ws/worker");
+    assert_eq!(ok("ws://h/prefix"), "ws://h/prefix/ws/worker");
+    for bad in ["", "h:1", "ws://", "ws:///x", "wss://h:1", "https://h"] {
+        assert!(worker_url(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn run_worker_is_send() {
+    fn assert_send<T: Send>(_: T) {}
+    let config = WorkerConfig::new(
+        "ws://127.0.0.1:1",
+        Target::of_kind("llvm"),
+        "w",
+        Arc::new(SimBackend::new(Duration::ZERO)),
+    );
+    assert_send(run_worker(config, std::future::pending()));
+}
+
+/// The main story: register, assign, progress + result with the right token
+/// and lease; the master drops the socket before acking; the worker reconnects
+/// with the same worker_id and re-sends the result with the original lease.
+#[tokio::test]
+async fn unacked_result_is_resent_with_original_lease_after_reconnect() {
+    let (master, url) = FakeMaster::start().await;
+    let mut worker = RunningWorker::start(&url, Duration::from_millis(100), None);
+
+    let (mut ws, hello1) = master.accept_registered("t1").await;
+    assert_eq!(hello1.protocol, PROTOCOL_VERSION);
+    assert_eq!(hello1.backend, "sim");
+    assert_eq!(hello1.name, "test-worker");
+    assert_eq!(hello1.secret, None);
+    assert!(uuid::Uuid::parse_str(&hello1.worker_id).is_ok());
+    expect_request_job(&mut ws, "t1").await;
+
+    let job = workload("mm-32", 32);
+    let job_id = job.job_id();
+    send(&mut ws, assign(job, 7, 3)).await;
+
+    let mut progress = Vec::new();
+    let first_result: JobResult = loop {
+        match recv(&mut ws).await {
+            WorkerMessage::Progress {
+                token,
+                job_id: id,
+                lease,
+                trials_done,
+                trials_total,
+                best_latency_s,
+            } => {
+                assert_eq!(
+                    (token.as_str(), id.as_str(), lease),
+                    ("t1", job_id.as_str(), 7)
+                );
+                assert_eq!(trials_total, 32);
+                progress.push((trials_done, best_latency_s));
+            }
+            WorkerMessage::Result {
+                token,
+                job_id: id,
+                lease,
+                result,
+            } => {
+                assert_eq!(
+                    (token.as_str(), id.as_str(), lease),
+                    ("t1", job_id.as_str(), 7)
+                );
+                break result;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(!progress.is_empty());
+    assert!(progress.windows(2).all(|w| w[0].0 <= w[1].0));
+    assert_eq!(first_result.records.len(), 3);
+    assert_eq!(first_result.trials, 32);
+    assert_eq!(first_result.backend, "sim");
+
+    // The master goes away without acking.
+    drop(ws);
+
+    let (mut ws, hello2) = master.accept_registered("t2").await;
+    assert_eq!(hello2.worker_id, hello1.worker_id);
+    match recv(&mut ws).await {
+        WorkerMessage::Result {
+            token,
+            job_id: id,
+            lease,
+            result,
+        } => {
+            assert_eq!(
+                (token.as_str(), id.as_str(), lease),
+                ("t2", job_id.as_str(), 7)
+            );
+            assert_eq!(result, first_result);
+        }
+        other => panic!("expected the re-sent result first, got {other:?}"),
+    }
+    send(
+        &mut ws,
+        MasterMessage::Ack {
+            job_id: job_id.clone(),
+            lease: 7,
+            accepted: true,
+            reason: None,
+        },
+    )
+    .await;
+    expect_request_job(&mut ws, "t2").await;
+
+    worker.shutdown();
+    expect_close(ws, close_code::NORMAL).await;
+    let stats = worker.finish().await.unwrap();
+    assert_eq!(stats.registrations, 2);
+    assert_eq!(stats.jobs_assigned, 1);
+    assert_eq!(stats.jobs_succeeded, 1);
+    assert_eq!(stats.reports_accepted, 1);
+}
+
+/// A job keeps running while the worker reconnects; its result goes out on the
+/// new connection with the original lease, and no new job is requested before
+/// that. `max_jobs` stops the worker after the ack (here a rejection).
+#[tokio::test]
+async fn running_job_survives_reconnect_and_max_jobs_stops_the_worker() {
+    let (master, url) = FakeMaster::start().await;
+    let worker = RunningWorker::start(&url, Duration::from_millis(400), Some(1));
+
+    let (mut ws, _) = master.accept_registered("t1").await;
+    expect_request_job(&mut ws, "t1").await;
+    let job = workload("mm-16", 16);
+    let job_id = job.job_id();
+    send(&mut ws, assign(job, 3, 5)).await;
+    match recv(&mut ws).await {
+        WorkerMessage::Progress { lease, .. } => assert_eq!(lease, 3),
+        other => panic!("expected progress, got {other:?}"),
+    }
+    // Disconnect mid-job, this time with a close frame.
+    ws.close(Some(CloseFrame {
+        code: CloseCode::Away,
+        reason: "restarting".into(),
+    }))
+    .await
+    .unwrap();
+    drop(ws);
+
+    let (mut ws, _) = master.accept_registered("t2").await;
+    let result = loop {
+        match recv(&mut ws).await {
+            WorkerMessage::Progress { token, lease, .. } => {
+                assert_eq!((token.as_str(), lease), ("t2", 3))
+            }
+            WorkerMessage::Result {
+                token,
+                job_id: id,
+                lease,
+                result,
+            } => {
+                assert_eq!(
+                    (token.as_str(), id.as_str(), lease),
+                    ("t2", job_id.as_str(), 3)
+                );
+                break result;
+            }
+            other => panic!("expected the running job's result, got {other:?}"),
+        }
+    };
+    assert_eq!(result.records.len(), 5);
+    send(
+        &mut ws,
+        MasterMessage::Ack {
+            job_id,
+            lease: 3,
+            accepted: false,
+            reason: Some("lease expired".into()),
+        },
+    )
+    .await;
+    // Job limit reached: a normal close instead of request_job.
+    expect_close(ws, close_code::NORMAL).await;
+    let stats = worker.finish().await.unwrap();
+    assert_eq!(stats.registrations, 2);
+    assert_eq!(stats.reports_rejected, 1);
+    assert_eq!(stats.jobs_acknowledged(), 1);
+}
+
+/// Pings are answered while a job runs; cancel aborts it and the worker asks
+/// for work again; a failing job is reported as `job_failed`.
+#[tokio::test]
+async fn cancel_ping_and_failure() {
+    let (master, url) = FakeMaster::start().await;
+    let mut worker = RunningWorker::start(&url, Duration::ZERO, None);
+    let (mut ws, _) = master.accept_registered("t1").await;
+    expect_request_job(&mut ws, "t1").await;
+
+    let hang = workload("sim-hang-1", 8);
+    let hang_id = hang.job_id();
+    send(&mut ws, assign(hang, 1, 5)).await;
+    ws.send(Message::Ping(b"still there?".to_vec().into()))
+        .await
+        .unwrap();
+    match next_frame(&mut ws).await {
+        Message::Pong(payload) => assert_eq!(&payload[..], b"still there?"),
+        other => panic!("expected pong, got {other:?}"),
+    }
+    send(
+        &mut ws,
+        MasterMessage::Cancel {
+            job_id: hang_id,
+            lease: 1,
+            reason: "cancelled by admin".into(),
+        },
+    )
+    .await;
+    expect_request_job(&mut ws, "t1").await;
+
+    let fail = workload("sim-fail-1", 8);
+    let fail_id = fail.job_id();
+    send(&mut ws, assign(fail, 2, 5)).await;
+    match recv(&mut ws).await {
+        WorkerMessage::JobFailed {
+            token,
+            job_id,
+            lease,
+            error,
+        } => {
+            assert_eq!(
+                (token.as_str(), job_id.as_str(), lease),
+                ("t1", fail_id.as_str(), 2)
+            );
+            assert_eq!(error, "simulated failure");
+        }
+        other => panic!("expected job_failed, got {other:?}"),
+    }
+    send(
+        &mut ws,
+        MasterMessage::Ack {
+            job_id: fail_id,
+            lease: 2,
+            accepted: true,
+            reason: None,
+        },
+    )
+    .await;
+    expect_request_job(&mut ws, "t1").await;
+
+    worker.shutdown();
+    expect_close(ws, close_code::NORMAL).await;
+    let stats = worker.finish().await.unwrap();
+    assert_eq!(stats.jobs_cancelled, 1);
+    assert_eq!(stats.jobs_failed, 1);
+    assert_eq!(stats.jobs_succeeded, 0);
+}
+
+async fn close_after_register(master: &FakeMaster, code: u16, reason: &str) {
+    let mut ws = master.accept().await;
+    assert!(matches!(recv(&mut ws).await, WorkerMessage::Register(_)));
+    let _ = ws
+        .close(Some(CloseFrame {
+            code: CloseCode::from(code),
+            reason: reason.into(),
+        }))
+        .await;
+    // Let the worker see the close before the socket goes.
+    let _ = tokio::time::timeout(STEP, async { while let Some(Ok(_)) = ws.next().await {} }).await;
+}
+
+#[tokio::test]
+async fn unauthorized_and_protocol_mismatch_are_fatal() {
+    let (master, url) = FakeMaster::start().await;
+    let worker = RunningWorker::start(&url, Duration::ZERO, None);
+    close_after_register(&master, close_code::UNAUTHORIZED, "bad worker secret").await;
+    match worker.finish().await {
+        Err(WorkerError::Unauthorized(reason)) => assert_eq!(reason, "bad worker secret"),
+        other => panic!("expected unauthorized, got {other:?}"),
+    }
+
+    let worker = RunningWorker::start(&url, Duration::ZERO, None);
+    close_after_register(&master, close_code::PROTOCOL_MISMATCH, "master speaks 2").await;
+    match worker.finish().await {
+        Err(e @ WorkerError::ProtocolMismatch { .. }) => {
+            assert!(e.to_string().contains("master speaks 2"), "{e}");
+        }
+        other => panic!("expected protocol mismatch, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn no_matching_jobs_and_shutdown_message_are_retried() {
+    let (master, url) = FakeMaster::start().await;
+    let mut worker = RunningWorker::start(&url, Duration::ZERO, None);
+    close_after_register(&master, close_code::NO_MATCHING_JOBS, "no job for llvm").await;
+
+    let (mut ws, _) = master.accept_registered("t1").await;
+    expect_request_job(&mut ws, "t1").await;
+    send(
+        &mut ws,
+        MasterMessage::Shutdown {
+            reason: "master restarting".into(),
+        },
+    )
+    .await;
+
+    let (mut ws2, _) = master.accept_registered("t2").await;
+    expect_request_job(&mut ws2, "t2").await;
+    worker.shutdown();
+    expect_close(ws2, close_code::NORMAL).await;
+    let stats = worker.finish().await.unwrap();
+    assert_eq!(stats.registrations, 2);
+    drop(ws);
+}
+
+#[tokio::test]
+async fn shutdown_while_the_master_is_unreachable_returns_promptly() {
+    // Bind then drop, so the port refuses connections.
+    let (master, url) = FakeMaster::start().await;
+    drop(master);
+    let mut worker = RunningWorker::start(&url, Duration::ZERO, None);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    worker.shutdown();
+    let stats = worker.finish().await.unwrap();
+    assert_eq!(stats.registrations, 0);
+}
