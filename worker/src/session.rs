@@ -2,7 +2,7 @@
 //!
 //! One [`run_worker`] call is one worker. It loops over connections; each
 //! connection is a *session* with its own token. What must survive a lost
-//! connection lives in [`Worker`], outside the session:
+//! connection lives in `Worker`, outside the session:
 //! - the running job (its task keeps running while the worker reconnects), and
 //! - `pending`: finished jobs whose result (or failure) the master has not yet
 //!   acknowledged. They are re-sent right after the next registration with their
@@ -206,6 +206,10 @@ struct RunningJob {
     task: JoinHandle<Result<JobResult, TuneError>>,
     progress: ProgressWatch,
     progress_done: bool,
+    /// Started on an earlier connection. The master recycled its lease when
+    /// that connection ended, so it refuses progress for it (`not_assigned`);
+    /// only the final result may still be accepted.
+    orphaned: bool,
 }
 
 impl Drop for RunningJob {
@@ -447,8 +451,12 @@ impl Worker {
                 return SessionEnd::Lost(e.to_string());
             }
         }
-        if let Some(job) = &self.running {
-            info!(job_id = %job.job_id, lease = job.lease, "job still running; will report when it finishes");
+        if let Some(job) = &mut self.running {
+            job.orphaned = true;
+            info!(
+                job_id = %job.job_id, lease = job.lease,
+                "job from the previous connection still running; its result will be sent when it finishes"
+            );
         }
         let mut requested = false;
         loop {
@@ -626,12 +634,13 @@ impl Worker {
             task,
             progress,
             progress_done: false,
+            orphaned: false,
         });
         None
     }
 
     fn progress_message(&self, update: ProgressUpdate, token: &str) -> Option<WorkerMessage> {
-        let job = self.running.as_ref()?;
+        let job = self.running.as_ref().filter(|job| !job.orphaned)?;
         Some(WorkerMessage::Progress {
             token: token.to_string(),
             job_id: job.job_id.clone(),

@@ -184,11 +184,10 @@ pub fn job_shape(job: &JobView) -> String {
     job.workload.shape_summary().to_string()
 }
 
-/// Stable output order: oldest first, then by name and id.
+/// Stable output order: oldest first; jobs created together (one file) keep
+/// the master's order, which is the file's.
 pub fn sort_jobs(jobs: &mut [JobView]) {
-    jobs.sort_by(|a, b| {
-        (a.created_at, &a.name, &a.job_id).cmp(&(b.created_at, &b.name, &b.job_id))
-    });
+    jobs.sort_by_key(|job| job.created_at);
 }
 
 /// One CSV field (RFC 4180): quoted when it holds a comma, quote, CR/LF or

@@ -220,7 +220,7 @@ impl Progress {
     /// The line printed when stdout is not a terminal.
     pub fn plain_line(&self) -> String {
         format!(
-            "{} workers  {:>3}%  {}/{} done, {} failed",
+            "{} workers  {}%  {}/{} done, {} failed",
             self.workers,
             self.percent(),
             self.finished,
@@ -344,7 +344,7 @@ mod tests {
         );
         let p = Progress::of(&view);
         assert_eq!((p.finished, p.total, p.failed), (3, 4, 1));
-        assert_eq!(p.plain_line(), "0 workers   75%  3/4 done, 1 failed");
+        assert_eq!(p.plain_line(), "0 workers  75%  3/4 done, 1 failed");
         assert_eq!(Progress::default().percent(), 0);
     }
 }

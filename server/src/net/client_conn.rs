@@ -104,7 +104,7 @@ pub async fn run(mut conn: Connection, state: AppState) {
             },
             _ = ping.tick() => {
                 if conn.last_seen.elapsed() > state.config.heartbeat_timeout {
-                    conn.close(close_code::HEARTBEAT_TIMEOUT, "heartbeat timeout").await;
+                    conn.abort(close_code::HEARTBEAT_TIMEOUT, "heartbeat timeout").await;
                     return;
                 }
                 if last_ping.elapsed() >= state.config.heartbeat_interval {

@@ -73,6 +73,22 @@ impl Connection {
     /// effort: the peer may already be gone). Reasons are cut to the 123 bytes
     /// a close frame allows.
     pub async fn close(&mut self, code: u16, reason: &str) {
+        if self.send_close(code, reason).await {
+            // Give the peer a moment to read the close frame before the TCP close.
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(500), async {
+                while let Some(Ok(_)) = self.socket.recv().await {}
+            })
+            .await;
+        }
+    }
+
+    /// Sends a close frame without waiting for the peer, for peers that are
+    /// known to be unresponsive (a missed heartbeat).
+    pub async fn abort(&mut self, code: u16, reason: &str) {
+        let _ = self.send_close(code, reason).await;
+    }
+
+    async fn send_close(&mut self, code: u16, reason: &str) -> bool {
         let mut reason = reason.to_string();
         if reason.len() > 123 {
             let mut cut = 120;
@@ -82,18 +98,15 @@ impl Connection {
             reason.truncate(cut);
             reason.push_str("...");
         }
-        let _ = self
-            .socket
-            .send(Message::Close(Some(CloseFrame {
-                code,
-                reason: reason.into(),
-            })))
-            .await;
-        // Give the peer a moment to read the close frame before the TCP close.
-        let _ = tokio::time::timeout(std::time::Duration::from_millis(500), async {
-            while let Some(Ok(_)) = self.socket.recv().await {}
-        })
-        .await;
+        let frame = Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        }));
+        // A peer that stopped reading can fill the TCP buffer; never wait on it long.
+        matches!(
+            tokio::time::timeout(std::time::Duration::from_millis(200), self.socket.send(frame)).await,
+            Ok(Ok(()))
+        )
     }
 
     pub fn max_message_bytes(&self) -> usize {

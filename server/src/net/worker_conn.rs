@@ -139,7 +139,7 @@ pub async fn run(mut conn: Connection, state: AppState) {
                 let silent = conn.last_seen.elapsed();
                 if silent > config.heartbeat_timeout {
                     let reason = format!("heartbeat timeout: nothing received for {:.1} s", silent.as_secs_f64());
-                    conn.close(close_code::HEARTBEAT_TIMEOUT, &reason).await;
+                    conn.abort(close_code::HEARTBEAT_TIMEOUT, &reason).await;
                     break reason;
                 }
                 if last_ping.elapsed() >= config.heartbeat_interval {

@@ -313,12 +313,11 @@ async fn running_job_survives_reconnect_and_max_jobs_stops_the_worker() {
     .unwrap();
     drop(ws);
 
+    // The lease died with that connection, so the master would refuse
+    // progress for it: only the result comes, on the new connection.
     let (mut ws, _) = master.accept_registered("t2").await;
     let result = loop {
         match recv(&mut ws).await {
-            WorkerMessage::Progress { token, lease, .. } => {
-                assert_eq!((token.as_str(), lease), ("t2", 3))
-            }
             WorkerMessage::Result {
                 token,
                 job_id: id,
@@ -462,6 +461,7 @@ async fn no_matching_jobs_and_shutdown_message_are_retried() {
 
     let (mut ws, _) = master.accept_registered("t1").await;
     expect_request_job(&mut ws, "t1").await;
+    // What a master does when it stops: say so, then close.
     send(
         &mut ws,
         MasterMessage::Shutdown {
@@ -469,6 +469,14 @@ async fn no_matching_jobs_and_shutdown_message_are_retried() {
         },
     )
     .await;
+    let _ = ws
+        .close(Some(CloseFrame {
+            code: CloseCode::Away,
+            reason: "shutting down".into(),
+        }))
+        .await;
+    while let Ok(Some(Ok(_))) = tokio::time::timeout(STEP, ws.next()).await {}
+    drop(ws);
 
     let (mut ws2, _) = master.accept_registered("t2").await;
     expect_request_job(&mut ws2, "t2").await;
@@ -476,7 +484,6 @@ async fn no_matching_jobs_and_shutdown_message_are_retried() {
     expect_close(ws2, close_code::NORMAL).await;
     let stats = worker.finish().await.unwrap();
     assert_eq!(stats.registrations, 2);
-    drop(ws);
 }
 
 #[tokio::test]
@@ -489,4 +496,55 @@ async fn shutdown_while_the_master_is_unreachable_returns_promptly() {
     worker.shutdown();
     let stats = worker.finish().await.unwrap();
     assert_eq!(stats.registrations, 0);
+}
+
+/// The job finishes while the worker has no connection at all; its result is
+/// the first thing sent after the next registration.
+#[tokio::test]
+async fn result_finished_while_disconnected_goes_out_first_after_registering() {
+    let (master, url) = FakeMaster::start().await;
+    let mut worker = RunningWorker::start(&url, Duration::from_millis(100), None);
+    let (mut ws, _) = master.accept_registered("t1").await;
+    expect_request_job(&mut ws, "t1").await;
+    let job = workload("mm-8", 8);
+    let job_id = job.job_id();
+    send(&mut ws, assign(job, 11, 2)).await;
+    drop(ws);
+
+    // Keep the worker waiting in its handshake until the job is long done.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (mut ws, _) = master.accept_registered("t2").await;
+    loop {
+        match recv(&mut ws).await {
+            WorkerMessage::Result {
+                token,
+                job_id: id,
+                lease,
+                result,
+            } => {
+                assert_eq!(
+                    (token.as_str(), id.as_str(), lease),
+                    ("t2", job_id.as_str(), 11)
+                );
+                assert_eq!(result.records.len(), 2);
+                break;
+            }
+            other => panic!("expected the result, got {other:?}"),
+        }
+    }
+    send(
+        &mut ws,
+        MasterMessage::Ack {
+            job_id,
+            lease: 11,
+            accepted: true,
+            reason: None,
+        },
+    )
+    .await;
+    expect_request_job(&mut ws, "t2").await;
+    worker.shutdown();
+    expect_close(ws, close_code::NORMAL).await;
+    let stats = worker.finish().await.unwrap();
+    assert_eq!((stats.registrations, stats.reports_accepted), (2, 1));
 }
