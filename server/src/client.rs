@@ -89,7 +89,7 @@ pub enum ClientError {
     #[error("{}", describe_close(*.code, .reason))]
     Closed { code: u16, reason: String },
     /// The master announced that it is shutting down.
-    #[error("the master is shutting down: {reason}")]
+    #[error("{}", describe_shutdown(.reason))]
     Shutdown { reason: String },
     /// The connection broke (reset, dead peer, I/O error).
     #[error("connection to the master lost: {0}")]
@@ -166,6 +166,15 @@ fn describe_server_error(code: ErrorCode, message: &str) -> String {
     match code {
         ErrorCode::ProtocolMismatch => protocol_mismatch(message),
         _ => format!("master refused: {name}: {message}"),
+    }
+}
+
+fn describe_shutdown(reason: &str) -> String {
+    let reason = reason.trim();
+    if reason.is_empty() || reason.contains("shutting down") {
+        "the master is shutting down".into()
+    } else {
+        format!("the master is shutting down: {reason}")
     }
 }
 
@@ -335,9 +344,6 @@ fn unexpected(expected: &'static str, body: &ReplyBody) -> ClientError {
 }
 
 /// One item of the subscription stream.
-// Values are moved once from the socket to the caller, never stored in bulk,
-// so the size difference between variants costs nothing worth a Box.
-#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Update {
     /// A full picture of the fleet. Sent after `subscribe`, and again whenever
@@ -787,13 +793,14 @@ impl FleetView {
         };
         match event {
             FleetEvent::WorkerJoined { worker } | FleetEvent::WorkerUpdated { worker } => {
-                self.workers.insert(worker.session.clone(), worker.clone());
+                self.workers
+                    .insert(worker.session.clone(), (**worker).clone());
             }
             FleetEvent::WorkerLeft { session, .. } => {
                 self.workers.remove(session);
             }
             FleetEvent::JobUpdated { job } => {
-                self.jobs.insert(job.job_id.clone(), job.clone());
+                self.jobs.insert(job.job_id.clone(), (**job).clone());
             }
         }
         self.last_seq = Some(seq);
@@ -971,11 +978,11 @@ pub(crate) mod tests {
         assert_eq!(view.workers_busy(), 1);
 
         let ev = FleetEvent::JobUpdated {
-            job: job("a", JobState::Done),
+            job: Box::new(job("a", JobState::Done)),
         };
         assert_eq!(view.apply_event(11, &ev), EventOutcome::Applied);
         let ev = FleetEvent::JobUpdated {
-            job: job("c", JobState::Failed),
+            job: Box::new(job("c", JobState::Failed)),
         };
         assert_eq!(view.apply_event(12, &ev), EventOutcome::Applied);
         let ev = FleetEvent::WorkerLeft {
@@ -998,7 +1005,7 @@ pub(crate) mod tests {
         assert!(view.workers.is_empty());
         assert!(!view.all_terminal());
         let ev = FleetEvent::JobUpdated {
-            job: job("b", JobState::Cancelled),
+            job: Box::new(job("b", JobState::Cancelled)),
         };
         view.apply_event(14, &ev);
         assert!(view.all_terminal());
@@ -1009,11 +1016,11 @@ pub(crate) mod tests {
         let mut view = FleetView::new();
         view.apply_snapshot(5, snapshot());
         let done_a = FleetEvent::JobUpdated {
-            job: job("a", JobState::Done),
+            job: Box::new(job("a", JobState::Done)),
         };
         // An event already reflected by the snapshot must not roll state back.
         let queued_b = FleetEvent::JobUpdated {
-            job: job("b", JobState::Queued),
+            job: Box::new(job("b", JobState::Queued)),
         };
         assert_eq!(view.apply_event(4, &queued_b), EventOutcome::Stale);
         assert_eq!(view.jobs["b"].state, JobState::Running);
@@ -1033,7 +1040,7 @@ pub(crate) mod tests {
         assert_eq!(view.counts(), JobCounts::default());
         assert!(!view.all_terminal(), "no jobs is not 'all done'");
         let joined = FleetEvent::WorkerJoined {
-            worker: worker("s2", None),
+            worker: Box::new(worker("s2", None)),
         };
         assert_eq!(view.apply_event(2, &joined), EventOutcome::Applied);
         assert_eq!(view.workers.len(), 1);

@@ -24,14 +24,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 use tunefleet_shared::protocol::{
-    FleetEvent, FleetSnapshot, JobCounts, JobId, JobResult, JobState, JobView, Lease, MasterMessage,
-    Millis, ServerMessage, StatusReport, SubmitReport, WorkerHello,
+    FleetEvent, FleetSnapshot, JobCounts, JobId, JobResult, JobState, JobView, Lease,
+    MasterMessage, Millis, ServerMessage, StatusReport, SubmitReport, WorkerHello,
 };
 use tunefleet_shared::workload::Workload;
 
 use crate::scheduler::{
-    CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection, Scheduler, SchedulerConfig,
-    SessionId,
+    CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection, Scheduler,
+    SchedulerConfig, SessionId,
 };
 use crate::store::Store;
 
@@ -244,9 +244,14 @@ impl Core {
                     let _ = reply.send(result);
                 }));
             }
-            Command::WorkerLeave { session, kind, reason } => {
+            Command::WorkerLeave {
+                session,
+                kind,
+                reason,
+            } => {
                 info!(session, %reason, "worker left");
-                self.scheduler.worker_left(session, kind, &reason, now, &mut out);
+                self.scheduler
+                    .worker_left(session, kind, &reason, now, &mut out);
             }
             Command::Worker { session, input } => {
                 let (job_id, lease, result) = match input {
@@ -262,12 +267,24 @@ impl Core {
                         }
                         (None, 0, Ok(()))
                     }
-                    WorkerInput::Result { job_id, lease, result } => {
-                        let r = self.scheduler.result(session, &job_id, lease, *result, now, &mut out);
+                    WorkerInput::Result {
+                        job_id,
+                        lease,
+                        result,
+                    } => {
+                        let r = self
+                            .scheduler
+                            .result(session, &job_id, lease, *result, now, &mut out);
                         (Some(job_id), lease, r)
                     }
-                    WorkerInput::Failed { job_id, lease, error } => {
-                        let r = self.scheduler.job_failed(session, &job_id, lease, &error, now, &mut out);
+                    WorkerInput::Failed {
+                        job_id,
+                        lease,
+                        error,
+                    } => {
+                        let r = self
+                            .scheduler
+                            .job_failed(session, &job_id, lease, &error, now, &mut out);
                         (Some(job_id), lease, r)
                     }
                 };
@@ -290,9 +307,16 @@ impl Core {
             }
             Command::Submit { workloads, reply } => {
                 let (new_jobs, duplicates) = self.scheduler.submit(workloads, now, &mut out);
-                info!(new = new_jobs.len(), duplicates = duplicates.len(), "workloads submitted");
+                info!(
+                    new = new_jobs.len(),
+                    duplicates = duplicates.len(),
+                    "workloads submitted"
+                );
                 batch.replies.push(Box::new(move || {
-                    let _ = reply.send(SubmitReport { new_jobs, duplicates });
+                    let _ = reply.send(SubmitReport {
+                        new_jobs,
+                        duplicates,
+                    });
                 }));
             }
             Command::Status { reply } => {
@@ -336,21 +360,31 @@ impl Core {
                     let Some(job) = self.scheduler.job(&id) else {
                         continue;
                     };
-                    let event = FleetEvent::JobUpdated { job: job.view.clone() };
-                    batch.trace.push((now, serde_json::to_string(&event).unwrap_or_default()));
+                    let event = FleetEvent::JobUpdated {
+                        job: Box::new(job.view.clone()),
+                    };
+                    batch
+                        .trace
+                        .push((now, serde_json::to_string(&event).unwrap_or_default()));
                     batch.events.push(event);
                     batch.dirty.push(id);
                 }
                 Output::WorkerJoined(session) => {
                     if let Some(view) = self.scheduler.worker(session) {
-                        let event = FleetEvent::WorkerJoined { worker: view.clone() };
-                        batch.trace.push((now, serde_json::to_string(&event).unwrap_or_default()));
+                        let event = FleetEvent::WorkerJoined {
+                            worker: Box::new(view.clone()),
+                        };
+                        batch
+                            .trace
+                            .push((now, serde_json::to_string(&event).unwrap_or_default()));
                         batch.events.push(event);
                     }
                 }
                 Output::WorkerChanged(session) => {
                     if let Some(view) = self.scheduler.worker(session) {
-                        batch.events.push(FleetEvent::WorkerUpdated { worker: view.clone() });
+                        batch.events.push(FleetEvent::WorkerUpdated {
+                            worker: Box::new(view.clone()),
+                        });
                     }
                 }
                 Output::WorkerLeft { session, reason } => {
@@ -359,7 +393,9 @@ impl Core {
                         session: crate::scheduler::session_label(session),
                         reason,
                     };
-                    batch.trace.push((now, serde_json::to_string(&event).unwrap_or_default()));
+                    batch
+                        .trace
+                        .push((now, serde_json::to_string(&event).unwrap_or_default()));
                     batch.events.push(event);
                 }
                 Output::Send { session, msg } => batch.sends.push((session, Outbound::Msg(msg))),
@@ -371,7 +407,11 @@ impl Core {
         batch.dirty.sort();
         batch.dirty.dedup();
         if !batch.dirty.is_empty() || !batch.trace.is_empty() {
-            let jobs: Vec<_> = batch.dirty.iter().filter_map(|id| self.scheduler.job(id)).collect();
+            let jobs: Vec<_> = batch
+                .dirty
+                .iter()
+                .filter_map(|id| self.scheduler.job(id))
+                .collect();
             let mut attempt = 0;
             while let Err(e) = self.store.commit(jobs.iter().copied(), &batch.trace) {
                 attempt += 1;
@@ -387,8 +427,15 @@ impl Core {
         }
         for event in batch.events {
             self.seq += 1;
-            let json = serde_json::to_string(&ServerMessage::Event { seq: self.seq, event }).unwrap_or_default();
-            let _ = self.events.send(Arc::new(Published { seq: self.seq, json }));
+            let json = serde_json::to_string(&ServerMessage::Event {
+                seq: self.seq,
+                event,
+            })
+            .unwrap_or_default();
+            let _ = self.events.send(Arc::new(Published {
+                seq: self.seq,
+                json,
+            }));
         }
         for (session, msg) in batch.sends {
             match self.sessions.get(&session) {

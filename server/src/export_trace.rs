@@ -28,7 +28,8 @@ pub fn run(args: ExportTraceArgs) -> anyhow::Result<()> {
     let store = Store::open_read_only(&args.state)?;
     let mut out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };

@@ -8,11 +8,11 @@
 //! - [`serve`]: start-up and graceful shutdown;
 //! - [`client`] and [`commands`]: the CLI's side of the protocol.
 
+pub mod client;
+pub mod commands;
 pub mod core;
 pub mod export_trace;
 pub mod net;
 pub mod scheduler;
 pub mod serve;
 pub mod store;
-pub mod client;
-pub mod commands;

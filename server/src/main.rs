@@ -9,7 +9,11 @@ use tunefleet_server::commands::{self, ClientCli};
 use tunefleet_server::{export_trace, serve};
 
 #[derive(Parser)]
-#[command(name = "tunefleet", version, about = "Distributed auto-tuning farm for Apache TVM")]
+#[command(
+    name = "tunefleet",
+    version,
+    about = "Distributed auto-tuning farm for Apache TVM"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -28,9 +32,15 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The master logs at info; client commands stay quiet unless asked (RUST_LOG).
-    let default_level = if matches!(cli.command, Cmd::Serve(_)) { "info" } else { "warn" };
+    let default_level = if matches!(cli.command, Cmd::Serve(_)) {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();

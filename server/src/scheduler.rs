@@ -103,8 +103,14 @@ pub enum Output {
     JobChanged(JobId),
     WorkerJoined(SessionId),
     WorkerChanged(SessionId),
-    WorkerLeft { session: SessionId, reason: String },
-    Send { session: SessionId, msg: MasterMessage },
+    WorkerLeft {
+        session: SessionId,
+        reason: String,
+    },
+    Send {
+        session: SessionId,
+        msg: MasterMessage,
+    },
 }
 
 /// Why a worker message was not applied. Logged and answered, never stored.
@@ -189,7 +195,12 @@ impl Scheduler {
     /// Rebuilds the scheduler from persisted jobs after a (possibly unclean)
     /// stop. Jobs that were in flight go back to the front of the queue; that
     /// attempt does not count, since the master, not the job, stopped it.
-    pub fn recover(config: SchedulerConfig, jobs: Vec<Job>, now: Millis, out: &mut Vec<Output>) -> Self {
+    pub fn recover(
+        config: SchedulerConfig,
+        jobs: Vec<Job>,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> Self {
         let mut s = Scheduler::new(config);
         let mut jobs = jobs;
         jobs.sort_by_key(|j| j.queue_key);
@@ -247,7 +258,10 @@ impl Scheduler {
     }
 
     pub fn idle_sessions(&self) -> impl Iterator<Item = SessionId> + '_ {
-        self.sessions.iter().filter(|(_, s)| s.idle).map(|(id, _)| *id)
+        self.sessions
+            .iter()
+            .filter(|(_, s)| s.idle)
+            .map(|(id, _)| *id)
     }
 
     /// The job a session holds, as the scheduler sees it.
@@ -330,10 +344,18 @@ impl Scheduler {
         now: Millis,
         out: &mut Vec<Output>,
     ) -> Result<usize, JoinRefusal> {
-        let open: Vec<&Job> = self.jobs.values().filter(|j| !j.state().is_terminal()).collect();
-        let matching = open.iter().filter(|j| hello.target.serves(j.target())).count();
+        let open: Vec<&Job> = self
+            .jobs
+            .values()
+            .filter(|j| !j.state().is_terminal())
+            .collect();
+        let matching = open
+            .iter()
+            .filter(|j| hello.target.serves(j.target()))
+            .count();
         if !open.is_empty() && matching == 0 {
-            let mut wanted: Vec<String> = open.iter().map(|j| j.target().canonical_json()).collect();
+            let mut wanted: Vec<String> =
+                open.iter().map(|j| j.target().canonical_json()).collect();
             wanted.sort();
             wanted.dedup();
             wanted.truncate(5);
@@ -541,7 +563,9 @@ impl Scheduler {
         let stale: Vec<(JobId, SessionId, Lease)> = self
             .jobs
             .values()
-            .filter(|j| j.state().is_in_flight() && now.saturating_sub(j.last_progress_at) > timeout)
+            .filter(|j| {
+                j.state().is_in_flight() && now.saturating_sub(j.last_progress_at) > timeout
+            })
             .filter_map(|j| j.holder.map(|h| (j.id().clone(), h, j.lease)))
             .collect();
         for (job_id, session, lease) in stale {
@@ -564,7 +588,12 @@ impl Scheduler {
         self.dispatch(now, out);
     }
 
-    pub fn cancel(&mut self, job_id: &str, now: Millis, out: &mut Vec<Output>) -> Result<(), CommandError> {
+    pub fn cancel(
+        &mut self,
+        job_id: &str,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> Result<(), CommandError> {
         let job = self
             .jobs
             .get(job_id)
@@ -603,7 +632,12 @@ impl Scheduler {
 
     /// Puts a failed or cancelled job back at the end of the queue with a
     /// fresh attempt budget; its error history is kept.
-    pub fn retry(&mut self, job_id: &str, now: Millis, out: &mut Vec<Output>) -> Result<(), CommandError> {
+    pub fn retry(
+        &mut self,
+        job_id: &str,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> Result<(), CommandError> {
         let job = self
             .jobs
             .get_mut(job_id)
@@ -632,7 +666,12 @@ impl Scheduler {
 
     // ----- internals ----------------------------------------------------
 
-    fn held_job_mut(&mut self, session: SessionId, job_id: &str, lease: Lease) -> Result<&mut Job, Rejection> {
+    fn held_job_mut(
+        &mut self,
+        session: SessionId,
+        job_id: &str,
+        lease: Lease,
+    ) -> Result<&mut Job, Rejection> {
         let job = self
             .jobs
             .get_mut(job_id)
@@ -654,7 +693,10 @@ impl Scheduler {
 
     /// The ownership rule for results and failures (see [`Scheduler::result`]).
     fn check_owner(&self, session: SessionId, job_id: &str, lease: Lease) -> Result<(), Rejection> {
-        let s = self.sessions.get(&session).ok_or(Rejection::UnknownSession(session))?;
+        let s = self
+            .sessions
+            .get(&session)
+            .ok_or(Rejection::UnknownSession(session))?;
         let job = self
             .jobs
             .get(job_id)
@@ -766,7 +808,8 @@ impl Scheduler {
     fn assign(&mut self, session: SessionId, job_id: &str, now: Millis, out: &mut Vec<Output>) {
         self.dequeue(job_id);
         let nbest = self.config.nbest as u32;
-        let (Some(s), Some(job)) = (self.sessions.get_mut(&session), self.jobs.get_mut(job_id)) else {
+        let (Some(s), Some(job)) = (self.sessions.get_mut(&session), self.jobs.get_mut(job_id))
+        else {
             return;
         };
         job.lease += 1;
@@ -842,10 +885,16 @@ pub fn session_label(session: SessionId) -> String {
 fn validate_result(result: &JobResult, nbest: usize) -> Result<Vec<TuningRecord>, String> {
     let ok = |x: f64| x.is_finite() && x > 0.0;
     if !ok(result.best_latency_s) {
-        return Err(format!("best_latency_s must be a positive number, got {}", result.best_latency_s));
+        return Err(format!(
+            "best_latency_s must be a positive number, got {}",
+            result.best_latency_s
+        ));
     }
     if let Some(bad) = result.records.iter().find(|r| !ok(r.latency_s)) {
-        return Err(format!("record latency must be a positive number, got {}", bad.latency_s));
+        return Err(format!(
+            "record latency must be a positive number, got {}",
+            bad.latency_s
+        ));
     }
     let mut records = result.records.clone();
     records.sort_by(|a, b| a.latency_s.total_cmp(&b.latency_s));

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, watch};
 use tracing::{info, warn};
@@ -86,7 +87,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
-        _ => return Err(format!("`{text}`: unknown unit `{unit}` (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "`{text}`: unknown unit `{unit}` (use ms, s, m or h)"
+            ))
+        }
     };
     if !(value.is_finite() && value >= 0.0) {
         return Err(format!("`{text}` must be a non-negative duration"));
@@ -101,7 +106,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Parse start-up files first: a typo should stop us before anything binds.
     let mut initial = Vec::new();
     for path in &args.workloads {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         let workloads = parse_workload_file(&text, &path.display().to_string())
             .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("invalid workload file {}", path.display()))?;
@@ -112,7 +118,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (events, _) = broadcast::channel(args.event_buffer.max(16));
     let config = SchedulerConfig {
         max_attempts: args.max_attempts,
-        job_timeout_ms: (!args.job_timeout.is_zero()).then(|| args.job_timeout.as_millis() as u64),
+        job_timeout_ms: (!args.job_timeout.is_zero())
+            .then_some(args.job_timeout.as_millis() as u64),
         nbest: args.nbest as usize,
     };
     let core = Core::start(config, store, events.clone())?;
@@ -156,7 +163,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(t) if !t.is_empty() => t,
         _ => {
             let t = uuid::Uuid::new_v4().simple().to_string();
-            println!("admin token: {t}  (pass it to admin commands with --token or TUNEFLEET_TOKEN)");
+            println!(
+                "admin token: {t}  (pass it to admin commands with --token or TUNEFLEET_TOKEN)"
+            );
             t
         }
     };
@@ -186,6 +195,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     info!(%addr, state = %args.state.display(), "master up");
 
     let app = net::router(state);
+    // Small JSON messages must not wait for delayed ACKs (a 40 ms stall per
+    // exchange with Nagle's algorithm on).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            warn!("cannot set TCP_NODELAY: {e}");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             wait_for_signal().await;
@@ -196,7 +212,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .context("server error")?;
 
     // Every connection task holds a clone of `alive`; recv() returns None once all are gone.
-    if tokio::time::timeout(Duration::from_secs(5), alive_rx.recv()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(5), alive_rx.recv())
+        .await
+        .is_err()
+    {
         warn!("some connections did not close within 5 s");
     }
     ticker.abort();
@@ -214,20 +233,24 @@ fn default_web_dir() -> Option<PathBuf> {
             .ok()
             .and_then(|exe| exe.parent().map(|p| p.join("../../web/dist"))),
     ];
-    candidates.into_iter().flatten().find(|d| d.join("index.html").is_file())
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|d| d.join("index.html").is_file())
 }
 
 async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

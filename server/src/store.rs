@@ -90,9 +90,11 @@ impl Store {
         ))
         .map_err(err)?;
         let found: Option<i64> = conn
-            .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| {
-                r.get::<_, String>(0)
-            })
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get::<_, String>(0),
+            )
             .map(|v| v.parse().ok())
             .or_else(|e| match e {
                 rusqlite::Error::QueryReturnedNoRows => Ok(None),
@@ -124,13 +126,16 @@ impl Store {
     /// Opens an existing database without creating or changing anything.
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
         let path_text = path.display().to_string();
-        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|source| {
-            StoreError::Sqlite {
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(
+            |source| StoreError::Sqlite {
                 path: path_text.clone(),
                 source,
-            }
-        })?;
-        Ok(Store { conn, path: path_text })
+            },
+        )?;
+        Ok(Store {
+            conn,
+            path: path_text,
+        })
     }
 
     fn sql_err(&self, source: rusqlite::Error) -> StoreError {
@@ -204,7 +209,11 @@ impl Store {
             .map_err(|e| self.sql_err(e))?;
         let rows = stmt
             .query_map([], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
             })
             .map_err(|e| self.sql_err(e))?;
         let mut n = 0;

@@ -9,7 +9,9 @@ use proptest::prelude::*;
 use tunefleet_server::scheduler::{
     Job, LeaveKind, Output, ProgressReport, Rejection, Scheduler, SchedulerConfig, SessionId,
 };
-use tunefleet_shared::protocol::{JobResult, JobState, MasterMessage, TuningRecord, WorkerHello, PROTOCOL_VERSION};
+use tunefleet_shared::protocol::{
+    JobResult, JobState, MasterMessage, TuningRecord, WorkerHello, PROTOCOL_VERSION,
+};
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{parse_workload_file, Workload};
 
@@ -80,7 +82,8 @@ const CONFIG: SchedulerConfig = SchedulerConfig {
 fn idle_worker_gets_a_job_as_soon_as_one_is_submitted() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
     s.request_job(1, 0, &mut out);
     assert!(assigned(&out).is_empty());
     out.clear();
@@ -98,7 +101,8 @@ fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(3, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
     s.request_job(1, 0, &mut out);
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Assigned);
     out.clear();
@@ -109,17 +113,26 @@ fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
     assert_eq!(job.view.errors.len(), 1);
     assert!(job.view.errors[0].message.contains("killed"));
 
-    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 6, &mut out).unwrap();
+    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 6, &mut out)
+        .unwrap();
     out.clear();
     s.request_job(2, 6, &mut out);
     let a = assigned(&out);
-    assert_eq!((a[0].1.as_str(), a[0].2), (ids[0].as_str(), 2), "second lease");
+    assert_eq!(
+        (a[0].1.as_str(), a[0].2),
+        (ids[0].as_str(), 2),
+        "second lease"
+    );
     s.result(2, &ids[0], 2, result(1e-3), 7, &mut out).unwrap();
     let job = s.job(&ids[0]).unwrap();
     assert_eq!(job.state(), JobState::Done);
     assert_eq!(job.view.attempts, 2);
     assert_eq!(job.view.records.len(), 5, "nbest records kept");
-    assert!(job.view.records.windows(2).all(|w| w[0].latency_s <= w[1].latency_s));
+    assert!(job
+        .view
+        .records
+        .windows(2)
+        .all(|w| w[0].latency_s <= w[1].latency_s));
     assert_eq!(job.view.best_latency_s, Some(1e-3));
 }
 
@@ -128,8 +141,10 @@ fn results_from_the_wrong_worker_or_lease_are_rejected() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
-    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
+    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
     s.request_job(1, 0, &mut out);
     assert!(matches!(
         s.result(2, &ids[0], 1, result(1e-3), 1, &mut out),
@@ -170,27 +185,37 @@ fn late_result_rule() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(2, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
     s.request_job(1, 0, &mut out);
     s.worker_left(1, LeaveKind::Lost, "network", 1, &mut out);
     // Still open (queued): accepted from the same process.
-    s.worker_joined(3, &hello("a", r#"{"kind":"llvm"}"#), 2, &mut out).unwrap();
+    s.worker_joined(3, &hello("a", r#"{"kind":"llvm"}"#), 2, &mut out)
+        .unwrap();
     s.result(3, &ids[0], 1, result(1e-3), 3, &mut out).unwrap();
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Done);
     assert!(!s.queue_order().contains(&ids[0]));
 
     // Re-assigned to another worker meanwhile: still open, the late result wins
     // and the other worker is told to stop.
-    s.worker_joined(4, &hello("c", r#"{"kind":"llvm"}"#), 4, &mut out).unwrap();
+    s.worker_joined(4, &hello("c", r#"{"kind":"llvm"}"#), 4, &mut out)
+        .unwrap();
     s.request_job(4, 4, &mut out); // takes ids[1], lease 1
     s.worker_left(4, LeaveKind::Lost, "network", 5, &mut out);
-    s.worker_joined(5, &hello("d", r#"{"kind":"llvm"}"#), 6, &mut out).unwrap();
+    s.worker_joined(5, &hello("d", r#"{"kind":"llvm"}"#), 6, &mut out)
+        .unwrap();
     s.request_job(5, 6, &mut out); // ids[1], lease 2
-    s.worker_joined(6, &hello("c", r#"{"kind":"llvm"}"#), 7, &mut out).unwrap();
+    s.worker_joined(6, &hello("c", r#"{"kind":"llvm"}"#), 7, &mut out)
+        .unwrap();
     out.clear();
     s.result(6, &ids[1], 1, result(2e-3), 8, &mut out).unwrap();
-    assert!(out.iter().any(|o| matches!(o,
-        Output::Send { session: 5, msg: MasterMessage::Cancel { lease: 2, .. } })));
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::Send {
+            session: 5,
+            msg: MasterMessage::Cancel { lease: 2, .. }
+        }
+    )));
     assert_eq!(s.session_job(5), None);
     // Another process cannot claim someone else's lease, and done stays done.
     assert!(s.result(5, &ids[1], 2, result(1e-3), 9, &mut out).is_err());
@@ -202,12 +227,14 @@ fn failures_retry_until_max_attempts_then_fail_with_all_errors() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
     for lease in 1..=3 {
         out.clear();
         s.request_job(1, lease, &mut out);
         assert_eq!(assigned(&out).len(), 1, "attempt {lease} assigned");
-        s.job_failed(1, &ids[0], lease, &format!("boom {lease}"), lease, &mut out).unwrap();
+        s.job_failed(1, &ids[0], lease, &format!("boom {lease}"), lease, &mut out)
+            .unwrap();
     }
     let job = s.job(&ids[0]).unwrap();
     assert_eq!(job.state(), JobState::Failed);
@@ -215,7 +242,10 @@ fn failures_retry_until_max_attempts_then_fail_with_all_errors() {
     assert!(job.view.errors[2].message.contains("boom 3"));
     s.retry(&ids[0], 10, &mut out).unwrap();
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Queued);
-    assert!(s.retry(&ids[0], 10, &mut out).is_err(), "only failed/cancelled jobs retry");
+    assert!(
+        s.retry(&ids[0], 10, &mut out).is_err(),
+        "only failed/cancelled jobs retry"
+    );
 }
 
 #[test]
@@ -223,14 +253,21 @@ fn job_timeout_recycles_a_quiet_job_and_cancels_the_worker() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
     s.request_job(1, 0, &mut out);
     s.tick(9_000, &mut out);
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Assigned);
     out.clear();
     s.tick(10_001, &mut out);
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Queued);
-    assert!(out.iter().any(|o| matches!(o, Output::Send { session: 1, msg: MasterMessage::Cancel { .. } })));
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::Send {
+            session: 1,
+            msg: MasterMessage::Cancel { .. }
+        }
+    )));
 }
 
 #[test]
@@ -238,10 +275,15 @@ fn workers_only_get_jobs_their_target_serves_and_mismatches_are_refused() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(2, 2), 0, &mut out).0; // ids[0] pinned to mcpu a
-    s.worker_joined(1, &hello("plain", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(1, &hello("plain", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
     out.clear();
     s.request_job(1, 0, &mut out);
-    assert_eq!(assigned(&out)[0].1, ids[1], "plain llvm worker skips the pinned job");
+    assert_eq!(
+        assigned(&out)[0].1,
+        ids[1],
+        "plain llvm worker skips the pinned job"
+    );
     assert!(s
         .worker_joined(2, &hello("gpu", r#"{"kind":"cuda"}"#), 0, &mut out)
         .is_err());
@@ -256,7 +298,8 @@ fn restart_requeues_in_flight_jobs_without_counting_the_attempt() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(3, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
     s.request_job(1, 0, &mut out);
     s.result(1, &ids[0], 1, result(1e-3), 1, &mut out).unwrap();
     s.request_job(1, 2, &mut out); // ids[1] in flight
@@ -275,17 +318,40 @@ fn restart_requeues_in_flight_jobs_without_counting_the_attempt() {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Join { slot: usize, pinned: bool },
-    Leave { slot: usize },
-    Request { slot: usize },
-    Progress { slot: usize },
-    Finish { slot: usize },
-    Fail { slot: usize },
+    Join {
+        slot: usize,
+        pinned: bool,
+    },
+    Leave {
+        slot: usize,
+    },
+    Request {
+        slot: usize,
+    },
+    Progress {
+        slot: usize,
+    },
+    Finish {
+        slot: usize,
+    },
+    Fail {
+        slot: usize,
+    },
     /// A message for a lease this slot may not hold (stale, foreign or made up).
-    Forged { slot: usize, job: usize, lease: u64 },
-    Tick { advance: u64 },
-    Cancel { job: usize },
-    Retry { job: usize },
+    Forged {
+        slot: usize,
+        job: usize,
+        lease: u64,
+    },
+    Tick {
+        advance: u64,
+    },
+    Cancel {
+        job: usize,
+    },
+    Retry {
+        job: usize,
+    },
     Restart,
 }
 
@@ -351,8 +417,13 @@ impl Harness {
                     session,
                     msg: MasterMessage::Assign { job_id, lease, .. },
                 } => {
-                    let slot = self.slot_of(session).expect("assign goes to a live session");
-                    assert!(self.holding.insert(slot, (job_id, lease)).is_none(), "worker got a second job");
+                    let slot = self
+                        .slot_of(session)
+                        .expect("assign goes to a live session");
+                    assert!(
+                        self.holding.insert(slot, (job_id, lease)).is_none(),
+                        "worker got a second job"
+                    );
                 }
                 Output::Send {
                     session,
@@ -370,7 +441,10 @@ impl Harness {
     }
 
     fn slot_of(&self, session: SessionId) -> Option<usize> {
-        self.sessions.iter().find(|(_, s)| **s == session).map(|(slot, _)| *slot)
+        self.sessions
+            .iter()
+            .find(|(_, s)| **s == session)
+            .map(|(slot, _)| *slot)
     }
 
     fn step(&mut self, op: Op) {
@@ -382,12 +456,21 @@ impl Harness {
                 if self.sessions.contains_key(&slot) {
                     return;
                 }
-                let target = if pinned { r#"{"kind":"llvm","mcpu":"a"}"# } else { r#"{"kind":"llvm"}"# };
+                let target = if pinned {
+                    r#"{"kind":"llvm","mcpu":"a"}"#
+                } else {
+                    r#"{"kind":"llvm"}"#
+                };
                 let session = self.next_session;
                 self.next_session += 1;
                 if self
                     .s
-                    .worker_joined(session, &hello(&format!("proc{slot}"), target), now, &mut out)
+                    .worker_joined(
+                        session,
+                        &hello(&format!("proc{slot}"), target),
+                        now,
+                        &mut out,
+                    )
                     .is_ok()
                 {
                     self.sessions.insert(slot, session);
@@ -396,7 +479,8 @@ impl Harness {
             Op::Leave { slot } => {
                 if let Some(session) = self.sessions.remove(&slot) {
                     // The worker process keeps its finished work to re-send (late result).
-                    self.s.worker_left(session, LeaveKind::Lost, "gone", now, &mut out);
+                    self.s
+                        .worker_left(session, LeaveKind::Lost, "gone", now, &mut out);
                 }
             }
             Op::Request { slot } => {
@@ -407,7 +491,9 @@ impl Harness {
                 }
             }
             Op::Progress { slot } => {
-                if let (Some(&session), Some((job_id, lease))) = (self.sessions.get(&slot), self.holding.get(&slot)) {
+                if let (Some(&session), Some((job_id, lease))) =
+                    (self.sessions.get(&slot), self.holding.get(&slot))
+                {
                     let report = ProgressReport {
                         job_id: job_id.clone(),
                         lease: *lease,
@@ -419,27 +505,45 @@ impl Harness {
                 }
             }
             Op::Finish { slot } => {
-                if let (Some(&session), Some((job_id, lease))) = (self.sessions.get(&slot), self.holding.remove(&slot)) {
-                    if self.s.result(session, &job_id, lease, result(1e-3), now, &mut out).is_ok() {
+                if let (Some(&session), Some((job_id, lease))) =
+                    (self.sessions.get(&slot), self.holding.remove(&slot))
+                {
+                    if self
+                        .s
+                        .result(session, &job_id, lease, result(1e-3), now, &mut out)
+                        .is_ok()
+                    {
                         *self.accepted.entry(job_id).or_default() += 1;
                     }
                 }
             }
             Op::Fail { slot } => {
-                if let (Some(&session), Some((job_id, lease))) = (self.sessions.get(&slot), self.holding.remove(&slot)) {
-                    let _ = self.s.job_failed(session, &job_id, lease, "boom", now, &mut out);
+                if let (Some(&session), Some((job_id, lease))) =
+                    (self.sessions.get(&slot), self.holding.remove(&slot))
+                {
+                    let _ = self
+                        .s
+                        .job_failed(session, &job_id, lease, "boom", now, &mut out);
                 }
             }
             Op::Forged { slot, job, lease } => {
-                if let (Some(&session), Some(job_id)) = (self.sessions.get(&slot), self.ids.get(job)) {
+                if let (Some(&session), Some(job_id)) =
+                    (self.sessions.get(&slot), self.ids.get(job))
+                {
                     let legit = self.holding.get(&slot) == Some(&(job_id.clone(), lease));
                     if !legit {
                         let before = self.s.job(job_id).cloned();
-                        if self.s.result(session, job_id, lease, result(1e-3), now, &mut out).is_ok() {
+                        if self
+                            .s
+                            .result(session, job_id, lease, result(1e-3), now, &mut out)
+                            .is_ok()
+                        {
                             // Only the late-result rule may accept it: same worker process.
                             let before = before.expect("job existed");
-                            assert!(before.lease_history.iter().any(|r| r.lease == lease
-                                && r.worker_id == format!("proc{slot}")));
+                            assert!(before
+                                .lease_history
+                                .iter()
+                                .any(|r| r.lease == lease && r.worker_id == format!("proc{slot}")));
                             *self.accepted.entry(job_id.clone()).or_default() += 1;
                         }
                     }
@@ -476,7 +580,11 @@ impl Harness {
         for id in &self.ids {
             let job = self.s.job(id).expect("a job is never lost");
             let in_queue = queue.iter().filter(|q| *q == id).count();
-            assert_eq!(in_queue, usize::from(job.state() == JobState::Queued), "job {id} queue membership");
+            assert_eq!(
+                in_queue,
+                usize::from(job.state() == JobState::Queued),
+                "job {id} queue membership"
+            );
             if job.state().is_in_flight() {
                 let holder = job.holder.expect("in-flight job has a holder");
                 assert_eq!(self.s.session_job(holder), Some(&(id.clone(), job.lease)));
@@ -490,17 +598,27 @@ impl Harness {
             }
             assert!(job.view.attempts <= CONFIG.max_attempts);
             // Durability: the database copy equals memory (sessions aside).
-            let mut stored = self.persisted.get(id).expect("every job is persisted").clone();
+            let mut stored = self
+                .persisted
+                .get(id)
+                .expect("every job is persisted")
+                .clone();
             stored.holder = job.holder;
             assert_eq!(&stored, job, "job {id} changed without being reported");
         }
-        assert_eq!(queue.len(), queue.iter().collect::<std::collections::HashSet<_>>().len());
+        assert_eq!(
+            queue.len(),
+            queue.iter().collect::<std::collections::HashSet<_>>().len()
+        );
         // Work conservation: nobody idles while a job it can serve waits.
         for session in self.s.idle_sessions() {
             let worker = self.s.worker(session).expect("idle session exists");
             for id in &queue {
                 let job = self.s.job(id).expect("queued job exists");
-                assert!(!worker.target.serves(&job.view.workload.target), "idle worker next to a job it serves");
+                assert!(
+                    !worker.target.serves(&job.view.workload.target),
+                    "idle worker next to a job it serves"
+                );
             }
         }
     }
@@ -510,12 +628,19 @@ impl Harness {
         let mut out = Vec::new();
         let session = 10_000;
         self.s
-            .worker_joined(session, &hello("drainer", r#"{"kind":"llvm","mcpu":"a"}"#), self.now, &mut out)
+            .worker_joined(
+                session,
+                &hello("drainer", r#"{"kind":"llvm","mcpu":"a"}"#),
+                self.now,
+                &mut out,
+            )
             .expect("a universal worker is accepted");
         for _ in 0..100 {
             out.clear();
             self.s.request_job(session, self.now, &mut out);
-            let Some((_, job_id, lease)) = assigned(&out).pop() else { break };
+            let Some((_, job_id, lease)) = assigned(&out).pop() else {
+                break;
+            };
             self.s
                 .result(session, &job_id, lease, result(1e-3), self.now, &mut out)
                 .expect("holder's result is accepted");
@@ -524,7 +649,11 @@ impl Harness {
         // Other live sessions may still hold jobs; let them finish too.
         for (slot, (job_id, lease)) in self.holding.clone() {
             if let Some(&s) = self.sessions.get(&slot) {
-                if self.s.result(s, &job_id, lease, result(1e-3), self.now, &mut out).is_ok() {
+                if self
+                    .s
+                    .result(s, &job_id, lease, result(1e-3), self.now, &mut out)
+                    .is_ok()
+                {
                     *self.accepted.entry(job_id).or_default() += 1;
                 }
             }

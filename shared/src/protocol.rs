@@ -456,10 +456,10 @@ pub struct FleetSnapshot {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FleetEvent {
-    WorkerJoined { worker: WorkerView },
+    WorkerJoined { worker: Box<WorkerView> },
     WorkerLeft { session: String, reason: String },
-    WorkerUpdated { worker: WorkerView },
-    JobUpdated { job: JobView },
+    WorkerUpdated { worker: Box<WorkerView> },
+    JobUpdated { job: Box<JobView> },
 }
 
 #[cfg(test)]

@@ -22,7 +22,15 @@ pub fn bin_dir() -> &'static Path {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "tunefleet-server", "-p", "tunefleet-worker", "--bins"])
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "tunefleet-server",
+                "-p",
+                "tunefleet-worker",
+                "--bins",
+            ])
             .current_dir(&root)
             .status()
             .expect("cannot run cargo to build the binaries");
@@ -114,7 +122,9 @@ impl Master {
         self.kill9();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match std::panic::catch_unwind(|| spawn_master(self.addr, &self.state, &self.dir, &self.extra)) {
+            match std::panic::catch_unwind(|| {
+                spawn_master(self.addr, &self.state, &self.dir, &self.extra)
+            }) {
                 Ok((child, _)) => {
                     self.child = Some(child);
                     return;
@@ -142,7 +152,12 @@ impl Drop for Master {
     }
 }
 
-fn spawn_master(bind: SocketAddr, state: &Path, dir: &Path, extra: &[String]) -> (Child, SocketAddr) {
+fn spawn_master(
+    bind: SocketAddr,
+    state: &Path,
+    dir: &Path,
+    extra: &[String],
+) -> (Child, SocketAddr) {
     let mut child = Command::new(bin("tunefleet"))
         .arg("serve")
         .arg("--bind")
@@ -164,7 +179,11 @@ fn spawn_master(bind: SocketAddr, state: &Path, dir: &Path, extra: &[String]) ->
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if !sent {
                 if let Some(rest) = line.strip_prefix("tunefleet master listening on ") {
-                    let addr = rest.split_whitespace().next().unwrap_or_default().to_string();
+                    let addr = rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
                     let _ = tx.send(addr);
                     sent = true;
                 }
@@ -192,9 +211,20 @@ impl Worker {
         Self::start_url(&master.url(), &master.dir, name, sim_seconds, extra)
     }
 
-    pub fn start_url(url: &str, dir: &Path, name: &str, sim_seconds: f64, extra: &[&str]) -> Worker {
+    pub fn start_url(
+        url: &str,
+        dir: &Path,
+        name: &str,
+        sim_seconds: f64,
+        extra: &[&str],
+    ) -> Worker {
         let child = Command::new(bin("tunefleet-worker"))
-            .args(["--server", url, "--target", r#"{"kind":"llvm","num-cores":2}"#])
+            .args([
+                "--server",
+                url,
+                "--target",
+                r#"{"kind":"llvm","num-cores":2}"#,
+            ])
             .args(["--backend", "sim", "--name", name])
             .arg("--sim-seconds")
             .arg(sim_seconds.to_string())
@@ -231,7 +261,9 @@ impl Worker {
     }
 
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 }
 
@@ -245,7 +277,10 @@ impl Drop for Worker {
 }
 
 pub fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
 }
 
 /// Polls `f` until it returns `Some` or the timeout passes.

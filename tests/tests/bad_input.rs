@@ -14,12 +14,16 @@ use tunefleet_tests::*;
 type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn raw(master: &Master, path: &str) -> Ws {
-    let (ws, _) = connect_async(format!("{}{path}", master.url())).await.expect("connect");
+    let (ws, _) = connect_async(format!("{}{path}", master.url()))
+        .await
+        .expect("connect");
     ws
 }
 
 async fn send(ws: &mut Ws, value: Value) {
-    ws.send(Message::Text(value.to_string().into())).await.expect("send");
+    ws.send(Message::Text(value.to_string().into()))
+        .await
+        .expect("send");
 }
 
 /// Next JSON message, or `Err((code, reason))` when the master closes.
@@ -29,9 +33,13 @@ async fn next(ws: &mut Ws) -> Result<Value, (u16, String)> {
             .await
             .expect("master answers within 10 s");
         match msg {
-            Some(Ok(Message::Text(t))) => return Ok(serde_json::from_str(&t).expect("master sends JSON")),
+            Some(Ok(Message::Text(t))) => {
+                return Ok(serde_json::from_str(&t).expect("master sends JSON"))
+            }
             Some(Ok(Message::Close(frame))) => {
-                return Err(frame.map(|f| (u16::from(f.code), f.reason.to_string())).unwrap_or((1005, String::new())))
+                return Err(frame
+                    .map(|f| (u16::from(f.code), f.reason.to_string()))
+                    .unwrap_or((1005, String::new())))
             }
             Some(Ok(_)) => continue,
             Some(Err(e)) => return Err((0, e.to_string())),
@@ -71,15 +79,31 @@ async fn invalid_workload_files_are_refused_with_file_line_and_field() {
     let mut client = master.client().await;
 
     let malformed = "target: {kind: llvm}\nworkloads:\n  - name: a\n    op: matmul\n    shape: {m: 1, n: 2, k: 3\n";
-    let (code, message) = server_error(client.submit(malformed, Some("malformed.yaml")).await.unwrap_err());
+    let (code, message) = server_error(
+        client
+            .submit(malformed, Some("malformed.yaml"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(code, ErrorCode::InvalidWorkload);
     assert!(message.contains("malformed.yaml:"), "{message}");
 
     let unknown_op = "target: {kind: llvm}\nworkloads:\n  - name: a\n    op: matmul\n    shape: {m: 8, n: 8, k: 8}\n  - name: b\n    op: softmax_fancy\n    shape: {m: 1}\n";
-    let (code, message) = server_error(client.submit(unknown_op, Some("ops.yaml")).await.unwrap_err());
+    let (code, message) = server_error(
+        client
+            .submit(unknown_op, Some("ops.yaml"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(code, ErrorCode::InvalidWorkload);
-    assert!(message.contains("ops.yaml:7"), "names the line of the bad op: {message}");
-    assert!(message.contains("workloads[1].op"), "names the field: {message}");
+    assert!(
+        message.contains("ops.yaml:7"),
+        "names the line of the bad op: {message}"
+    );
+    assert!(
+        message.contains("workloads[1].op"),
+        "names the field: {message}"
+    );
     assert!(message.contains("softmax_fancy"), "{message}");
 
     let negative = "target: {kind: llvm}\nworkloads:\n  - name: a\n    op: matmul\n    shape: {m: 8, n: -3, k: 8}\n";
@@ -89,7 +113,10 @@ async fn invalid_workload_files_are_refused_with_file_line_and_field() {
 
     // Nothing from the refused files was stored; a good file still goes in.
     assert_eq!(client.status().await.expect("status").jobs.total, 0);
-    let ok = client.submit(matmul_yaml(2, "ok"), Some("ok.yaml")).await.expect("valid file accepted");
+    let ok = client
+        .submit(matmul_yaml(2, "ok"), Some("ok.yaml"))
+        .await
+        .expect("valid file accepted");
     assert_eq!(ok.new_jobs.len(), 2);
 }
 
@@ -97,10 +124,19 @@ async fn invalid_workload_files_are_refused_with_file_line_and_field() {
 async fn a_100_mb_upload_is_closed_with_1009_and_the_master_stays_up() {
     let dir = tempfile::tempdir().expect("tempdir");
     let master = Master::start(dir.path(), &[]);
-    master.client().await.submit(matmul_yaml(3, "keep"), None).await.expect("submit");
+    master
+        .client()
+        .await
+        .submit(matmul_yaml(3, "keep"), None)
+        .await
+        .expect("submit");
 
     let mut ws = raw(&master, "/ws/client").await;
-    send(&mut ws, json!({"id": 1, "type": "hello", "protocol": 1, "token": ADMIN_TOKEN})).await;
+    send(
+        &mut ws,
+        json!({"id": 1, "type": "hello", "protocol": 1, "token": ADMIN_TOKEN}),
+    )
+    .await;
     assert_eq!(next(&mut ws).await.expect("welcome")["type"], "reply");
     let huge = format!(
         r#"{{"id":2,"type":"submit","filename":"huge.yaml","yaml":"{}"}}"#,
@@ -115,10 +151,20 @@ async fn a_100_mb_upload_is_closed_with_1009_and_the_master_stays_up() {
         }
     };
     assert_eq!(closed.0, 1009, "close code {closed:?}");
-    assert!(closed.1.contains("limit"), "the reason names the limit: {closed:?}");
-    assert!(master.log().contains("over the"), "master logged the oversize message");
+    assert!(
+        closed.1.contains("limit"),
+        "the reason names the limit: {closed:?}"
+    );
+    assert!(
+        master.log().contains("over the"),
+        "master logged the oversize message"
+    );
     let mut client = master.client().await;
-    assert_eq!(client.status().await.expect("status").jobs.total, 3, "nothing lost");
+    assert_eq!(
+        client.status().await.expect("status").jobs.total,
+        3,
+        "nothing lost"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,27 +173,53 @@ async fn garbage_frames_get_errors_and_do_not_hurt_the_master() {
     let master = Master::start(dir.path(), &[]);
 
     let mut ws = raw(&master, "/ws/worker").await;
-    ws.send(Message::Text("\u{0}\u{1}not json at all".into())).await.expect("send");
+    ws.send(Message::Text("\u{0}\u{1}not json at all".into()))
+        .await
+        .expect("send");
     let (code, reason) = next(&mut ws).await.expect_err("closed");
     assert_eq!(code, 4002, "{reason}");
     assert!(reason.contains("register"), "{reason}");
 
     let mut ws = raw(&master, "/ws/worker").await;
     let token = register(&mut ws, "garbage-worker").await;
-    ws.send(Message::Text("{\"type\":\"steal_all_jobs\"}".into())).await.expect("send");
+    ws.send(Message::Text("{\"type\":\"steal_all_jobs\"}".into()))
+        .await
+        .expect("send");
     let reply = next(&mut ws).await.expect("error reply");
-    assert_eq!((reply["type"].as_str(), reply["code"].as_str()), (Some("error"), Some("bad_request")), "{reply}");
-    ws.send(Message::Binary(vec![0xff; 64].into())).await.expect("send");
-    assert_eq!(next(&mut ws).await.expect("error reply")["code"], "bad_request");
+    assert_eq!(
+        (reply["type"].as_str(), reply["code"].as_str()),
+        (Some("error"), Some("bad_request")),
+        "{reply}"
+    );
+    ws.send(Message::Binary(vec![0xff; 64].into()))
+        .await
+        .expect("send");
+    assert_eq!(
+        next(&mut ws).await.expect("error reply")["code"],
+        "bad_request"
+    );
     // The same connection still works for real messages.
     send(&mut ws, json!({"type": "request_job", "token": token})).await;
 
     let mut client = raw(&master, "/ws/client").await;
-    send(&mut client, json!({"id": 1, "type": "hello", "protocol": 1, "token": ADMIN_TOKEN})).await;
+    send(
+        &mut client,
+        json!({"id": 1, "type": "hello", "protocol": 1, "token": ADMIN_TOKEN}),
+    )
+    .await;
     next(&mut client).await.expect("welcome");
-    client.send(Message::Text("{\"id\": 5, \"type\": \"drop_database\"}".into())).await.expect("send");
+    client
+        .send(Message::Text(
+            "{\"id\": 5, \"type\": \"drop_database\"}".into(),
+        ))
+        .await
+        .expect("send");
     let reply = next(&mut client).await.expect("error reply");
-    assert_eq!((reply["id"].as_u64(), reply["code"].as_str()), (Some(5), Some("bad_request")), "{reply}");
+    assert_eq!(
+        (reply["id"].as_u64(), reply["code"].as_str()),
+        (Some(5), Some("bad_request")),
+        "{reply}"
+    );
     send(&mut client, json!({"id": 6, "type": "status"})).await;
     let reply = next(&mut client).await.expect("status reply");
     assert_eq!(reply["id"], 6);
@@ -168,7 +240,10 @@ async fn wrong_protocol_version_is_closed_with_a_reason_naming_both() {
     .await;
     let (code, reason) = next(&mut ws).await.expect_err("closed");
     assert_eq!(code, 4000);
-    assert!(reason.contains("master speaks 1") && reason.contains("99"), "{reason}");
+    assert!(
+        reason.contains("master speaks 1") && reason.contains("99"),
+        "{reason}"
+    );
 
     let mut ws = raw(&master, "/ws/client").await;
     send(&mut ws, json!({"id": 1, "type": "hello", "protocol": 2})).await;
@@ -187,11 +262,20 @@ async fn results_with_a_stolen_token_or_for_someone_elses_job_are_not_stored() {
     let dir = tempfile::tempdir().expect("tempdir");
     let master = Master::start(dir.path(), &[]);
     let mut client = master.client().await;
-    let job_id = client.submit(matmul_yaml(1, "prize"), None).await.expect("submit").new_jobs[0].clone();
+    let job_id = client
+        .submit(matmul_yaml(1, "prize"), None)
+        .await
+        .expect("submit")
+        .new_jobs[0]
+        .clone();
 
     let mut honest = raw(&master, "/ws/worker").await;
     let honest_token = register(&mut honest, "honest").await;
-    send(&mut honest, json!({"type": "request_job", "token": honest_token})).await;
+    send(
+        &mut honest,
+        json!({"type": "request_job", "token": honest_token}),
+    )
+    .await;
     let assign = next(&mut honest).await.expect("assign");
     assert_eq!(assign["type"], "assign");
     let lease = assign["lease"].as_u64().expect("lease");
@@ -207,27 +291,57 @@ async fn results_with_a_stolen_token_or_for_someone_elses_job_are_not_stored() {
     assert_eq!(reply["code"], "stale_token", "{reply}");
     send(&mut thief, forged(&thief_token, 1e-9)).await;
     let reply = next(&mut thief).await.expect("ack");
-    assert_eq!((reply["type"].as_str(), reply["accepted"].as_bool()), (Some("ack"), Some(false)), "{reply}");
-    let job = &client.results(Some(vec![job_id.clone()])).await.expect("results")[0];
-    assert!(job.state.is_in_flight() && job.best_latency_s.is_none(), "nothing stored: {job:?}");
+    assert_eq!(
+        (reply["type"].as_str(), reply["accepted"].as_bool()),
+        (Some("ack"), Some(false)),
+        "{reply}"
+    );
+    let job = &client
+        .results(Some(vec![job_id.clone()]))
+        .await
+        .expect("results")[0];
+    assert!(
+        job.state.is_in_flight() && job.best_latency_s.is_none(),
+        "nothing stored: {job:?}"
+    );
 
     send(&mut honest, forged(&honest_token, 2e-3)).await;
     let reply = next(&mut honest).await.expect("ack");
     assert_eq!(reply["accepted"], true, "{reply}");
     let job = &client.results(Some(vec![job_id])).await.expect("results")[0];
-    assert_eq!((job.state, job.best_latency_s), (JobState::Done, Some(2e-3)));
-    assert!(master.log().contains("token does not belong to this connection"));
+    assert_eq!(
+        (job.state, job.best_latency_s),
+        (JobState::Done, Some(2e-3))
+    );
+    assert!(master
+        .log()
+        .contains("token does not belong to this connection"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_without_the_admin_token_cannot_change_anything() {
     let dir = tempfile::tempdir().expect("tempdir");
     let master = Master::start(dir.path(), &["--public-read"]);
-    let refused = Client::connect(&master.url(), Some("wrong")).await.err().expect("a wrong token is refused");
+    let refused = Client::connect(&master.url(), Some("wrong"))
+        .await
+        .err()
+        .expect("a wrong token is refused");
     assert!(refused.to_string().contains("unauthorized"), "{refused}");
-    let mut reader = Client::connect(&master.url(), None).await.expect("public read");
+    let mut reader = Client::connect(&master.url(), None)
+        .await
+        .expect("public read");
     reader.status().await.expect("read allowed");
     let (code, _) = server_error(reader.submit(matmul_yaml(1, "x"), None).await.unwrap_err());
     assert_eq!(code, ErrorCode::Forbidden);
-    assert_eq!(master.client().await.status().await.expect("status").jobs.total, 0);
+    assert_eq!(
+        master
+            .client()
+            .await
+            .status()
+            .await
+            .expect("status")
+            .jobs
+            .total,
+        0
+    );
 }

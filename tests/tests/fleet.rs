@@ -16,7 +16,11 @@ fn done_transitions(master: &Master) -> HashMap<String, usize> {
         .arg(&master.state)
         .output()
         .expect("run export-trace");
-    assert!(out.status.success(), "export-trace failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "export-trace failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut done = HashMap::new();
     let mut last_state: HashMap<String, String> = HashMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -38,7 +42,9 @@ async fn all_jobs(client: &mut Client) -> Vec<JobView> {
 
 async fn wait_all_done(master: &Master, n: usize, timeout: Duration) -> Vec<JobView> {
     eventually(timeout, &format!("{n} jobs done"), || async {
-        let mut client = Client::connect(&master.url(), Some(ADMIN_TOKEN)).await.ok()?;
+        let mut client = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+            .await
+            .ok()?;
         let jobs = client.results(None).await.ok()?;
         (jobs.len() == n && jobs.iter().all(|j| j.state == JobState::Done)).then_some(jobs)
     })
@@ -51,32 +57,67 @@ async fn three_workers_do_thirty_jobs_exactly_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let master = Master::start(dir.path(), &[]);
     let mut client = master.client().await;
-    let report = client.submit(matmul_yaml(30, "mm"), Some("thirty.yaml")).await.expect("submit");
+    let report = client
+        .submit(matmul_yaml(30, "mm"), Some("thirty.yaml"))
+        .await
+        .expect("submit");
     assert_eq!(report.new_jobs.len(), 30);
-    let again = client.submit(matmul_yaml(30, "mm"), Some("thirty.yaml")).await.expect("resubmit");
-    assert_eq!((again.new_jobs.len(), again.duplicates.len()), (0, 30), "resubmission is deduplicated");
+    let again = client
+        .submit(matmul_yaml(30, "mm"), Some("thirty.yaml"))
+        .await
+        .expect("resubmit");
+    assert_eq!(
+        (again.new_jobs.len(), again.duplicates.len()),
+        (0, 30),
+        "resubmission is deduplicated"
+    );
 
-    let _workers: Vec<Worker> = (0..3).map(|i| Worker::start(&master, &format!("w{i}"), 0.05, &[])).collect();
+    let _workers: Vec<Worker> = (0..3)
+        .map(|i| Worker::start(&master, &format!("w{i}"), 0.05, &[]))
+        .collect();
     let jobs = wait_all_done(&master, 30, Duration::from_secs(60)).await;
     for job in &jobs {
-        assert!(job.best_latency_s.is_some_and(|l| l > 0.0), "{} has a latency", job.name);
-        assert!(!job.records.is_empty() && job.records.len() <= 5, "{} keeps its best records", job.name);
+        assert!(
+            job.best_latency_s.is_some_and(|l| l > 0.0),
+            "{} has a latency",
+            job.name
+        );
+        assert!(
+            !job.records.is_empty() && job.records.len() <= 5,
+            "{} keeps its best records",
+            job.name
+        );
         assert_eq!(job.attempts, 1, "{} needed no retry", job.name);
     }
     let by_worker = jobs.iter().fold(HashMap::new(), |mut m, j| {
-        *m.entry(j.result.as_ref().map(|r| r.worker.clone())).or_insert(0) += 1;
+        *m.entry(j.result.as_ref().map(|r| r.worker.clone()))
+            .or_insert(0) += 1;
         m
     });
-    assert!(by_worker.len() >= 2, "work was spread over workers: {by_worker:?}");
+    assert!(
+        by_worker.len() >= 2,
+        "work was spread over workers: {by_worker:?}"
+    );
     let status = client.status().await.expect("status");
-    assert_eq!((status.jobs.total, status.jobs.done, status.workers), (30, 30, 3));
+    assert_eq!(
+        (status.jobs.total, status.jobs.done, status.workers),
+        (30, 30, 3)
+    );
     let done = done_transitions(&master);
     assert_eq!(done.len(), 30);
-    assert!(done.values().all(|n| *n == 1), "each job reached done once: {done:?}");
+    assert!(
+        done.values().all(|n| *n == 1),
+        "each job reached done once: {done:?}"
+    );
 }
 
 /// Watches events until the job is assigned to a worker whose name is not `not`.
-async fn wait_reassigned(client: &mut Client, job_id: &str, not: &str, timeout: Duration) -> (Instant, String) {
+async fn wait_reassigned(
+    client: &mut Client,
+    job_id: &str,
+    not: &str,
+    timeout: Duration,
+) -> (Instant, String) {
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -89,7 +130,10 @@ async fn wait_reassigned(client: &mut Client, job_id: &str, not: &str, timeout: 
             if job.job_id == job_id && job.state == JobState::Queued {
                 return (Instant::now(), "queue".into());
             }
-            if job.job_id == job_id && job.state.is_in_flight() && job.worker.as_deref() != Some(not) {
+            if job.job_id == job_id
+                && job.state.is_in_flight()
+                && job.worker.as_deref() != Some(not)
+            {
                 return (Instant::now(), job.worker.unwrap_or_default());
             }
         }
@@ -98,7 +142,9 @@ async fn wait_reassigned(client: &mut Client, job_id: &str, not: &str, timeout: 
 
 async fn wait_held_by(master: &Master, job_id: &str, worker: &str) {
     eventually(Duration::from_secs(20), "job assigned", || async {
-        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN)).await.ok()?;
+        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+            .await
+            .ok()?;
         let jobs = c.results(Some(vec![job_id.to_string()])).await.ok()?;
         let job = jobs.first()?;
         (job.worker.as_deref() == Some(worker) && job.state.is_in_flight()).then_some(())
@@ -112,12 +158,19 @@ async fn killed_worker_job_is_recycled_at_once_and_finishes_elsewhere() {
     let dir = tempfile::tempdir().expect("tempdir");
     let master = Master::start(dir.path(), &[]);
     let mut client = master.client().await;
-    let job_id = client.submit(matmul_yaml(1, "victim"), None).await.expect("submit").new_jobs[0].clone();
+    let job_id = client
+        .submit(matmul_yaml(1, "victim"), None)
+        .await
+        .expect("submit")
+        .new_jobs[0]
+        .clone();
     let mut doomed = Worker::start(&master, "doomed", 3.0, &[]);
     wait_held_by(&master, &job_id, "doomed").await;
     let _survivor = Worker::start(&master, "survivor", 0.1, &[]);
     eventually(Duration::from_secs(10), "survivor registered", || async {
-        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN)).await.ok()?;
+        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+            .await
+            .ok()?;
         (c.status().await.ok()?.workers == 2).then_some(())
     })
     .await;
@@ -125,41 +178,80 @@ async fn killed_worker_job_is_recycled_at_once_and_finishes_elsewhere() {
 
     let killed_at = Instant::now();
     doomed.kill9();
-    let (seen_at, by) = wait_reassigned(&mut client, &job_id, "doomed", Duration::from_secs(5)).await;
+    let (seen_at, by) =
+        wait_reassigned(&mut client, &job_id, "doomed", Duration::from_secs(5)).await;
     let recycle = seen_at - killed_at;
-    println!("recycle latency after kill -9: {:.2} ms (job went to {by})", recycle.as_secs_f64() * 1e3);
+    println!(
+        "recycle latency after kill -9: {:.2} ms (job went to {by})",
+        recycle.as_secs_f64() * 1e3
+    );
     // Socket-close detection, not the 15 s heartbeat: anything near a second means it went wrong.
-    assert!(recycle < Duration::from_millis(500), "recycled in {recycle:?}");
+    assert!(
+        recycle < Duration::from_millis(500),
+        "recycled in {recycle:?}"
+    );
 
     let jobs = wait_all_done(&master, 1, Duration::from_secs(20)).await;
     let job = &jobs[0];
-    assert_eq!(job.result.as_ref().map(|r| r.worker.as_str()), Some("survivor"));
+    assert_eq!(
+        job.result.as_ref().map(|r| r.worker.as_str()),
+        Some("survivor")
+    );
     assert_eq!(job.attempts, 2);
-    assert!(job.errors.iter().any(|e| e.message.contains("doomed")), "error history names the lost worker: {:?}", job.errors);
+    assert!(
+        job.errors.iter().any(|e| e.message.contains("doomed")),
+        "error history names the lost worker: {:?}",
+        job.errors
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_worker_is_caught_by_the_heartbeat() {
     init_tracing();
     let dir = tempfile::tempdir().expect("tempdir");
-    let master = Master::start(dir.path(), &["--heartbeat-interval", "200ms", "--heartbeat-timeout", "1s"]);
+    let master = Master::start(
+        dir.path(),
+        &["--heartbeat-interval", "200ms", "--heartbeat-timeout", "1s"],
+    );
     let mut client = master.client().await;
-    let job_id = client.submit(matmul_yaml(1, "frozen"), None).await.expect("submit").new_jobs[0].clone();
+    let job_id = client
+        .submit(matmul_yaml(1, "frozen"), None)
+        .await
+        .expect("submit")
+        .new_jobs[0]
+        .clone();
     let frozen = Worker::start(&master, "frozen", 30.0, &[]);
     wait_held_by(&master, &job_id, "frozen").await;
     client.subscribe().await.expect("subscribe");
 
     let stopped_at = Instant::now();
     frozen.stop_signal();
-    let (seen_at, _) = wait_reassigned(&mut client, &job_id, "frozen", Duration::from_secs(10)).await;
+    let (seen_at, _) =
+        wait_reassigned(&mut client, &job_id, "frozen", Duration::from_secs(10)).await;
     let caught = seen_at - stopped_at;
-    println!("SIGSTOPped worker caught after {:.0} ms (timeout 1 s)", caught.as_secs_f64() * 1e3);
-    assert!(caught >= Duration::from_millis(900), "not before the timeout: {caught:?}");
-    assert!(caught < Duration::from_millis(2500), "within the timeout plus one check: {caught:?}");
+    println!(
+        "SIGSTOPped worker caught after {:.0} ms (timeout 1 s)",
+        caught.as_secs_f64() * 1e3
+    );
+    assert!(
+        caught >= Duration::from_millis(900),
+        "not before the timeout: {caught:?}"
+    );
+    assert!(
+        caught < Duration::from_millis(2500),
+        "within the timeout plus one check: {caught:?}"
+    );
 
     let _rescuer = Worker::start(&master, "rescuer", 0.1, &[]);
     let jobs = wait_all_done(&master, 1, Duration::from_secs(20)).await;
-    assert!(jobs[0].errors.iter().any(|e| e.message.contains("heartbeat")), "{:?}", jobs[0].errors);
+    assert!(
+        jobs[0]
+            .errors
+            .iter()
+            .any(|e| e.message.contains("heartbeat")),
+        "{:?}",
+        jobs[0].errors
+    );
     frozen.cont_signal();
 }
 
@@ -175,9 +267,13 @@ async fn master_killed_mid_run_resumes_without_losing_or_duplicating() {
         .submit(matmul_yaml(n, "resume"), None)
         .await
         .expect("submit");
-    let _workers: Vec<Worker> = (0..3).map(|i| Worker::start(&master, &format!("r{i}"), 0.3, &[])).collect();
+    let _workers: Vec<Worker> = (0..3)
+        .map(|i| Worker::start(&master, &format!("r{i}"), 0.3, &[]))
+        .collect();
     let done_before = eventually(Duration::from_secs(30), "a few jobs done", || async {
-        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN)).await.ok()?;
+        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+            .await
+            .ok()?;
         let s = c.status().await.ok()?;
         (s.jobs.done >= 5 && s.jobs.done < n).then_some(s.jobs.done)
     })
@@ -188,15 +284,25 @@ async fn master_killed_mid_run_resumes_without_losing_or_duplicating() {
     master.restart();
     let mut client = master.client().await;
     let after = client.status().await.expect("status after restart");
-    assert!(after.jobs.done >= done_before, "done stays done: {} < {done_before}", after.jobs.done);
+    assert!(
+        after.jobs.done >= done_before,
+        "done stays done: {} < {done_before}",
+        after.jobs.done
+    );
     assert_eq!(after.jobs.total, n, "no job lost or added");
 
     let jobs = wait_all_done(&master, n, Duration::from_secs(60)).await;
     assert_eq!(jobs.len(), n);
     let done = done_transitions(&master);
     assert_eq!(done.len(), n);
-    assert!(done.values().all(|c| *c == 1), "no job done twice across the crash: {done:?}");
-    let resubmit = client.submit(matmul_yaml(n, "resume"), None).await.expect("submit");
+    assert!(
+        done.values().all(|c| *c == 1),
+        "no job done twice across the crash: {done:?}"
+    );
+    let resubmit = client
+        .submit(matmul_yaml(n, "resume"), None)
+        .await
+        .expect("submit");
     assert_eq!(resubmit.new_jobs.len(), 0);
 }
 
@@ -206,7 +312,12 @@ async fn result_finished_while_master_was_down_is_accepted_after_reconnect() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut master = Master::start(dir.path(), &[]);
     let mut client = master.client().await;
-    let job_id = client.submit(matmul_yaml(1, "late"), None).await.expect("submit").new_jobs[0].clone();
+    let job_id = client
+        .submit(matmul_yaml(1, "late"), None)
+        .await
+        .expect("submit")
+        .new_jobs[0]
+        .clone();
     let _worker = Worker::start(&master, "loyal", 1.5, &[]);
     wait_held_by(&master, &job_id, "loyal").await;
     master.kill9();
@@ -215,9 +326,14 @@ async fn result_finished_while_master_was_down_is_accepted_after_reconnect() {
     master.restart();
     let jobs = wait_all_done(&master, 1, Duration::from_secs(15)).await;
     let job = &jobs[0];
-    assert_eq!(job.result.as_ref().map(|r| r.worker.as_str()), Some("loyal"));
+    assert_eq!(
+        job.result.as_ref().map(|r| r.worker.as_str()),
+        Some("loyal")
+    );
     assert!(
-        job.errors.iter().any(|e| e.message.contains("master restarted")),
+        job.errors
+            .iter()
+            .any(|e| e.message.contains("master restarted")),
         "history shows the interrupted attempt: {:?}",
         job.errors
     );
@@ -230,10 +346,17 @@ async fn graceful_shutdown_keeps_state_and_workers_come_back() {
     init_tracing();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut master = Master::start(dir.path(), &[]);
-    master.client().await.submit(matmul_yaml(6, "g"), None).await.expect("submit");
+    master
+        .client()
+        .await
+        .submit(matmul_yaml(6, "g"), None)
+        .await
+        .expect("submit");
     let _worker = Worker::start(&master, "steady", 0.5, &[]);
     eventually(Duration::from_secs(20), "one job done", || async {
-        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN)).await.ok()?;
+        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+            .await
+            .ok()?;
         (c.status().await.ok()?.jobs.done >= 1).then_some(())
     })
     .await;
@@ -242,6 +365,9 @@ async fn graceful_shutdown_keeps_state_and_workers_come_back() {
     assert!(master.log().contains("master stopped"));
     master.restart();
     let jobs = wait_all_done(&master, 6, Duration::from_secs(30)).await;
-    assert!(jobs.iter().all(|j| j.attempts <= 1), "shutdown did not burn attempts: {:?}",
-        jobs.iter().map(|j| j.attempts).collect::<Vec<_>>());
+    assert!(
+        jobs.iter().all(|j| j.attempts <= 1),
+        "shutdown did not burn attempts: {:?}",
+        jobs.iter().map(|j| j.attempts).collect::<Vec<_>>()
+    );
 }

@@ -3,6 +3,7 @@
 use anyhow::bail;
 use clap::{Parser, ValueEnum};
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,13 +23,45 @@ struct Cli {
     #[arg(long, value_parser = parse_target)]
     target: Target,
 
-    /// How to tune. `sim` is a fleet-testing backend that fakes results.
-    #[arg(long, value_enum)]
+    /// How to tune: `tvm` (TVM MetaSchedule; needs a build with the `tvm`
+    /// feature) or `sim`, a fleet-testing tool that fakes results.
+    #[arg(long, value_enum, default_value_t = BackendKind::Tvm)]
     backend: BackendKind,
 
     /// Seconds the sim backend spends per job (0: answer at once).
     #[arg(long, default_value = "0.5", value_parser = parse_seconds)]
     sim_seconds: Duration,
+
+    /// tvm: the Python interpreter that has `tvm` and `tvm_ffi` (default:
+    /// .venv/bin/python in the current directory or above, or near the
+    /// executable, else python3).
+    #[arg(long, value_name = "PATH")]
+    python: Option<PathBuf>,
+
+    /// tvm: the tuning driver script (default: worker/python/tunefleet_tune.py
+    /// in the current directory or above, or near the executable).
+    #[arg(long, value_name = "PATH")]
+    tvm_driver: Option<PathBuf>,
+
+    /// tvm: where per-job work directories are made (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+
+    /// tvm: keep each job's work directory (database, logs, libraries) after the job.
+    #[arg(long)]
+    keep_work_dirs: bool,
+
+    /// tvm: measure on the devices of this RPC tracker (HOST:PORT); needs --rpc-key.
+    #[arg(long, value_name = "HOST:PORT", requires = "rpc_key")]
+    rpc_tracker: Option<String>,
+
+    /// tvm: the device key to request from the RPC tracker.
+    #[arg(long, value_name = "KEY", requires = "rpc_tracker")]
+    rpc_key: Option<String>,
+
+    /// tvm: candidates MetaSchedule measures per round (num_trials_per_iter).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    trials_per_round: u32,
 
     /// Name shown on the master (default: HOSTNAME-PID).
     #[arg(long)]
@@ -51,10 +84,12 @@ struct Cli {
     max_jobs: Option<u64>,
 }
 
-/// Backends this build provides. The TVM backend (`tvm`) will be added here
-/// and become the default; until then the choice is explicit.
+/// Every backend, whatever this build provides, so the command line is the
+/// same for every build; choosing one that is not built in is an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum BackendKind {
+    /// TVM MetaSchedule in a Python subprocess, verified and timed in process.
+    Tvm,
     /// Fake tuning for fleet tests; results are synthetic.
     Sim,
 }
@@ -79,10 +114,43 @@ fn default_name() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-fn make_backend(cli: &Cli) -> Arc<dyn Backend> {
+async fn make_backend(cli: &Cli) -> anyhow::Result<Arc<dyn Backend>> {
     match cli.backend {
-        BackendKind::Sim => Arc::new(SimBackend::new(cli.sim_seconds)),
+        BackendKind::Sim => Ok(Arc::new(SimBackend::new(cli.sim_seconds))),
+        BackendKind::Tvm => make_tvm_backend(cli).await,
     }
+}
+
+#[cfg(feature = "tvm")]
+async fn make_tvm_backend(cli: &Cli) -> anyhow::Result<Arc<dyn Backend>> {
+    use tunefleet_worker::backend::tvm::{RpcTracker, TvmBackend, TvmConfig};
+    let rpc = match (&cli.rpc_tracker, &cli.rpc_key) {
+        (Some(tracker), Some(key)) => Some(
+            RpcTracker::parse(tracker, key)
+                .map_err(|e| anyhow::anyhow!("invalid --rpc-tracker/--rpc-key: {e}"))?,
+        ),
+        _ => None,
+    };
+    let config = TvmConfig {
+        python: cli.python.clone(),
+        driver: cli.tvm_driver.clone(),
+        work_root: cli.work_dir.clone(),
+        keep_work_dirs: cli.keep_work_dirs,
+        rpc,
+        trials_per_round: cli.trials_per_round,
+        ..TvmConfig::default()
+    };
+    // Probing the interpreter blocks for about a second.
+    let backend = tokio::task::spawn_blocking(move || TvmBackend::new(config)).await??;
+    Ok(Arc::new(backend))
+}
+
+#[cfg(not(feature = "tvm"))]
+async fn make_tvm_backend(_cli: &Cli) -> anyhow::Result<Arc<dyn Backend>> {
+    bail!(
+        "this worker was built without the `tvm` feature; rebuild with --features tvm \
+         (or pass --backend sim for fleet tests)"
+    )
 }
 
 /// Completes on SIGINT or SIGTERM.
@@ -153,7 +221,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.backoff_max_ms < cli.backoff_initial_ms {
         bail!("--backoff-max-ms must not be smaller than --backoff-initial-ms");
     }
-    let backend = make_backend(&cli);
+    let backend = make_backend(&cli).await?;
     let config = WorkerConfig {
         server: cli.server.clone(),
         target: cli.target.clone(),

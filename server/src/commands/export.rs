@@ -9,7 +9,7 @@
 //! [`ExportFormat`] variant, rendered in [`render`].
 
 use super::results::{fetch, to_csv, to_json};
-use super::{plural, ConnectArgs};
+use super::{emit, plural, ConnectArgs};
 use anyhow::Context;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -44,8 +44,8 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
     let jobs = fetch(&args.connect, &args.jobs).await?;
     let text = render(args.format, &jobs)?;
     match args.out.as_deref() {
-        None => print!("{text}"),
-        Some(path) if path == Path::new("-") => print!("{text}"),
+        None => emit(&text)?,
+        Some(path) if path == Path::new("-") => emit(&text)?,
         Some(path) => {
             write_atomically(path, text.as_bytes())?;
             eprintln!(

@@ -56,10 +56,15 @@ impl fmt::Debug for ConnectArgs {
 }
 
 impl ConnectArgs {
+    /// The token, if one was given and is not empty (`TUNEFLEET_TOKEN=` means none).
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref().filter(|t| !t.trim().is_empty())
+    }
+
     /// Connects and performs the handshake, with a hint about the token when
     /// the master refuses one that was not given.
     pub async fn connect(&self) -> Result<Client, anyhow::Error> {
-        Client::connect(&self.server, self.token.as_deref())
+        Client::connect(&self.server, self.token())
             .await
             .map_err(|e| self.explain(e))
     }
@@ -77,7 +82,7 @@ impl ConnectArgs {
                 ..
             }
         );
-        if auth && self.token.is_none() && !err.to_string().contains("--token") {
+        if auth && self.token().is_none() && !err.to_string().contains("--token") {
             anyhow::anyhow!("{err} (no token given: pass --token or set TUNEFLEET_TOKEN)")
         } else {
             err.into()
@@ -146,6 +151,18 @@ impl ClientCli {
             ClientCli::Results(args) => results::run(args).await,
             ClientCli::Export(args) => export::run(args).await,
         }
+    }
+}
+
+/// Writes `text` to standard output. A closed pipe (`| head`) is not an
+/// error: the reader has what it wanted. Other write errors are.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("cannot write to standard output: {e}")),
     }
 }
 

@@ -11,7 +11,7 @@
 //! against an unchanged master print identical output.
 
 use super::{
-    csv_line, format_latency, job_gflops, job_op, job_shape, render_table, sort_jobs, Align,
+    csv_line, emit, format_latency, job_gflops, job_op, job_shape, render_table, sort_jobs, Align,
     ConnectArgs,
 };
 use tunefleet_shared::protocol::JobView;
@@ -62,8 +62,7 @@ pub async fn run(args: ResultsArgs) -> anyhow::Result<()> {
         ResultsFormat::Json => to_json(&jobs)?,
         ResultsFormat::Csv => to_csv(&jobs),
     };
-    print!("{text}");
-    Ok(())
+    emit(&text)
 }
 
 /// Fetches the jobs (all when `job_ids` is empty) in output order.
@@ -75,6 +74,11 @@ pub async fn fetch(connect: &ConnectArgs, job_ids: &[String]) -> anyhow::Result<
         .await
         .map_err(|e| connect.explain(e))?;
     let _ = client.close().await;
+    for id in job_ids {
+        if !jobs.iter().any(|job| &job.job_id == id) {
+            eprintln!("warning: the master has no job {id}");
+        }
+    }
     sort_jobs(&mut jobs);
     Ok(jobs)
 }

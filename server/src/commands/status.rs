@@ -5,7 +5,7 @@
 //! `workers` being integers, so the shape is the protocol's and nothing is
 //! added or renamed here. Without `--json`, a three-line human summary.
 
-use super::{plural, ConnectArgs};
+use super::{emit, plural, ConnectArgs};
 use tunefleet_shared::protocol::StatusReport;
 
 #[derive(clap::Args, Debug)]
@@ -23,11 +23,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let url = client.url().to_owned();
     let _ = client.close().await;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(&report)?))
     } else {
-        print!("{}", human(&report, &url));
+        emit(&human(&report, &url))
     }
-    Ok(())
 }
 
 /// The human summary.

@@ -13,7 +13,7 @@
 //! `--json` prints an array with one object per file:
 //! `{"file": ..., "new_jobs": [...], "duplicates": [...]}`.
 
-use super::{plural, ConnectArgs};
+use super::{emit, plural, ConnectArgs};
 use crate::client::{Client, ClientError};
 use anyhow::Context;
 use serde::Serialize;
@@ -70,7 +70,7 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<()> {
     }
     let _ = client.close().await;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(&reports)?))?;
     }
     Ok(())
 }
@@ -106,7 +106,8 @@ pub fn summary_line(file: &str, report: &SubmitReport) -> String {
 }
 
 async fn print_report(client: &mut Client, file: &str, report: &SubmitReport) {
-    println!("{}", summary_line(file, report));
+    // Output is informational: a closed stdout must not stop the submission.
+    let _ = emit(&format!("{}\n", summary_line(file, report)));
     let ids: Vec<String> = report
         .new_jobs
         .iter()
@@ -134,7 +135,7 @@ async fn print_report(client: &mut Client, file: &str, report: &SubmitReport) {
     for (tag, ids) in [("new", &report.new_jobs), ("duplicate", &report.duplicates)] {
         for id in ids {
             let name = names.get(id).map(String::as_str).unwrap_or("");
-            println!("  {tag:<9}  {id:<width$}  {name}");
+            let _ = emit(&format!("  {tag:<9}  {id:<width$}  {name}\n"));
         }
     }
 }

@@ -25,7 +25,7 @@
 //! event sequence numbers (see [`crate::client::FleetView`]) also leads to a
 //! resubscription on a new connection.
 
-use super::{ConnectArgs, Exit};
+use super::{emit, ConnectArgs, Exit};
 use crate::client::{Client, ClientError, EventOutcome, FleetView, Update};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
@@ -80,7 +80,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
     if counts.cancelled > 0 {
         summary.push_str(&format!(", cancelled: {}", counts.cancelled));
     }
-    println!("{summary}");
+    emit(&format!("{summary}\n"))?;
     if counts.failed > 0 {
         return Err(Exit::silent(2).into());
     }
@@ -129,7 +129,10 @@ async fn follow(
     exit_when_done: bool,
 ) -> Ended {
     match client.subscribe().await {
-        Ok((seq, snapshot)) => view.apply_snapshot(seq, snapshot),
+        Ok((seq, snapshot)) => {
+            view.apply_snapshot(seq, snapshot);
+            display.resync(view);
+        }
         Err(e) => return Ended::Lost(e),
     }
     loop {
@@ -147,7 +150,10 @@ async fn follow(
             None => client.next_update().await,
         };
         match update {
-            Ok(Some(Update::Snapshot(seq, snapshot))) => view.apply_snapshot(seq, snapshot),
+            Ok(Some(Update::Snapshot(seq, snapshot))) => {
+                view.apply_snapshot(seq, snapshot);
+                display.resync(view);
+            }
             Ok(Some(Update::Event(seq, event))) => match view.apply_event(seq, &event) {
                 EventOutcome::Applied | EventOutcome::Stale => {}
                 EventOutcome::Gap { expected, got } => {
@@ -171,7 +177,7 @@ async fn reconnect(args: &WatchArgs, display: &mut Display) -> anyhow::Result<Cl
     let give_up = Instant::now() + limit;
     let mut delay = FIRST_BACKOFF;
     loop {
-        match Client::connect(&args.connect.server, args.connect.token.as_deref()).await {
+        match Client::connect(&args.connect.server, args.connect.token()).await {
             Ok(client) => {
                 display.note("reconnected");
                 return Ok(client);
@@ -281,8 +287,17 @@ impl Display {
             }
         };
         if due {
-            println!("{}", p.plain_line());
+            let _ = emit(&format!("{}\n", p.plain_line()));
             self.printed = Some((p, Instant::now()));
+        }
+    }
+
+    /// After a snapshot: jobs that finished while we were not watching would
+    /// read as a burst of speed, so the rate estimate starts over from here.
+    fn resync(&mut self, view: &FleetView) {
+        self.update(view);
+        if let Some(bar) = &self.bar {
+            bar.reset_eta();
         }
     }
 
@@ -310,7 +325,7 @@ impl Display {
         }
         let p = Progress::of(view);
         if self.printed.map(|(last, _)| last) != Some(p) {
-            println!("{}", p.plain_line());
+            let _ = emit(&format!("{}\n", p.plain_line()));
             self.printed = Some((p, Instant::now()));
         }
     }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tracing::{debug, info, warn};
 use tunefleet_shared::protocol::{
-    close_code, ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, ServerMessage, PROTOCOL_VERSION,
+    close_code, ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, ServerMessage,
+    PROTOCOL_VERSION,
 };
 use tunefleet_shared::secrets_equal;
 use tunefleet_shared::workload::{parse_workload_file, MAX_WORKLOAD_FILE_BYTES};
@@ -123,7 +124,9 @@ pub async fn run(mut conn: Connection, state: AppState) {
     }
 }
 
-async fn next_event(rx: &mut Option<broadcast::Receiver<Arc<Published>>>) -> Result<Arc<Published>, RecvError> {
+async fn next_event(
+    rx: &mut Option<broadcast::Receiver<Arc<Published>>>,
+) -> Result<Arc<Published>, RecvError> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
@@ -132,7 +135,9 @@ async fn next_event(rx: &mut Option<broadcast::Receiver<Arc<Published>>>) -> Res
 
 async fn send_snapshot(conn: &mut Connection, state: &AppState) -> Option<u64> {
     let (seq, snapshot) = state.core.ask(|reply| Command::Snapshot { reply }).await?;
-    conn.send(&ServerMessage::Snapshot { seq, snapshot }).await.ok()?;
+    conn.send(&ServerMessage::Snapshot { seq, snapshot })
+        .await
+        .ok()?;
     Some(seq)
 }
 
@@ -140,12 +145,17 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<Role> {
     let frame = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.recv()).await {
         Ok(frame) => frame,
         Err(_) => {
-            conn.close(close_code::HANDSHAKE, "no hello within 10 s").await;
+            conn.close(close_code::HANDSHAKE, "no hello within 10 s")
+                .await;
             return None;
         }
     };
     let Frame::Text(text) = frame else {
-        conn.close(close_code::HANDSHAKE, "first message must be a JSON hello request").await;
+        conn.close(
+            close_code::HANDSHAKE,
+            "first message must be a JSON hello request",
+        )
+        .await;
         return None;
     };
     let request = match serde_json::from_str::<ClientRequest>(&text) {
@@ -155,45 +165,85 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<Role> {
                 .ok()
                 .and_then(|v| v.get("protocol").and_then(|p| p.as_u64()));
             if let Some(v) = version.filter(|v| *v != u64::from(PROTOCOL_VERSION)) {
-                let reason = format!("protocol version mismatch: master speaks {PROTOCOL_VERSION}, client sent {v}");
+                let reason = format!(
+                    "protocol version mismatch: master speaks {PROTOCOL_VERSION}, client sent {v}"
+                );
                 conn.close(close_code::PROTOCOL_MISMATCH, &reason).await;
             } else {
-                conn.close(close_code::HANDSHAKE, &format!("invalid hello: {e}")).await;
+                conn.close(close_code::HANDSHAKE, &format!("invalid hello: {e}"))
+                    .await;
             }
             return None;
         }
     };
-    let ClientCommand::Hello { protocol, token, client } = request.command else {
+    let ClientCommand::Hello {
+        protocol,
+        token,
+        client,
+    } = request.command
+    else {
         let _ = conn
-            .send(&error(Some(request.id), ErrorCode::BadRequest, "the first request must be hello".into()))
+            .send(&error(
+                Some(request.id),
+                ErrorCode::BadRequest,
+                "the first request must be hello".into(),
+            ))
             .await;
-        conn.close(close_code::HANDSHAKE, "the first request must be hello").await;
+        conn.close(close_code::HANDSHAKE, "the first request must be hello")
+            .await;
         return None;
     };
     if protocol != PROTOCOL_VERSION {
-        let reason = format!("protocol version mismatch: master speaks {PROTOCOL_VERSION}, client sent {protocol}");
-        let _ = conn.send(&error(Some(request.id), ErrorCode::ProtocolMismatch, reason.clone())).await;
+        let reason = format!(
+            "protocol version mismatch: master speaks {PROTOCOL_VERSION}, client sent {protocol}"
+        );
+        let _ = conn
+            .send(&error(
+                Some(request.id),
+                ErrorCode::ProtocolMismatch,
+                reason.clone(),
+            ))
+            .await;
         conn.close(close_code::PROTOCOL_MISMATCH, &reason).await;
         return None;
     }
     let role = match token {
         Some(t) if secrets_equal(&t, &state.config.admin_token) => Role::Admin,
         Some(_) => {
-            warn!(client = client.as_deref().unwrap_or("?"), "client refused: wrong token");
+            warn!(
+                client = client.as_deref().unwrap_or("?"),
+                "client refused: wrong token"
+            );
             let reason = "unauthorized: wrong token";
-            let _ = conn.send(&error(Some(request.id), ErrorCode::Unauthorized, reason.into())).await;
+            let _ = conn
+                .send(&error(
+                    Some(request.id),
+                    ErrorCode::Unauthorized,
+                    reason.into(),
+                ))
+                .await;
             conn.close(close_code::UNAUTHORIZED, reason).await;
             return None;
         }
         None if state.config.public_read => Role::Read,
         None => {
             let reason = "unauthorized: this master needs a token (--token or TUNEFLEET_TOKEN)";
-            let _ = conn.send(&error(Some(request.id), ErrorCode::Unauthorized, reason.into())).await;
+            let _ = conn
+                .send(&error(
+                    Some(request.id),
+                    ErrorCode::Unauthorized,
+                    reason.into(),
+                ))
+                .await;
             conn.close(close_code::UNAUTHORIZED, reason).await;
             return None;
         }
     };
-    debug!(client = client.as_deref().unwrap_or("?"), ?role, "client connected");
+    debug!(
+        client = client.as_deref().unwrap_or("?"),
+        ?role,
+        "client connected"
+    );
     let welcome = ServerMessage::Reply {
         id: request.id,
         body: ReplyBody::Welcome {
@@ -209,23 +259,39 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<Role> {
 async fn handle(request: ClientRequest, role: Role, state: &AppState) -> ServerMessage {
     let id = request.id;
     if request.command.needs_admin() && role != Role::Admin {
-        return error(Some(id), ErrorCode::Forbidden, "this request needs the admin token".into());
+        return error(
+            Some(id),
+            ErrorCode::Forbidden,
+            "this request needs the admin token".into(),
+        );
     }
     let core = &state.core;
-    let gone = || error(Some(id), ErrorCode::Internal, "master is shutting down".into());
+    let gone = || {
+        error(
+            Some(id),
+            ErrorCode::Internal,
+            "master is shutting down".into(),
+        )
+    };
     let body = match request.command {
         ClientCommand::Hello { .. } => {
-            return error(Some(id), ErrorCode::BadRequest, "already said hello on this connection".into())
+            return error(
+                Some(id),
+                ErrorCode::BadRequest,
+                "already said hello on this connection".into(),
+            )
         }
         ClientCommand::Subscribe => ReplyBody::Subscribed,
         ClientCommand::Status => match core.ask(|reply| Command::Status { reply }).await {
             Some(report) => ReplyBody::Status(report),
             None => return gone(),
         },
-        ClientCommand::Results { job_ids } => match core.ask(|reply| Command::Results { job_ids, reply }).await {
-            Some(jobs) => ReplyBody::Results { jobs },
-            None => return gone(),
-        },
+        ClientCommand::Results { job_ids } => {
+            match core.ask(|reply| Command::Results { job_ids, reply }).await {
+                Some(jobs) => ReplyBody::Results { jobs },
+                None => return gone(),
+            }
+        }
         ClientCommand::Submit { yaml, filename } => {
             let filename = filename.unwrap_or_else(|| "upload.yaml".into());
             if yaml.len() > MAX_WORKLOAD_FILE_BYTES {
@@ -236,14 +302,21 @@ async fn handle(request: ClientRequest, role: Role, state: &AppState) -> ServerM
                 );
             }
             let name = filename.clone();
-            let parsed = tokio::task::spawn_blocking(move || parse_workload_file(&yaml, &name)).await;
+            let parsed =
+                tokio::task::spawn_blocking(move || parse_workload_file(&yaml, &name)).await;
             let workloads = match parsed {
                 Ok(Ok(workloads)) => workloads,
                 Ok(Err(errors)) => {
                     info!(file = %filename, "submission refused: invalid workload file");
                     return error(Some(id), ErrorCode::InvalidWorkload, errors.to_string());
                 }
-                Err(e) => return error(Some(id), ErrorCode::Internal, format!("parser crashed: {e}")),
+                Err(e) => {
+                    return error(
+                        Some(id),
+                        ErrorCode::Internal,
+                        format!("parser crashed: {e}"),
+                    )
+                }
             };
             match core.ask(|reply| Command::Submit { workloads, reply }).await {
                 Some(report) => ReplyBody::Submitted(report),
@@ -251,14 +324,26 @@ async fn handle(request: ClientRequest, role: Role, state: &AppState) -> ServerM
             }
         }
         ClientCommand::Cancel { job_id } => {
-            match core.ask(|reply| Command::Cancel { job_id: job_id.clone(), reply }).await {
+            match core
+                .ask(|reply| Command::Cancel {
+                    job_id: job_id.clone(),
+                    reply,
+                })
+                .await
+            {
                 Some(Ok(())) => ReplyBody::Cancelled { job_id },
                 Some(Err(e)) => return command_error(id, e),
                 None => return gone(),
             }
         }
         ClientCommand::Retry { job_id } => {
-            match core.ask(|reply| Command::Retry { job_id: job_id.clone(), reply }).await {
+            match core
+                .ask(|reply| Command::Retry {
+                    job_id: job_id.clone(),
+                    reply,
+                })
+                .await
+            {
                 Some(Ok(())) => ReplyBody::Retried { job_id },
                 Some(Err(e)) => return command_error(id, e),
                 None => return gone(),

@@ -14,7 +14,10 @@ pub enum Frame {
     /// Ping or pong: proof of life, nothing to do.
     Control,
     /// The peer closed (or the stream ended).
-    Closed { code: Option<u16>, reason: String },
+    Closed {
+        code: Option<u16>,
+        reason: String,
+    },
     /// A message over the size limit; the socket is no longer usable.
     TooBig,
     Error(String),
@@ -104,7 +107,11 @@ impl Connection {
         }));
         // A peer that stopped reading can fill the TCP buffer; never wait on it long.
         matches!(
-            tokio::time::timeout(std::time::Duration::from_millis(200), self.socket.send(frame)).await,
+            tokio::time::timeout(
+                std::time::Duration::from_millis(200),
+                self.socket.send(frame)
+            )
+            .await,
             Ok(Ok(()))
         )
     }

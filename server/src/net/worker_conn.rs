@@ -41,11 +41,13 @@ pub async fn run(mut conn: Connection, state: AppState) {
     let (session, matching) = match joined {
         Some(Ok(ok)) => ok,
         Some(Err(refusal)) => {
-            conn.close(close_code::NO_MATCHING_JOBS, &refusal.to_string()).await;
+            conn.close(close_code::NO_MATCHING_JOBS, &refusal.to_string())
+                .await;
             return;
         }
         None => {
-            conn.close(close_code::GOING_AWAY, "master is shutting down").await;
+            conn.close(close_code::GOING_AWAY, "master is shutting down")
+                .await;
             return;
         }
     };
@@ -160,7 +162,11 @@ pub async fn run(mut conn: Connection, state: AppState) {
     info!(worker = %name, session, %reason, "worker connection ended");
     state
         .core
-        .send(Command::WorkerLeave { session, kind, reason })
+        .send(Command::WorkerLeave {
+            session,
+            kind,
+            reason,
+        })
         .await;
 }
 
@@ -169,19 +175,25 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<WorkerHell
     let frame = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.recv()).await {
         Ok(frame) => frame,
         Err(_) => {
-            conn.close(close_code::HANDSHAKE, "no register message within 10 s").await;
+            conn.close(close_code::HANDSHAKE, "no register message within 10 s")
+                .await;
             return None;
         }
     };
     let text = match frame {
         Frame::Text(text) => text,
         Frame::TooBig => {
-            conn.close(close_code::TOO_BIG, "register message too big").await;
+            conn.close(close_code::TOO_BIG, "register message too big")
+                .await;
             return None;
         }
         Frame::Closed { .. } | Frame::Error(_) => return None,
         Frame::Binary | Frame::Control => {
-            conn.close(close_code::HANDSHAKE, "first message must be a JSON register message").await;
+            conn.close(
+                close_code::HANDSHAKE,
+                "first message must be a JSON register message",
+            )
+            .await;
             return None;
         }
     };
@@ -190,7 +202,8 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<WorkerHell
         .ok()
         .and_then(|v| v.get("protocol").and_then(|p| p.as_u64()));
     if let Some(v) = version.filter(|v| *v != u64::from(PROTOCOL_VERSION)) {
-        let reason = format!("protocol version mismatch: master speaks {PROTOCOL_VERSION}, worker sent {v}");
+        let reason =
+            format!("protocol version mismatch: master speaks {PROTOCOL_VERSION}, worker sent {v}");
         warn!("{reason}");
         conn.close(close_code::PROTOCOL_MISMATCH, &reason).await;
         return None;
@@ -198,7 +211,8 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<WorkerHell
     let hello = match serde_json::from_str::<WorkerMessage>(&text) {
         Ok(WorkerMessage::Register(hello)) => hello,
         Ok(_) => {
-            conn.close(close_code::HANDSHAKE, "first message must be register").await;
+            conn.close(close_code::HANDSHAKE, "first message must be register")
+                .await;
             return None;
         }
         Err(e) => {
@@ -209,24 +223,38 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<WorkerHell
         }
     };
     if let Some(secret) = &state.config.worker_secret {
-        if !hello.secret.as_deref().is_some_and(|s| secrets_equal(s, secret)) {
+        if !hello
+            .secret
+            .as_deref()
+            .is_some_and(|s| secrets_equal(s, secret))
+        {
             warn!(worker = %hello.name, "worker refused: missing or wrong join secret");
-            conn.close(close_code::UNAUTHORIZED, "unauthorized: missing or wrong worker secret").await;
+            conn.close(
+                close_code::UNAUTHORIZED,
+                "unauthorized: missing or wrong worker secret",
+            )
+            .await;
             return None;
         }
     }
     if hello.name.is_empty() || hello.name.len() > MAX_NAME_LEN || hello.worker_id.is_empty() {
-        conn.close(close_code::HANDSHAKE, "worker name and worker_id must be 1 to 128 bytes")
-            .await;
+        conn.close(
+            close_code::HANDSHAKE,
+            "worker name and worker_id must be 1 to 128 bytes",
+        )
+        .await;
         return None;
     }
     Some(hello)
 }
 
-fn to_input(msg: WorkerMessage, token: &str) -> Result<WorkerInput, MasterMessage> {
+fn to_input(msg: WorkerMessage, token: &str) -> Result<WorkerInput, Box<MasterMessage>> {
     let (sent, input) = match msg {
         WorkerMessage::Register(_) => {
-            return Err(error(ErrorCode::BadRequest, "already registered on this connection".into()))
+            return Err(Box::new(error(
+                ErrorCode::BadRequest,
+                "already registered on this connection".into(),
+            )))
         }
         WorkerMessage::RequestJob { token } => (token, WorkerInput::RequestJob),
         WorkerMessage::Progress {
@@ -276,10 +304,10 @@ fn to_input(msg: WorkerMessage, token: &str) -> Result<WorkerInput, MasterMessag
     if secrets_equal(&sent, token) {
         Ok(input)
     } else {
-        Err(error(
+        Err(Box::new(error(
             ErrorCode::StaleToken,
             "token does not belong to this connection (tokens die with their socket); message rejected".into(),
-        ))
+        )))
     }
 }
 

@@ -1,1 +1,421 @@
-fn main() {}
+//! `tunefleet-bench`: fleet throughput and recycle latency, as figures.
+//!
+//! Runs the real master binary (`tunefleet serve`, release build next to this
+//! binary) on loopback with a fresh SQLite file, connects many in-process
+//! workers with the zero-time `sim` backend, and measures:
+//!
+//! - dispatch and completion rate: jobs/s from the submit reply to the last
+//!   job assigned / done, seen by a subscriber (so every job went through
+//!   assign → result → durable commit → published event);
+//! - recycle latency: a real worker process holding a job is `kill -9`ed and
+//!   we time until a subscriber sees the job handed to an idle worker.
+//!
+//! Reproduce (see docs/benchmarks.md):
+//! `cargo build --release -p tunefleet-server -p tunefleet-tests --bins && target/release/tunefleet-bench`
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use tunefleet_server::client::{Client, Update};
+use tunefleet_shared::protocol::{FleetEvent, JobState};
+use tunefleet_shared::target::Target;
+use tunefleet_worker::{run_worker, Backoff, SimBackend, WorkerConfig};
+
+const TOKEN: &str = "bench-token";
+
+struct Args {
+    workers: usize,
+    jobs: usize,
+    rounds: usize,
+    recycle_samples: usize,
+    master_bin: PathBuf,
+    worker_bin: PathBuf,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let exe_dir = std::env::current_exe()?
+        .parent()
+        .context("bench binary has a directory")?
+        .to_path_buf();
+    let mut args = Args {
+        workers: 100,
+        jobs: 20_000,
+        rounds: 3,
+        recycle_samples: 20,
+        master_bin: exe_dir.join("tunefleet"),
+        worker_bin: exe_dir.join("tunefleet-worker"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--workers" => args.workers = value()?.parse()?,
+            "--jobs" => args.jobs = value()?.parse()?,
+            "--rounds" => args.rounds = value()?.parse()?,
+            "--recycle-samples" => args.recycle_samples = value()?.parse()?,
+            "--master-bin" => args.master_bin = value()?.into(),
+            "--worker-bin" => args.worker_bin = value()?.into(),
+            other => bail!("unknown flag {other} (flags: --workers --jobs --rounds --recycle-samples --master-bin --worker-bin)"),
+        }
+    }
+    Ok(args)
+}
+
+/// Kills the child when dropped, so a failed run leaves no worker behind.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct MasterProcess {
+    child: Child,
+    url: String,
+}
+
+impl Drop for MasterProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_master(bin: &Path, dir: &Path) -> anyhow::Result<MasterProcess> {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(bin)
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--admin-token",
+            TOKEN,
+            "--event-buffer",
+            "65536",
+        ])
+        .arg("--state")
+        .arg(dir.join("bench.db"))
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_MASTER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
+        let line = line?;
+        if let Some(rest) = line.strip_prefix("tunefleet master listening on ") {
+            let addr = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            std::thread::spawn(move || for _ in lines {});
+            return Ok(MasterProcess {
+                child,
+                url: format!("ws://{addr}"),
+            });
+        }
+    }
+    bail!("master exited before listening")
+}
+
+fn yaml(n: usize, round: usize) -> String {
+    let mut y = String::from("target: {kind: llvm, num-cores: 2}\ntrials: 1\nworkloads:\n");
+    for i in 0..n {
+        y.push_str(&format!(
+            "  - {{name: r{round}j{i}, op: matmul, shape: {{m: {}, n: {}, k: 8}}}}\n",
+            1 + i % 1000,
+            1 + i / 1000 + round * 100
+        ));
+    }
+    y
+}
+
+async fn wait_workers(url: &str, n: usize) -> anyhow::Result<()> {
+    let mut client = Client::connect(url, Some(TOKEN)).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client.status().await?.workers < n {
+        if Instant::now() > deadline {
+            bail!("workers did not all register");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+struct Throughput {
+    dispatched_per_s: f64,
+    completed_per_s: f64,
+}
+
+async fn throughput_round(url: &str, jobs: usize, round: usize) -> anyhow::Result<Throughput> {
+    let mut watcher = Client::connect(url, Some(TOKEN)).await?;
+    let (_, snapshot) = watcher.subscribe().await?;
+    let base_done = snapshot
+        .jobs
+        .iter()
+        .filter(|j| j.state == JobState::Done)
+        .count();
+    let text = yaml(jobs, round);
+    let mut submitter = Client::connect(url, Some(TOKEN)).await?;
+    let started = Instant::now();
+    let report = submitter.submit(text, Some("bench.yaml")).await?;
+    if report.new_jobs.len() != jobs {
+        bail!("expected {jobs} new jobs, got {}", report.new_jobs.len());
+    }
+    let (mut assigned, mut done) = (0usize, 0usize);
+    let (mut last_assigned, mut last_done) = (started, started);
+    while done < jobs {
+        let update = tokio::time::timeout(Duration::from_secs(120), watcher.next_update())
+            .await
+            .context("fleet stalled")??
+            .context("stream ended")?;
+        match update {
+            Update::Event(_, FleetEvent::JobUpdated { job }) => match job.state {
+                JobState::Assigned | JobState::Running => {
+                    assigned += 1;
+                    last_assigned = Instant::now();
+                }
+                JobState::Done => {
+                    done += 1;
+                    last_done = Instant::now();
+                }
+                _ => {}
+            },
+            Update::Snapshot(_, snap) => {
+                // We fell behind; recount from the snapshot.
+                let now = Instant::now();
+                done = snap
+                    .jobs
+                    .iter()
+                    .filter(|j| j.state == JobState::Done)
+                    .count()
+                    - base_done;
+                assigned = assigned.max(done);
+                last_done = now;
+                last_assigned = now;
+            }
+            _ => {}
+        }
+    }
+    let _ = assigned;
+    Ok(Throughput {
+        dispatched_per_s: jobs as f64 / (last_assigned - started).as_secs_f64(),
+        completed_per_s: jobs as f64 / (last_done - started).as_secs_f64(),
+    })
+}
+
+/// Time from `kill -9` of the worker holding a job to that job being
+/// assigned to another worker, as seen by a subscriber.
+async fn recycle_sample(url: &str, worker_bin: &Path, sample: usize) -> anyhow::Result<Duration> {
+    let mut client = Client::connect(url, Some(TOKEN)).await?;
+    let text = format!(
+        "target: {{kind: llvm, num-cores: 2}}\ntrials: 1\nworkloads:\n  - {{name: victim{sample}, op: matmul, shape: {{m: 7, n: 7, k: {}}}}}\n",
+        100 + sample
+    );
+    let job_id = client
+        .submit(text, None)
+        .await?
+        .new_jobs
+        .into_iter()
+        .next()
+        .context("new job")?;
+    let mut victim = KillOnDrop(
+        Command::new(worker_bin)
+            .args([
+                "--server",
+                url,
+                "--target",
+                r#"{"kind":"llvm","num-cores":2}"#,
+                "--backend",
+                "sim",
+            ])
+            .args(["--sim-seconds", "600", "--name", &format!("victim{sample}")])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("start victim worker")?,
+    );
+    // The victim is the only idle-able worker for this job until a spare joins.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let job = client.results(Some(vec![job_id.clone()])).await?;
+        if job
+            .first()
+            .is_some_and(|j| j.worker.as_deref() == Some(&format!("victim{sample}")))
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            let status = client.status().await?;
+            bail!(
+                "victim never got the job: job {:?}, victim exited: {:?}, {} workers registered",
+                job.first().map(|j| (&j.state, &j.worker, &j.errors)),
+                victim.0.try_wait(),
+                status.workers
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let spare = tokio::spawn(run_worker(
+        WorkerConfig::new(
+            url,
+            llvm(),
+            format!("spare{sample}"),
+            Arc::new(SimBackend::new(Duration::ZERO)),
+        ),
+        std::future::pending::<()>(),
+    ));
+    wait_workers(url, 2).await?;
+    client.subscribe().await?;
+    let killed = Instant::now();
+    victim.0.kill()?;
+    let elapsed = loop {
+        let update = tokio::time::timeout(Duration::from_secs(30), client.next_update())
+            .await
+            .context("job not recycled")??
+            .context("stream ended")?;
+        if let Update::Event(_, FleetEvent::JobUpdated { job }) = update {
+            if job.job_id == job_id
+                && job.state.is_in_flight()
+                && job.worker.as_deref() == Some(&format!("spare{sample}"))
+            {
+                break killed.elapsed();
+            }
+        }
+    };
+    let _ = victim.0.wait();
+    spare.abort();
+    let mut c = Client::connect(url, Some(TOKEN)).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.status().await?.workers > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(elapsed)
+}
+
+fn llvm() -> Target {
+    Target::parse(r#"{"kind":"llvm","num-cores":2}"#).unwrap_or_else(|_| Target::of_kind("llvm"))
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let i = ((xs.len() as f64 - 1.0) * p).round() as usize;
+    xs[i]
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    for bin in [&args.master_bin, &args.worker_bin] {
+        if !bin.is_file() {
+            bail!("{} not found: build with `cargo build --release -p tunefleet-server -p tunefleet-worker -p tunefleet-tests --bins`", bin.display());
+        }
+    }
+    let dir = tempfile::tempdir()?;
+    let master = start_master(&args.master_bin, dir.path())?;
+    println!(
+        "master: {} (state in a fresh SQLite file, durability normal)",
+        master.url
+    );
+
+    // Throughput.
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let mut workers = Vec::new();
+    for i in 0..args.workers {
+        let mut config = WorkerConfig::new(
+            master.url.clone(),
+            llvm(),
+            format!("bench{i}"),
+            Arc::new(SimBackend::new(Duration::ZERO)),
+        );
+        config.backoff = Backoff {
+            initial: Duration::from_millis(50),
+            max: Duration::from_secs(1),
+        };
+        let stop = stop.clone();
+        workers.push(tokio::spawn(async move {
+            run_worker(config, async move { stop.notified().await }).await
+        }));
+    }
+    wait_workers(&master.url, args.workers).await?;
+    println!("{} sim workers (0 s per job) connected", args.workers);
+    let mut dispatched = Vec::new();
+    let mut completed = Vec::new();
+    for round in 0..args.rounds {
+        let t = throughput_round(&master.url, args.jobs, round).await?;
+        println!(
+            "round {}: {} jobs: dispatched {:.0} jobs/s, completed {:.0} jobs/s",
+            round + 1,
+            args.jobs,
+            t.dispatched_per_s,
+            t.completed_per_s
+        );
+        dispatched.push(t.dispatched_per_s);
+        completed.push(t.completed_per_s);
+    }
+    stop.notify_waiters();
+    for w in workers {
+        w.abort();
+    }
+    let mut c = Client::connect(&master.url, Some(TOKEN)).await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.status().await?.workers > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Recycle latency.
+    let mut recycle = Vec::new();
+    for sample in 0..args.recycle_samples {
+        let d = recycle_sample(&master.url, &args.worker_bin, sample).await?;
+        recycle.push(d.as_secs_f64() * 1e3);
+    }
+
+    println!();
+    println!("| measure | median | best | worst |");
+    println!("| --- | --- | --- | --- |");
+    let row = |name: &str, xs: &Vec<f64>, unit: &str| {
+        let best = xs.iter().cloned().fold(f64::MIN, f64::max);
+        let worst = xs.iter().cloned().fold(f64::MAX, f64::min);
+        println!(
+            "| {name} | {:.0} {unit} | {best:.0} {unit} | {worst:.0} {unit} |",
+            median(xs.clone())
+        );
+    };
+    row(
+        &format!(
+            "dispatched, {} workers, {} jobs/round, {} rounds",
+            args.workers, args.jobs, args.rounds
+        ),
+        &dispatched,
+        "jobs/s",
+    );
+    row(
+        "completed (result committed and published)",
+        &completed,
+        "jobs/s",
+    );
+    println!(
+        "| recycle after kill -9, {} samples | {:.2} ms | {:.2} ms | p95 {:.2} ms |",
+        recycle.len(),
+        median(recycle.clone()),
+        recycle.iter().cloned().fold(f64::MAX, f64::min),
+        percentile(recycle.clone(), 0.95)
+    );
+    Ok(())
+}

@@ -19,6 +19,10 @@
 //!   the first `nbest`.
 
 pub mod sim;
+#[cfg(feature = "tvm")]
+pub mod tvm;
+#[cfg(feature = "tvm")]
+pub mod verify;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,6 +31,10 @@ use tunefleet_shared::protocol::{JobId, JobResult, Lease};
 use tunefleet_shared::workload::Workload;
 
 pub use sim::SimBackend;
+#[cfg(feature = "tvm")]
+pub use tvm::{TvmBackend, TvmConfig};
+#[cfg(feature = "tvm")]
+pub use verify::{verify_and_time, ArgSpec, Verification, VerifyError, VerifyOptions};
 
 /// A job as assigned by the master.
 #[derive(Clone, Debug, PartialEq)]

@@ -316,22 +316,20 @@ async fn running_job_survives_reconnect_and_max_jobs_stops_the_worker() {
     // The lease died with that connection, so the master would refuse
     // progress for it: only the result comes, on the new connection.
     let (mut ws, _) = master.accept_registered("t2").await;
-    let result = loop {
-        match recv(&mut ws).await {
-            WorkerMessage::Result {
-                token,
-                job_id: id,
-                lease,
-                result,
-            } => {
-                assert_eq!(
-                    (token.as_str(), id.as_str(), lease),
-                    ("t2", job_id.as_str(), 3)
-                );
-                break result;
-            }
-            other => panic!("expected the running job's result, got {other:?}"),
+    let result = match recv(&mut ws).await {
+        WorkerMessage::Result {
+            token,
+            job_id: id,
+            lease,
+            result,
+        } => {
+            assert_eq!(
+                (token.as_str(), id.as_str(), lease),
+                ("t2", job_id.as_str(), 3)
+            );
+            result
         }
+        other => panic!("expected the running job's result, got {other:?}"),
     };
     assert_eq!(result.records.len(), 5);
     send(
@@ -514,23 +512,20 @@ async fn result_finished_while_disconnected_goes_out_first_after_registering() {
     // Keep the worker waiting in its handshake until the job is long done.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let (mut ws, _) = master.accept_registered("t2").await;
-    loop {
-        match recv(&mut ws).await {
-            WorkerMessage::Result {
-                token,
-                job_id: id,
-                lease,
-                result,
-            } => {
-                assert_eq!(
-                    (token.as_str(), id.as_str(), lease),
-                    ("t2", job_id.as_str(), 11)
-                );
-                assert_eq!(result.records.len(), 2);
-                break;
-            }
-            other => panic!("expected the result, got {other:?}"),
+    match recv(&mut ws).await {
+        WorkerMessage::Result {
+            token,
+            job_id: id,
+            lease,
+            result,
+        } => {
+            assert_eq!(
+                (token.as_str(), id.as_str(), lease),
+                ("t2", job_id.as_str(), 11)
+            );
+            assert_eq!(result.records.len(), 2);
         }
+        other => panic!("expected the result, got {other:?}"),
     }
     send(
         &mut ws,

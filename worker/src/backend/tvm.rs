@@ -1,0 +1,1467 @@
+//! The `tvm` backend: tunes with TVM MetaSchedule in a Python subprocess, then
+//! verifies and times the result in this process.
+//!
+//! # One job
+//! 1. A work directory is made for the job (under `--work-dir`, or the system
+//!    temp dir) and `JOB.json` written into it:
+//!    `{"workload": <wire form>, "nbest": N, "seed": 0, "num_trials_per_iter": T,
+//!    "max_workers": W, "rpc": null | {"tracker_host", "tracker_port", "key",
+//!    "session_timeout_s"}}`.
+//! 2. The driver (`worker/python/tunefleet_tune.py`) runs as
+//!    `PYTHON DRIVER --job JOB.json --work-dir DIR`, in `DIR`, in a new process
+//!    group (`setpgid(0, 0)`), with `PYTHONUNBUFFERED=1`. Its stdout carries
+//!    JSON lines only: `started`, `progress` (forwarded to the [`ProgressSink`]),
+//!    then `result` or `error`. Its stderr is logged at debug level and the last
+//!    [`STDERR_TAIL_LINES`] lines are kept for error messages.
+//! 3. When the driver has exited, whatever is left of its process group
+//!    (MetaSchedule's builder and runner pools) is killed.
+//! 4. The best schedule is checked against the untuned reference and both are
+//!    timed here, through tvm-ffi ([`super::verify`]), on the blocking pool. A
+//!    mismatch fails the job.
+//! 5. The [`JobResult`]: `best_latency_s` is the latency measured here, not
+//!    MetaSchedule's; `records` are the driver's (with MetaSchedule's
+//!    latencies); `extra` holds `workload` (MetaSchedule's `[hash, b64]`),
+//!    `metaschedule_best_latency_s`, `untuned_latency_s` (measured here),
+//!    `speedup_vs_untuned`, `max_abs_error`, `max_rel_error`, `timer` and
+//!    `verified: true`.
+//!
+//! # Cancellation
+//! Dropping the future kills the driver's whole process group with SIGKILL
+//! (a guard's `Drop`), so no builder or runner process survives the job. The
+//! group is always killed while its leader (the driver) is not yet reaped, so
+//! its id cannot have been reused by an unrelated group. A verification that
+//! has already started runs to its end on the blocking pool (a kernel call
+//! cannot be interrupted) and its result is dropped.
+//!
+//! # RPC
+//! With `--rpc-tracker`, MetaSchedule measures candidates on the devices of
+//! that tracker; the final verification and timing still run on this machine,
+//! so the worker must be able to run the target's code itself.
+
+use super::verify::{ArgSpec, Verification, VerifyOptions, VerifyRequest};
+use super::{Backend, JobSpec, ProgressSink, ProgressUpdate, TuneError, TuneFuture};
+use serde::Deserialize;
+use std::collections::VecDeque;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tunefleet_shared::protocol::{JobResult, TuningRecord};
+use tunefleet_shared::workload::{Op, Workload};
+
+/// Lines of the driver's stderr kept for error messages.
+pub const STDERR_TAIL_LINES: usize = 50;
+/// The driver script, relative to the repository root.
+pub const DRIVER_RELATIVE_PATH: &str = "worker/python/tunefleet_tune.py";
+/// The Python interpreter, relative to the repository root.
+pub const VENV_PYTHON_RELATIVE_PATH: &str = ".venv/bin/python";
+/// How long the driver may take to exit after its result or error line.
+const EXIT_GRACE: Duration = Duration::from_secs(30);
+/// How long `python -c "import tvm"` may take at start-up.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A MetaSchedule RPC tracker to measure on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RpcTracker {
+    pub host: String,
+    pub port: u16,
+    pub key: String,
+    pub session_timeout_s: u32,
+}
+
+impl RpcTracker {
+    /// Parses `HOST:PORT` (IPv6 as `[::1]:9190`).
+    pub fn parse(host_port: &str, key: &str) -> Result<RpcTracker, String> {
+        let (host, port) = host_port
+            .rsplit_once(':')
+            .ok_or_else(|| format!("expected HOST:PORT, got `{host_port}`"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(format!("expected HOST:PORT, got `{host_port}`"));
+        }
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("invalid port in `{host_port}`"))?;
+        if key.is_empty() {
+            return Err("the RPC key must not be empty".into());
+        }
+        Ok(RpcTracker {
+            host: host.to_string(),
+            port,
+            key: key.to_string(),
+            session_timeout_s: 60,
+        })
+    }
+}
+
+/// How to run the TVM backend. [`TvmConfig::default`] finds everything itself.
+#[derive(Clone, Debug)]
+pub struct TvmConfig {
+    /// The interpreter with `tvm` and `tvm_ffi`. `None`: `.venv/bin/python` in
+    /// the current directory or one of its parents, then next to the
+    /// executable (`<exe dir>/../../.venv/bin/python` and further up), then
+    /// `python3` on `PATH`.
+    pub python: Option<PathBuf>,
+    /// The tuning driver. `None`: `worker/python/tunefleet_tune.py` in the
+    /// current directory or one of its parents, then above the executable.
+    pub driver: Option<PathBuf>,
+    /// Where job directories are made. `None`: the system temp dir.
+    pub work_root: Option<PathBuf>,
+    /// Keep each job's directory (JOB.json, database, libraries) after the job.
+    pub keep_work_dirs: bool,
+    pub rpc: Option<RpcTracker>,
+    /// MetaSchedule's `num_trials_per_iter`.
+    pub trials_per_round: u32,
+    /// MetaSchedule's builder/runner `max_workers`.
+    pub max_workers: u32,
+    /// Verification and timing; `reduction_len` is filled in per workload.
+    pub verify: VerifyOptions,
+}
+
+impl Default for TvmConfig {
+    fn default() -> Self {
+        TvmConfig {
+            python: None,
+            driver: None,
+            work_root: None,
+            keep_work_dirs: false,
+            rpc: None,
+            trials_per_round: 8,
+            max_workers: 2,
+            verify: VerifyOptions::default(),
+        }
+    }
+}
+
+/// Why a [`TvmBackend`] could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TvmSetupError {
+    #[error("cannot run the Python interpreter {}: {reason} — run scripts/setup-tvm.sh or pass --python", python.display())]
+    Python { python: PathBuf, reason: String },
+    #[error("TVM is not importable by {}: {detail} — run scripts/setup-tvm.sh or pass --python", python.display())]
+    TvmNotImportable { python: PathBuf, detail: String },
+    #[error("the tuning driver {DRIVER_RELATIVE_PATH} was not found (looked in: {}); pass --tvm-driver", searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    DriverNotFound { searched: Vec<PathBuf> },
+    #[error("the tuning driver {} does not exist; check --tvm-driver", .0.display())]
+    DriverMissing(PathBuf),
+    #[error("invalid TVM backend setting: {0}")]
+    Invalid(String),
+}
+
+/// See the module docs.
+pub struct TvmBackend {
+    python: PathBuf,
+    driver: PathBuf,
+    tvm_version: String,
+    /// libtvm_runtime.so as the interpreter's TVM finds it, if it does.
+    runtime_lib: Option<PathBuf>,
+    config: TvmConfig,
+}
+
+impl fmt::Debug for TvmBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TvmBackend")
+            .field("python", &self.python)
+            .field("driver", &self.driver)
+            .field("tvm_version", &self.tvm_version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TvmBackend {
+    /// Finds the interpreter and the driver, and checks once that the
+    /// interpreter imports `tvm` and `tvm_ffi` (blocking, about a second).
+    pub fn new(config: TvmConfig) -> Result<TvmBackend, TvmSetupError> {
+        if config.trials_per_round == 0 {
+            return Err(TvmSetupError::Invalid(
+                "--trials-per-round must be at least 1".into(),
+            ));
+        }
+        if config.max_workers == 0 {
+            return Err(TvmSetupError::Invalid(
+                "max_workers must be at least 1".into(),
+            ));
+        }
+        let python = match &config.python {
+            Some(python) => python.clone(),
+            None => find_python(),
+        };
+        let driver = match &config.driver {
+            Some(driver) if driver.is_file() => absolute(driver),
+            Some(driver) => return Err(TvmSetupError::DriverMissing(driver.clone())),
+            None => find_driver()?,
+        };
+        let Probe {
+            tvm_version,
+            runtime_lib,
+        } = probe_tvm(&python)?;
+        tracing::info!(
+            python = %python.display(),
+            driver = %driver.display(),
+            %tvm_version,
+            runtime = ?runtime_lib,
+            "TVM backend ready"
+        );
+        Ok(TvmBackend {
+            python,
+            driver,
+            tvm_version,
+            runtime_lib,
+            config,
+        })
+    }
+
+    /// The interpreter in use.
+    pub fn python(&self) -> &Path {
+        &self.python
+    }
+
+    /// The driver script in use.
+    pub fn driver(&self) -> &Path {
+        &self.driver
+    }
+
+    async fn run(&self, job: JobSpec, progress: ProgressSink) -> Result<JobResult, TuneError> {
+        let started = Instant::now();
+        let work = WorkDir::create(&self.config, &job)?;
+        let job_file = work.path().join("JOB.json");
+        let job_json = serde_json::json!({
+            "workload": job.workload,
+            "nbest": job.nbest,
+            "seed": 0,
+            "num_trials_per_iter": self.config.trials_per_round,
+            "max_workers": self.config.max_workers,
+            "rpc": self.config.rpc.as_ref().map(|rpc| serde_json::json!({
+                "tracker_host": rpc.host,
+                "tracker_port": rpc.port,
+                "key": rpc.key,
+                "session_timeout_s": rpc.session_timeout_s,
+            })),
+        });
+        std::fs::write(
+            &job_file,
+            serde_json::to_vec_pretty(&job_json).map_err(io_other)?,
+        )?;
+        tracing::info!(
+            job_id = %job.job_id,
+            work_dir = %work.path().display(),
+            "starting the tuning driver"
+        );
+
+        let outcome = self.drive(&job_file, work.path(), &progress).await?;
+        let driver_result = outcome?;
+
+        let mut options = self.config.verify.clone();
+        if options.reduction_len.is_none() {
+            options.reduction_len = reduction_len(&job.workload);
+        }
+        let request = VerifyRequest {
+            tuned_lib: driver_result.tuned_lib.clone(),
+            reference_lib: driver_result.reference_lib.clone(),
+            entry: driver_result.entry.clone(),
+            args: driver_result.args.clone(),
+            outputs: driver_result.outputs.clone(),
+            runtime_lib: driver_result
+                .tvm_runtime_lib
+                .clone()
+                .or_else(|| self.runtime_lib.clone())
+                .ok_or_else(|| {
+                    TuneError::Failed(
+                        "neither the tuning driver nor the start-up check found libtvm_runtime.so"
+                            .into(),
+                    )
+                })?,
+            options,
+        };
+        let verification = request.run_blocking().await.map_err(|e| {
+            TuneError::Failed(format!("verification of the tuned kernel failed: {e}"))
+        })?;
+        tracing::info!(
+            job_id = %job.job_id,
+            tuned_s = verification.tuned_latency_s,
+            untuned_s = verification.reference_latency_s,
+            metaschedule_s = driver_result.best_latency_s,
+            "tuned kernel verified"
+        );
+        drop(work);
+        Ok(self.job_result(&job, driver_result, verification, started))
+    }
+
+    fn job_result(
+        &self,
+        job: &JobSpec,
+        driver: DriverResult,
+        verification: Verification,
+        started: Instant,
+    ) -> JobResult {
+        let latency = verification.tuned_latency_s;
+        let flops = driver
+            .flops
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .or_else(|| job.workload.flops());
+        let speedup = verification.reference_latency_s / latency;
+        JobResult {
+            best_latency_s: latency,
+            gflops: flops.map(|f| f / latency / 1e9),
+            records: driver.records,
+            trials: driver.trials,
+            wall_time_s: started.elapsed().as_secs_f64(),
+            backend: self.name().to_string(),
+            tvm_version: Some(
+                driver
+                    .tvm_version
+                    .unwrap_or_else(|| self.tvm_version.clone()),
+            ),
+            extra: serde_json::json!({
+                "workload": driver.workload,
+                "metaschedule_best_latency_s": driver.best_latency_s,
+                "untuned_latency_s": verification.reference_latency_s,
+                "speedup_vs_untuned": speedup,
+                "max_abs_error": verification.max_abs_error,
+                "max_rel_error": verification.max_rel_error,
+                "timer": verification.timer,
+                "verified": true,
+            }),
+        }
+    }
+
+    /// Runs the driver to its end. The outer error is I/O trouble of our
+    /// own; the inner one is the driver's failure.
+    async fn drive(
+        &self,
+        job_file: &Path,
+        work_dir: &Path,
+        progress: &ProgressSink,
+    ) -> Result<Result<DriverResult, TuneError>, TuneError> {
+        let mut command = tokio::process::Command::new(&self.python);
+        command
+            .arg(&self.driver)
+            .arg("--job")
+            .arg(job_file)
+            .arg("--work-dir")
+            .arg(work_dir)
+            .current_dir(work_dir)
+            .env("PYTHONUNBUFFERED", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        // If this worker dies without running its destructors (SIGKILL, OOM
+        // killer), the driver gets SIGTERM, on which it kills its own children
+        // and exits. (The signal follows the spawning *thread*; Tokio's worker
+        // threads live as long as the runtime.)
+        let parent = std::process::id();
+        // SAFETY: the closure runs between fork and exec and only calls
+        // async-signal-safe functions (prctl, getppid, _exit).
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before prctl took effect.
+                if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|e| {
+            TuneError::Failed(format!(
+                "cannot start the tuning driver {} {}: {e}",
+                self.python.display(),
+                self.driver.display()
+            ))
+        })?;
+        let pid = child
+            .id()
+            .ok_or_else(|| TuneError::Failed("the tuning driver exited at once".into()))?;
+        // Declared after `child`, so dropped before it: the group dies while
+        // the leader is still unreaped.
+        let mut group = ProcessGroupGuard::new(pid);
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let mut out_lines = BufReader::new(stdout).lines();
+        let mut err_lines = BufReader::new(stderr).lines();
+        let mut tail = Tail::new(STDERR_TAIL_LINES);
+
+        // The leader's exit, observed without reaping it (WNOWAIT).
+        let mut leader_exit = Some(tokio::task::spawn_blocking(move || wait_exit_no_reap(pid)));
+        let (mut stdout_open, mut stderr_open) = (true, true);
+        let mut final_event: Option<Result<DriverResult, String>> = None;
+        // Once the result (or error) is in, the driver has this long to exit.
+        let grace = tokio::time::sleep(Duration::from_secs(365 * 24 * 3600));
+        tokio::pin!(grace);
+        let mut grace_armed = false;
+        while stdout_open || stderr_open {
+            tokio::select! {
+                line = out_lines.next_line(), if stdout_open => match line? {
+                    Some(line) => {
+                        if let Some(event) = handle_stdout_line(&line, progress, &mut tail) {
+                            final_event = Some(event);
+                            if !grace_armed {
+                                grace_armed = true;
+                                grace.as_mut().reset(tokio::time::Instant::now() + EXIT_GRACE);
+                            }
+                        }
+                    }
+                    None => stdout_open = false,
+                },
+                () = &mut grace, if grace_armed => {
+                    tracing::warn!(
+                        "the tuning driver did not exit within {EXIT_GRACE:?} of its last event; killing it"
+                    );
+                    grace_armed = false;
+                    group.kill();
+                }
+                line = err_lines.next_line(), if stderr_open => match line {
+                    Ok(Some(line)) => {
+                        tracing::debug!(target: "tunefleet_worker::tvm_driver", "{line}");
+                        tail.push(line);
+                    }
+                    Ok(None) | Err(_) => stderr_open = false,
+                },
+                exited = async { leader_exit.as_mut().expect("guarded").await }, if leader_exit.is_some() => {
+                    leader_exit = None;
+                    if let Err(e) = exited.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
+                        tracing::warn!(error = %e, "cannot wait for the tuning driver");
+                    }
+                    // Stragglers (pool workers) may hold our pipes open; with
+                    // the leader gone they have nothing left to do.
+                    group.kill();
+                }
+            }
+        }
+        if let Some(mut exit) = leader_exit.take() {
+            // The driver closed its output but has not exited yet.
+            if tokio::time::timeout(EXIT_GRACE, &mut exit).await.is_err() {
+                tracing::warn!("the tuning driver closed its output but did not exit; killing it");
+                group.kill();
+                let _ = exit.await;
+            }
+        }
+        group.kill();
+        group.disarm();
+        let status = child.wait().await?;
+
+        let stderr_tail = tail.text();
+        let failure = |message: String| {
+            let mut text = format!("tuning driver failed: {message}");
+            if !stderr_tail.is_empty() {
+                text.push_str(&format!(
+                    "\n--- driver stderr (last {} lines) ---\n{stderr_tail}",
+                    tail.len()
+                ));
+            }
+            TuneError::Failed(text)
+        };
+        Ok(match final_event {
+            Some(Ok(result)) => {
+                if !status.success() {
+                    // The result is complete and is verified independently
+                    // next; a crash while the interpreter shuts down must not
+                    // throw the work away.
+                    tracing::warn!(%status, "the tuning driver sent a result but exited badly");
+                }
+                Ok(result)
+            }
+            Some(Err(message)) => Err(failure(message)),
+            None if status.success() => Err(failure(
+                "it exited without reporting a result or an error".into(),
+            )),
+            None => Err(failure(format!("it exited with {status} without a result"))),
+        })
+    }
+}
+
+impl Backend for TvmBackend {
+    fn name(&self) -> &str {
+        "tvm"
+    }
+
+    fn tvm_version(&self) -> Option<String> {
+        Some(self.tvm_version.clone())
+    }
+
+    fn tune(&self, job: JobSpec, progress: ProgressSink) -> TuneFuture<'_> {
+        Box::pin(self.run(job, progress))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The driver's output
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+struct StartedEvent {
+    #[serde(default)]
+    trials_total: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProgressEvent {
+    trials_done: u32,
+    trials_total: u32,
+    #[serde(default)]
+    best_latency_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ErrorEvent {
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// The `result` event.
+#[derive(Clone, Debug, Deserialize)]
+struct DriverResult {
+    best_latency_s: f64,
+    trials: u32,
+    #[serde(default)]
+    #[allow(dead_code)] // reported by the driver; the job's own wall time is used
+    wall_time_s: Option<f64>,
+    #[serde(default)]
+    tvm_version: Option<String>,
+    #[serde(default)]
+    flops: Option<f64>,
+    records: Vec<TuningRecord>,
+    #[serde(default)]
+    workload: serde_json::Value,
+    tuned_lib: PathBuf,
+    reference_lib: PathBuf,
+    #[serde(default = "default_entry")]
+    entry: String,
+    args: Vec<ArgSpec>,
+    outputs: Vec<usize>,
+    /// May be null when the driver could not find it; the path found at
+    /// start-up is used then.
+    #[serde(default)]
+    tvm_runtime_lib: Option<PathBuf>,
+}
+
+fn default_entry() -> String {
+    "main".to_string()
+}
+
+/// Parses one line of the driver's stdout. Returns the final event (result or
+/// error), if this line is one; reports progress; keeps anything unexpected
+/// in the tail for error messages.
+fn handle_stdout_line(
+    line: &str,
+    progress: &ProgressSink,
+    tail: &mut Tail,
+) -> Option<Result<DriverResult, String>> {
+    let line = line.trim();
+    if line.is_empty() {
+        return None;
+    }
+    let Some(value) = parse_json_line(line) else {
+        tracing::warn!(target: "tunefleet_worker::tvm_driver", "non-JSON line on stdout: {line}");
+        tail.push(format!("[stdout] {line}"));
+        return None;
+    };
+    let event = value.get("event").and_then(|e| e.as_str()).unwrap_or("");
+    match event {
+        "started" => {
+            if let Ok(StartedEvent {
+                trials_total: Some(total),
+            }) = serde_json::from_value(value.clone())
+            {
+                progress.report(ProgressUpdate {
+                    trials_done: 0,
+                    trials_total: total,
+                    best_latency_s: None,
+                });
+            }
+            tracing::debug!(%value, "tuning driver started");
+            None
+        }
+        "progress" => {
+            match serde_json::from_value::<ProgressEvent>(value) {
+                Ok(p) => progress.report(ProgressUpdate {
+                    trials_done: p.trials_done,
+                    trials_total: p.trials_total,
+                    best_latency_s: p.best_latency_s.filter(|l| l.is_finite() && *l > 0.0),
+                }),
+                Err(e) => tracing::warn!(error = %e, "malformed progress event: {line}"),
+            }
+            None
+        }
+        "result" => Some(
+            serde_json::from_value::<DriverResult>(value)
+                .map_err(|e| format!("malformed result event: {e}")),
+        ),
+        "error" => {
+            let message = serde_json::from_value::<ErrorEvent>(value)
+                .ok()
+                .and_then(|e| e.message)
+                .unwrap_or_else(|| "unknown error".to_string());
+            Some(Err(message))
+        }
+        other => {
+            tracing::debug!(event = other, "ignoring driver event");
+            None
+        }
+    }
+}
+
+/// Strict JSON, or else Python's `json.dumps` dialect with bare `NaN` /
+/// `Infinity` (read as null).
+fn parse_json_line(line: &str) -> Option<serde_json::Value> {
+    if !line.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(line).ok().or_else(|| {
+        let patched = line
+            .replace("-Infinity", "null")
+            .replace("Infinity", "null")
+            .replace("NaN", "null");
+        serde_json::from_str(&patched).ok()
+    })
+}
+
+/// The last lines of some output.
+struct Tail {
+    lines: VecDeque<String>,
+    capacity: usize,
+}
+
+impl Tail {
+    fn new(capacity: usize) -> Self {
+        Tail {
+            lines: VecDeque::with_capacity(capacity),
+            capacity,
+        }
+    }
+
+    fn push(&mut self, line: String) {
+        if self.lines.len() == self.capacity {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+
+    fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    fn text(&self) -> String {
+        self.lines
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// The longest reduction behind one output element, when the op is known.
+fn reduction_len(workload: &Workload) -> Option<u64> {
+    let u = u64::from;
+    match &workload.op {
+        Op::Matmul { shape } => Some(u(shape.k)),
+        Op::BatchMatmul { shape } => Some(u(shape.k)),
+        Op::Dense { shape } => Some(u(shape.in_features)),
+        Op::Conv2dNchw { shape } | Op::Conv2dNhwc { shape } => {
+            Some(u(shape.in_channels) * u(shape.kernel[0]) * u(shape.kernel[1]))
+        }
+        Op::DepthwiseConv2dNchw { shape } => Some(u(shape.kernel[0]) * u(shape.kernel[1])),
+        Op::Tvmscript { .. } => None,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Processes and directories
+// ---------------------------------------------------------------------------
+
+/// Kills a process group with SIGKILL when dropped (unless disarmed).
+#[derive(Debug)]
+struct ProcessGroupGuard {
+    pgid: libc::pid_t,
+    armed: bool,
+}
+
+impl ProcessGroupGuard {
+    fn new(pgid: u32) -> Self {
+        ProcessGroupGuard {
+            pgid: libc::pid_t::try_from(pgid).expect("pid fits pid_t"),
+            armed: true,
+        }
+    }
+
+    /// SIGKILL to every process of the group. Only called while the leader is
+    /// unreaped, so the id still names our group.
+    fn kill(&self) {
+        if self.pgid > 1 {
+            // SAFETY: killpg has no memory-safety preconditions; ESRCH (group
+            // already empty) is expected and ignored.
+            unsafe {
+                libc::killpg(self.pgid, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// The leader is about to be reaped; from then on the id may be reused.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ProcessGroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(
+                pgid = self.pgid,
+                "killing the tuning driver's process group"
+            );
+            self.kill();
+        }
+    }
+}
+
+/// Blocks until process `pid` (our child) has exited, leaving it a zombie so
+/// its pid (and process group id) cannot be reused yet.
+fn wait_exit_no_reap(pid: u32) -> std::io::Result<()> {
+    let id = libc::id_t::from(pid);
+    loop {
+        // SAFETY: siginfo_t is plain data; waitid writes into it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::waitid(libc::P_PID, id, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// A job's directory, removed on drop unless kept.
+struct WorkDir {
+    dir: Option<tempfile::TempDir>,
+    path: PathBuf,
+}
+
+impl WorkDir {
+    fn create(config: &TvmConfig, job: &JobSpec) -> Result<WorkDir, TuneError> {
+        let root = match &config.work_root {
+            Some(root) => {
+                std::fs::create_dir_all(root)?;
+                root.clone()
+            }
+            None => std::env::temp_dir(),
+        };
+        let prefix: String = format!("tunefleet-{}-l{}-", job.job_id, job.lease)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let dir = tempfile::Builder::new().prefix(&prefix).tempdir_in(&root)?;
+        let path = dir.path().to_path_buf();
+        if config.keep_work_dirs {
+            let kept = dir.keep();
+            tracing::info!(dir = %kept.display(), "keeping the job's work directory");
+            Ok(WorkDir { dir: None, path })
+        } else {
+            Ok(WorkDir {
+                dir: Some(dir),
+                path,
+            })
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            let path = dir.path().to_path_buf();
+            if let Err(e) = dir.close() {
+                tracing::warn!(dir = %path.display(), error = %e, "cannot remove the job's work directory");
+            }
+        }
+    }
+}
+
+fn io_other(e: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
+    std::io::Error::other(e)
+}
+
+// ---------------------------------------------------------------------------
+// Finding Python, the driver and TVM
+// ---------------------------------------------------------------------------
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Directories to search for repository-relative files: the current
+/// directory and its parents, then the executable's directory's grandparent
+/// (`target/debug/..`/..) and its parents.
+fn search_roots() -> Vec<PathBuf> {
+    let mut roots = Vec::new();
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.extend(cwd.ancestors().map(Path::to_path_buf));
+    }
+    if let Some(exe_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+    {
+        let start = exe_dir.parent().and_then(Path::parent).unwrap_or(&exe_dir);
+        for dir in start.ancestors() {
+            if !roots.iter().any(|r| r == dir) {
+                roots.push(dir.to_path_buf());
+            }
+        }
+    }
+    roots
+}
+
+fn find_python() -> PathBuf {
+    search_roots()
+        .into_iter()
+        .map(|root| root.join(VENV_PYTHON_RELATIVE_PATH))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+fn find_driver() -> Result<PathBuf, TvmSetupError> {
+    let candidates: Vec<PathBuf> = search_roots()
+        .into_iter()
+        .map(|root| root.join(DRIVER_RELATIVE_PATH))
+        .collect();
+    candidates
+        .iter()
+        .find(|candidate| candidate.is_file())
+        .cloned()
+        .ok_or(TvmSetupError::DriverNotFound {
+            searched: candidates,
+        })
+}
+
+/// What the start-up check learnt.
+struct Probe {
+    tvm_version: String,
+    runtime_lib: Option<PathBuf>,
+}
+
+/// `import tvm, tvm_ffi`, then the version and (best effort) the runtime library.
+/// Marked lines, in case importing prints something of its own.
+const PROBE_SCRIPT: &str = "import tvm, tvm_ffi
+print('tunefleet-tvm-version=' + tvm.__version__)
+try:
+    import os, tvm.libinfo
+    print('tunefleet-tvm-runtime=' + os.path.abspath(tvm.libinfo.find_libtvm_runtime()))
+except Exception:
+    pass
+";
+
+/// Runs [`PROBE_SCRIPT`] (`python -c "import tvm, tvm_ffi; print(tvm.__version__)"`
+/// plus the runtime path) with a time limit.
+fn probe_tvm(python: &Path) -> Result<Probe, TvmSetupError> {
+    let mut child = std::process::Command::new(python)
+        .arg("-c")
+        .arg(PROBE_SCRIPT)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| TvmSetupError::Python {
+            python: python.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    // Bounded wait: a wedged interpreter must not hang the worker's start.
+    let deadline = Instant::now() + PROBE_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(TvmSetupError::TvmNotImportable {
+                    python: python.to_path_buf(),
+                    detail: format!("`import tvm` did not finish in {PROBE_TIMEOUT:?}"),
+                });
+            }
+            Err(e) => {
+                return Err(TvmSetupError::Python {
+                    python: python.to_path_buf(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| TvmSetupError::Python {
+            python: python.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let marked = |key: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key).map(str::to_string))
+            .filter(|v| !v.is_empty())
+    };
+    if let (true, Some(version)) = (output.status.success(), marked("tunefleet-tvm-version=")) {
+        let runtime_lib = marked("tunefleet-tvm-runtime=")
+            .map(PathBuf::from)
+            .filter(|p| p.is_file());
+        return Ok(Probe {
+            tvm_version: version,
+            runtime_lib,
+        });
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // The exception line (`ModuleNotFoundError: No module named 'tvm'`).
+    let detail = stderr
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("the import check exited with {}", output.status));
+    Err(TvmSetupError::TvmNotImportable {
+        python: python.to_path_buf(),
+        detail,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::verify::fixtures;
+    use crate::backend::{progress_channel, ProgressWatch};
+    use crate::testutil::job;
+
+    // ---- helpers ---------------------------------------------------------
+
+    /// A matmul workload from the wire form, with its own trial budget.
+    fn matmul(name: &str, n: u32, trials: u32) -> Workload {
+        serde_json::from_value(serde_json::json!({
+            "name": name,
+            "op": "matmul",
+            "shape": {"m": n, "n": n, "k": n},
+            "dtype": "float32",
+            "target": {"kind": "llvm", "num-cores": 2},
+            "trials": trials,
+        }))
+        .unwrap()
+    }
+
+    fn config(driver: &Path, work_root: &Path) -> TvmConfig {
+        TvmConfig {
+            python: Some(fixtures::python()),
+            driver: Some(driver.to_path_buf()),
+            work_root: Some(work_root.to_path_buf()),
+            verify: VerifyOptions {
+                repeat: 3,
+                min_repeat_ms: 10,
+                ..VerifyOptions::default()
+            },
+            ..TvmConfig::default()
+        }
+    }
+
+    /// Writes a fake driver that behaves as `mode` says; `libs` are the
+    /// fixture libraries it reports in a result.
+    fn fake_driver(dir: &Path, mode: &str, fixture_dir: &Path, runtime: &Path) -> PathBuf {
+        let fix = serde_json::json!({
+            "dir": fixture_dir,
+            "runtime": runtime,
+        });
+        let script = format!(
+            "MODE = {mode:?}\nFIX = {fix}\n{FAKE_DRIVER}",
+            fix = serde_json::to_string(&fix.to_string()).unwrap()
+        );
+        let path = dir.join(format!("fake_driver_{mode}.py"));
+        std::fs::write(&path, script).unwrap();
+        path
+    }
+
+    const FAKE_DRIVER: &str = r#"
+import json, os, subprocess, sys, time
+FIX = json.loads(FIX)
+argv = sys.argv[1:]
+job = json.load(open(argv[argv.index("--job") + 1]))
+work = argv[argv.index("--work-dir") + 1]
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+for i in range(60):
+    print(f"fake driver log line {i}", file=sys.stderr)
+sys.stderr.flush()
+assert os.path.samefile(os.getcwd(), work), (os.getcwd(), work)
+emit({"event": "started", "tvm_version": "fake-0", "trials_total": job["workload"]["trials"]})
+if MODE == "hang":
+    for _ in range(2):
+        subprocess.Popen(["sleep", "1000"])
+    subprocess.Popen([sys.executable, "-c",
+        "import subprocess, time; subprocess.Popen(['sleep', '1000']); time.sleep(1000)"])
+    time.sleep(0.5)
+    emit({"event": "progress", "trials_done": 1, "trials_total": 10, "best_latency_s": None})
+    time.sleep(1000)
+if MODE == "error":
+    print("Traceback: something broke", file=sys.stderr)
+    emit({"event": "error", "message": "no valid measurement in 8 trials"})
+    sys.exit(1)
+if MODE == "crash":
+    print("Segmentation fault (pretend)", file=sys.stderr)
+    sys.exit(3)
+expected = {"nbest": 3, "seed": 0, "num_trials_per_iter": 8, "max_workers": 2, "rpc": None}
+for key, value in expected.items():
+    if job.get(key) != value:
+        emit({"event": "error", "message": f"JOB.json {key} = {job.get(key)!r}, expected {value!r}"})
+        sys.exit(1)
+print("not json, should be tolerated")
+emit({"event": "progress", "trials_done": 4, "trials_total": 8, "best_latency_s": 2e-5})
+sys.stdout.write('{"event":"progress","trials_done":8,"trials_total":8,"best_latency_s":NaN}\n')
+sys.stdout.flush()
+if MODE == "straggler":
+    # Keeps our stdout open after we exit; the worker must not wait for it.
+    subprocess.Popen(["sleep", "1000"])
+tuned = "float32-wrong.so" if MODE == "wrong" else "float32-tuned.so"
+n = job["workload"]["shape"]["m"]
+records = [{"latency_s": 2e-5 * (1 + i), "record": [0, [[], []], [2e-5 * (1 + i)]]} for i in range(3)]
+emit({
+    "event": "result", "best_latency_s": 2e-5, "trials": 8, "wall_time_s": 1.0,
+    "tvm_version": "fake-0", "flops": 2.0 * n ** 3, "records": records,
+    "workload": ["0x1234", "b64"],
+    "tuned_lib": os.path.join(FIX["dir"], tuned),
+    "reference_lib": os.path.join(FIX["dir"], "float32-reference.so"),
+    "entry": "main",
+    "args": [{"shape": [n, n], "dtype": "float32"}] * 3,
+    "outputs": [2],
+    "tvm_runtime_lib": FIX["runtime"],
+})
+"#;
+
+    /// Collects progress until the watch ends.
+    async fn collect(mut watch: ProgressWatch) -> Vec<ProgressUpdate> {
+        let mut seen = Vec::new();
+        while let Some(update) = watch.next().await {
+            seen.push(update);
+        }
+        seen
+    }
+
+    /// (pid, state) of every process in process group `pgid`.
+    fn group_members(pgid: i32) -> Vec<(i32, char)> {
+        let mut members = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid pgrp ...; comm may contain spaces.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            if fields.len() > 2 && fields[2].parse::<i32>() == Ok(pgid) {
+                members.push((pid, fields[0].chars().next().unwrap_or('?')));
+            }
+        }
+        members
+    }
+
+    /// The pid of the driver whose command line mentions `needle`.
+    fn driver_pid(needle: &Path) -> Option<i32> {
+        let needle = needle.to_string_lossy().into_owned();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .find_map(|entry| {
+                let pid = entry.file_name().to_string_lossy().parse::<i32>().ok()?;
+                let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                (cmdline.contains("--job") && cmdline.contains(&needle)).then_some(pid)
+            })
+    }
+
+    /// Waits until no live (non-zombie) process is left in the group.
+    async fn assert_group_dies(pgid: i32) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let live: Vec<_> = group_members(pgid)
+                .into_iter()
+                .filter(|(_, state)| *state != 'Z')
+                .collect();
+            if live.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "processes of group {pgid} survived: {live:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Drives `tune` until a progress update with at least one trial done.
+    async fn until_first_trial(tune: &mut TuneFuture<'_>, watch: &mut ProgressWatch) {
+        loop {
+            tokio::select! {
+                result = &mut *tune => panic!("the job ended before any progress: {result:?}"),
+                update = watch.next() => {
+                    if update.expect("progress").trials_done >= 1 {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn real_driver() -> Option<PathBuf> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tunefleet_tune.py");
+        path.is_file().then_some(path)
+    }
+
+    // ---- fake driver -----------------------------------------------------
+
+    #[tokio::test]
+    async fn result_is_verified_and_timed_here() {
+        let fix = tempfile::tempdir().unwrap();
+        let runtime = fixtures::build_matmuls(fix.path(), 64, &["float32"]);
+        let root = tempfile::tempdir().unwrap();
+        let driver = fake_driver(root.path(), "result", fix.path(), &runtime);
+        let work_root = root.path().join("work");
+        let backend = TvmBackend::new(config(&driver, &work_root)).unwrap();
+        assert_eq!(backend.name(), "tvm");
+        assert!(
+            backend.tvm_version().unwrap().starts_with("0."),
+            "{backend:?}"
+        );
+
+        let (sink, watch) = progress_channel();
+        let seen = tokio::spawn(collect(watch));
+        let spec = job(matmul("mm64", 64, 8), 3);
+        let result = backend.tune(spec, sink).await.unwrap();
+        let seen = seen.await.unwrap();
+
+        assert_eq!(result.backend, "tvm");
+        assert_eq!(result.tvm_version.as_deref(), Some("fake-0"));
+        assert_eq!(result.trials, 8);
+        assert_eq!(result.records.len(), 3);
+        // Measured here, not the driver's 2e-5.
+        assert_ne!(result.best_latency_s, 2e-5);
+        assert!(result.best_latency_s > 0.0 && result.best_latency_s < 0.1);
+        let gflops = result.gflops.unwrap();
+        assert!((gflops - 2.0 * 64f64.powi(3) / result.best_latency_s / 1e9).abs() < 1e-6);
+        let extra = &result.extra;
+        assert_eq!(extra["verified"], true);
+        assert_eq!(extra["workload"], serde_json::json!(["0x1234", "b64"]));
+        assert_eq!(extra["metaschedule_best_latency_s"], 2e-5);
+        let untuned = extra["untuned_latency_s"].as_f64().unwrap();
+        let speedup = extra["speedup_vs_untuned"].as_f64().unwrap();
+        assert!((speedup - untuned / result.best_latency_s).abs() < 1e-9);
+        assert!(extra["max_abs_error"].as_f64().unwrap() < 1e-3);
+        assert!(result.wall_time_s > 0.0);
+        eprintln!(
+            "fake-driver job: tuned {:.3e} s, untuned {untuned:.3e} s, speedup {speedup:.2}",
+            result.best_latency_s
+        );
+
+        // The sink keeps only the latest update, so intermediate ones may be
+        // coalesced; the last is the driver's last line, whose NaN latency
+        // reads as none.
+        let last = seen.last().unwrap();
+        assert_eq!((last.trials_done, last.trials_total), (8, 8), "{seen:?}");
+        assert_eq!(last.best_latency_s, None);
+
+        // The job's directory is gone.
+        assert_eq!(std::fs::read_dir(&work_root).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_straggler_holding_stdout_does_not_hang_the_job() {
+        let fix = tempfile::tempdir().unwrap();
+        let runtime = fixtures::build_matmuls(fix.path(), 16, &["float32"]);
+        let root = tempfile::tempdir().unwrap();
+        let driver = fake_driver(root.path(), "straggler", fix.path(), &runtime);
+        let mut cfg = config(&driver, &root.path().join("work"));
+        cfg.keep_work_dirs = true;
+        let backend = TvmBackend::new(cfg).unwrap();
+        let (sink, _watch) = progress_channel();
+        let result = tokio::time::timeout(
+            Duration::from_secs(60),
+            backend.tune(job(matmul("mm16", 16, 8), 3), sink),
+        )
+        .await
+        .expect("the job hung on the straggler")
+        .unwrap();
+        assert_eq!(result.extra["verified"], true);
+        // Kept: JOB.json is still there, and names the workload.
+        let dirs: Vec<_> = std::fs::read_dir(root.path().join("work"))
+            .unwrap()
+            .flatten()
+            .collect();
+        assert_eq!(dirs.len(), 1);
+        let job_json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dirs[0].path().join("JOB.json")).unwrap())
+                .unwrap();
+        assert_eq!(job_json["workload"]["name"], "mm16");
+        assert_eq!(job_json["workload"]["op"], "matmul");
+    }
+
+    #[tokio::test]
+    async fn a_wrong_kernel_fails_the_job() {
+        let fix = tempfile::tempdir().unwrap();
+        let runtime = fixtures::build_matmuls(fix.path(), 32, &["float32"]);
+        let root = tempfile::tempdir().unwrap();
+        let driver = fake_driver(root.path(), "wrong", fix.path(), &runtime);
+        let backend = TvmBackend::new(config(&driver, &root.path().join("w"))).unwrap();
+        let (sink, _watch) = progress_channel();
+        let err = backend
+            .tune(job(matmul("mm32", 32, 8), 3), sink)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("verification of the tuned kernel failed"),
+            "{text}"
+        );
+        assert!(text.contains("different result"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn driver_errors_carry_the_message_and_the_stderr_tail() {
+        let root = tempfile::tempdir().unwrap();
+        let nowhere = root.path().join("none");
+        for (mode, expected) in [
+            ("error", "no valid measurement in 8 trials"),
+            ("crash", "exit status: 3"),
+        ] {
+            let driver = fake_driver(root.path(), mode, &nowhere, &nowhere);
+            let backend = TvmBackend::new(config(&driver, &root.path().join("w"))).unwrap();
+            let (sink, _watch) = progress_channel();
+            let err = backend
+                .tune(job(matmul("mm8", 8, 8), 3), sink)
+                .await
+                .unwrap_err();
+            let text = err.to_string();
+            assert!(text.starts_with("tuning driver failed: "), "{text}");
+            assert!(text.contains(expected), "{mode}: {text}");
+            assert!(
+                text.contains("--- driver stderr (last 50 lines) ---"),
+                "{text}"
+            );
+            // Only the tail: the first log lines are gone, the last are there.
+            assert!(!text.contains("log line 5\n"), "{text}");
+            assert!(text.contains("log line 59"), "{text}");
+            if mode == "crash" {
+                assert!(text.contains("Segmentation fault (pretend)"), "{text}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn cancelling_kills_the_whole_process_group() {
+        let root = tempfile::tempdir().unwrap();
+        let nowhere = root.path().join("none");
+        let driver = fake_driver(root.path(), "hang", &nowhere, &nowhere);
+        let work_root = root.path().join("work");
+        let backend = TvmBackend::new(config(&driver, &work_root)).unwrap();
+        let (sink, mut watch) = progress_channel();
+        let mut tune = backend.tune(job(matmul("hang", 8, 10), 3), sink);
+        until_first_trial(&mut tune, &mut watch).await;
+
+        let pgid = driver_pid(&work_root).expect("the driver is running");
+        let before = group_members(pgid);
+        // driver, 2 sleeps, a python child and its sleep
+        assert!(before.len() >= 5, "{before:?}");
+        drop(tune);
+        assert_group_dies(pgid).await;
+        // The work directory goes too.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read_dir(&work_root).unwrap().count() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the work directory was left behind"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // ---- set-up ----------------------------------------------------------
+
+    #[test]
+    fn setup_errors_are_clear() {
+        let root = tempfile::tempdir().unwrap();
+        let driver = root.path().join("driver.py");
+        std::fs::write(&driver, "").unwrap();
+
+        let missing = TvmConfig {
+            python: Some(root.path().join("no-python")),
+            driver: Some(driver.clone()),
+            ..TvmConfig::default()
+        };
+        let err = TvmBackend::new(missing).unwrap_err();
+        assert!(matches!(err, TvmSetupError::Python { .. }), "{err:?}");
+        assert!(err.to_string().contains("pass --python"), "{err}");
+
+        // An interpreter without TVM: a shell script pretending to be one.
+        let fake_python = root.path().join("python");
+        std::fs::write(
+            &fake_python,
+            "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n\
+             echo \"ModuleNotFoundError: No module named 'tvm'\" >&2\nexit 1\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake_python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let no_tvm = TvmConfig {
+            python: Some(fake_python.clone()),
+            driver: Some(driver.clone()),
+            ..TvmConfig::default()
+        };
+        let text = TvmBackend::new(no_tvm).unwrap_err().to_string();
+        assert!(
+            text.starts_with(&format!(
+                "TVM is not importable by {}: ModuleNotFoundError",
+                fake_python.display()
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("run scripts/setup-tvm.sh or pass --python"),
+            "{text}"
+        );
+
+        let no_driver = TvmConfig {
+            python: Some(fixtures::python()),
+            driver: Some(root.path().join("nope.py")),
+            ..TvmConfig::default()
+        };
+        let err = TvmBackend::new(no_driver).unwrap_err();
+        assert!(matches!(err, TvmSetupError::DriverMissing(_)), "{err:?}");
+
+        let zero = TvmConfig {
+            trials_per_round: 0,
+            ..TvmConfig::default()
+        };
+        assert!(matches!(
+            TvmBackend::new(zero),
+            Err(TvmSetupError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn rpc_tracker_parsing() {
+        let t = RpcTracker::parse("127.0.0.1:9190", "rasp").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.key.as_str()),
+            ("127.0.0.1", 9190, "rasp")
+        );
+        assert_eq!(t.session_timeout_s, 60);
+        assert_eq!(RpcTracker::parse("[::1]:9190", "k").unwrap().host, "::1");
+        assert!(RpcTracker::parse("host", "k").is_err());
+        assert!(RpcTracker::parse(":9190", "k").is_err());
+        assert!(RpcTracker::parse("host:99999", "k").is_err());
+        assert!(RpcTracker::parse("host:9190", "").is_err());
+    }
+
+    #[test]
+    fn driver_lines_and_reduction_lengths() {
+        assert_eq!(parse_json_line("hello"), None);
+        let v = parse_json_line(r#"{"a":NaN,"b":Infinity,"c":-Infinity,"d":1}"#).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"a": null, "b": null, "c": null, "d": 1})
+        );
+
+        assert_eq!(reduction_len(&matmul("m", 64, 1)), Some(64));
+        let conv: Workload = serde_json::from_value(serde_json::json!({
+            "name": "c", "op": "conv2d_nchw",
+            "shape": {"batch": 1, "in_channels": 16, "height": 8, "width": 8,
+                      "out_channels": 8, "kernel": [3, 3], "stride": [1, 1],
+                      "padding": [1, 1], "dilation": [1, 1]},
+            "dtype": "float32", "target": {"kind": "llvm"}, "trials": 1,
+        }))
+        .unwrap();
+        assert_eq!(reduction_len(&conv), Some(144));
+
+        let mut tail = Tail::new(2);
+        for line in ["a", "b", "c"] {
+            tail.push(line.to_string());
+        }
+        assert_eq!(tail.text(), "b\nc");
+    }
+
+    // ---- the real driver -------------------------------------------------
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real_driver_tunes_and_verifies_a_small_matmul() {
+        let Some(driver) = real_driver() else {
+            eprintln!("skipped: worker/python/tunefleet_tune.py does not exist yet");
+            return;
+        };
+        let root = tempfile::tempdir().unwrap();
+        let mut cfg = config(&driver, root.path());
+        cfg.trials_per_round = 4;
+        cfg.verify = VerifyOptions::default();
+        let backend = TvmBackend::new(cfg).unwrap();
+        let (sink, watch) = progress_channel();
+        let seen = tokio::spawn(collect(watch));
+        let started = Instant::now();
+        let result = backend
+            .tune(job(matmul("mm64", 64, 8), 5), sink)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let seen = seen.await.unwrap();
+        eprintln!(
+            "real driver, matmul 64^3, 8 trials, {:.1} s: tuned {:.3e} s ({:.2} GFLOP/s), \
+             untuned {:.3e} s, MetaSchedule {:.3e} s, speedup {:.2}, max abs err {:e}",
+            started.elapsed().as_secs_f64(),
+            result.best_latency_s,
+            result.gflops.unwrap_or(0.0),
+            result.extra["untuned_latency_s"].as_f64().unwrap(),
+            result.extra["metaschedule_best_latency_s"]
+                .as_f64()
+                .unwrap(),
+            result.extra["speedup_vs_untuned"].as_f64().unwrap(),
+            result.extra["max_abs_error"].as_f64().unwrap(),
+        );
+        assert!(seen.iter().any(|u| u.trials_done > 0), "{seen:?}");
+        assert!(!result.records.is_empty());
+        assert!(result.records.len() <= 5);
+        assert!(result.best_latency_s > 0.0);
+        assert_eq!(result.extra["verified"], true);
+        assert!(result.extra["workload"].is_array(), "{}", result.extra);
+        assert_eq!(result.tvm_version, backend.tvm_version());
+        assert!(result.trials >= 1);
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real_driver_cancel_leaves_no_orphans() {
+        let Some(driver) = real_driver() else {
+            eprintln!("skipped: worker/python/tunefleet_tune.py does not exist yet");
+            return;
+        };
+        let root = tempfile::tempdir().unwrap();
+        let backend = TvmBackend::new(config(&driver, root.path())).unwrap();
+        let (sink, mut watch) = progress_channel();
+        let mut tune = backend.tune(job(matmul("mm64c", 64, 64), 5), sink);
+        until_first_trial(&mut tune, &mut watch).await;
+        let pgid = driver_pid(root.path()).expect("the driver is running");
+        let before = group_members(pgid);
+        eprintln!("driver group {pgid} before cancel: {before:?}");
+        assert!(!before.is_empty());
+        drop(tune);
+        assert_group_dies(pgid).await;
+    }
+}
