@@ -25,7 +25,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 use tunefleet_shared::protocol::{
     FleetEvent, FleetSnapshot, JobCounts, JobId, JobResult, JobState, JobView, Lease,
-    MasterMessage, Millis, ServerMessage, StatusReport, SubmitReport, WorkerHello,
+    MasterMessage, Millis, StatusReport, SubmitReport, WorkerHello,
 };
 use tunefleet_shared::workload::Workload;
 
@@ -145,7 +145,8 @@ type Reply = Box<dyn FnOnce() + Send>;
 struct Batch {
     dirty: Vec<JobId>,
     trace: Vec<(Millis, String)>,
-    events: Vec<FleetEvent>,
+    /// Serialised `FleetEvent`s, in order.
+    events: Vec<String>,
     sends: Vec<(SessionId, Outbound)>,
     replies: Vec<Reply>,
     snapshots: Vec<oneshot::Sender<(u64, FleetSnapshot)>>,
@@ -327,7 +328,9 @@ impl Core {
             }
             Command::Results { job_ids, reply } => {
                 let views = self.results(job_ids.as_deref());
-                let _ = reply.send(views);
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(views);
+                }));
             }
             Command::Cancel { job_id, reply } => {
                 let r = self.scheduler.cancel(&job_id, now, &mut out);
@@ -355,7 +358,8 @@ impl Core {
     fn collect(&mut self, out: Vec<Output>, batch: &mut Batch) {
         let now = now_ms();
         for output in out {
-            match output {
+            // (event, whether it belongs in the durable trace)
+            let (event, traced) = match output {
                 Output::JobChanged(id) => {
                     let Some(job) = self.scheduler.job(&id) else {
                         continue;
@@ -363,43 +367,46 @@ impl Core {
                     let event = FleetEvent::JobUpdated {
                         job: Box::new(job.view.clone()),
                     };
-                    batch
-                        .trace
-                        .push((now, serde_json::to_string(&event).unwrap_or_default()));
-                    batch.events.push(event);
                     batch.dirty.push(id);
+                    (event, true)
                 }
-                Output::WorkerJoined(session) => {
-                    if let Some(view) = self.scheduler.worker(session) {
-                        let event = FleetEvent::WorkerJoined {
+                Output::WorkerJoined(session) => match self.scheduler.worker(session) {
+                    Some(view) => (
+                        FleetEvent::WorkerJoined {
                             worker: Box::new(view.clone()),
-                        };
-                        batch
-                            .trace
-                            .push((now, serde_json::to_string(&event).unwrap_or_default()));
-                        batch.events.push(event);
-                    }
-                }
-                Output::WorkerChanged(session) => {
-                    if let Some(view) = self.scheduler.worker(session) {
-                        batch.events.push(FleetEvent::WorkerUpdated {
+                        },
+                        true,
+                    ),
+                    None => continue,
+                },
+                Output::WorkerChanged(session) => match self.scheduler.worker(session) {
+                    Some(view) => (
+                        FleetEvent::WorkerUpdated {
                             worker: Box::new(view.clone()),
-                        });
-                    }
-                }
+                        },
+                        false,
+                    ),
+                    None => continue,
+                },
                 Output::WorkerLeft { session, reason } => {
                     self.sessions.remove(&session);
                     let event = FleetEvent::WorkerLeft {
                         session: crate::scheduler::session_label(session),
                         reason,
                     };
-                    batch
-                        .trace
-                        .push((now, serde_json::to_string(&event).unwrap_or_default()));
-                    batch.events.push(event);
+                    (event, true)
                 }
-                Output::Send { session, msg } => batch.sends.push((session, Outbound::Msg(msg))),
+                Output::Send { session, msg } => {
+                    batch.sends.push((session, Outbound::Msg(msg)));
+                    continue;
+                }
+            };
+            // Serialised once: the same text goes to the trace and to every subscriber.
+            let json = serde_json::to_string(&event).unwrap_or_default();
+            if traced {
+                batch.trace.push((now, json.clone()));
             }
+            batch.events.push(json);
         }
     }
 
@@ -427,11 +434,8 @@ impl Core {
         }
         for event in batch.events {
             self.seq += 1;
-            let json = serde_json::to_string(&ServerMessage::Event {
-                seq: self.seq,
-                event,
-            })
-            .unwrap_or_default();
+            // Same shape as `ServerMessage::Event { seq, event }` (tested below).
+            let json = format!(r#"{{"type":"event","seq":{},"event":{event}}}"#, self.seq);
             let _ = self.events.send(Arc::new(Published {
                 seq: self.seq,
                 json,
@@ -509,4 +513,25 @@ fn error_msg(rejection: &Rejection) -> Outbound {
         code,
         message: rejection.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tunefleet_shared::protocol::ServerMessage;
+
+    #[test]
+    fn hand_built_event_frame_parses_as_server_message() {
+        let event = FleetEvent::WorkerLeft {
+            session: "w1".into(),
+            reason: "gone".into(),
+        };
+        let json = format!(
+            r#"{{"type":"event","seq":{},"event":{}}}"#,
+            7,
+            serde_json::to_string(&event).unwrap()
+        );
+        let parsed: ServerMessage = serde_json::from_str(&json).unwrap();
+        assert_eq!(parsed, ServerMessage::Event { seq: 7, event });
+    }
 }

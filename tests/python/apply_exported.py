@@ -26,6 +26,7 @@ import json
 import os
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ inside worker/python
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "worker", "python"))
 

@@ -509,9 +509,11 @@ class Protocol:
         self._lock = threading.Lock()
         self.closed = False
 
-    def emit(self, obj: dict) -> None:
+    def emit(self, obj: dict, lock_timeout: float = -1) -> None:
         line = json.dumps(_json_safe(obj), separators=(",", ":"), allow_nan=False)
-        with self._lock:
+        if not self._lock.acquire(timeout=lock_timeout):
+            return  # (signal path) the main thread is stuck writing: give up
+        try:
             if self.closed:
                 return
             try:
@@ -521,9 +523,11 @@ class Protocol:
                 # The reader is gone (worker died): nobody wants our results.
                 self.closed = True
                 _die(141)
+        finally:
+            self._lock.release()
 
-    def error(self, message: str) -> None:
-        self.emit({"event": "error", "message": message})
+    def error(self, message: str, lock_timeout: float = -1) -> None:
+        self.emit({"event": "error", "message": message}, lock_timeout)
 
 
 def _json_safe(obj):
@@ -594,10 +598,7 @@ def _install_signal_handlers() -> None:
                 name = signal.Signals(signum).name
                 print(f"tunefleet: {name} received, stopping", file=sys.stderr)
                 if _PROTOCOL is not None:
-                    try:
-                        _PROTOCOL.error(f"cancelled by {name}")
-                    except SystemExit:
-                        pass
+                    _PROTOCOL.error(f"cancelled by {name}", lock_timeout=1.0)
                 _die(128 + signum)
 
     threading.Thread(target=_watch, name="tunefleet-signals", daemon=True).start()

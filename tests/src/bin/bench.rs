@@ -295,6 +295,16 @@ async fn recycle_sample(url: &str, worker_bin: &Path, sample: usize) -> anyhow::
         }
     };
     let _ = victim.0.wait();
+    // Let the spare finish the job before it goes, or the job is (rightly)
+    // recycled again and the next sample's victim picks it up first.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let job = client.results(Some(vec![job_id.clone()])).await?;
+        if job.first().is_some_and(|j| j.state == JobState::Done) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     spare.abort();
     let mut c = Client::connect(url, Some(TOKEN)).await?;
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The main job in one command: set up TVM, build, start a master with the
+# example workloads and one local worker that tunes them with real TVM
+# MetaSchedule, follow progress in the terminal, print the results.
+# The master keeps serving (dashboard at http://$BIND/) until Ctrl-C.
+#
+#   scripts/run-local.sh                 # examples/workloads.yaml
+#   scripts/run-local.sh my.yaml ...     # your own workload files
+#   EXIT_WHEN_DONE=1 scripts/run-local.sh   # stop once every job is finished
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIND=${TUNEFLEET_BIND:-127.0.0.1:18871}
+STATE=${TUNEFLEET_STATE:-tunefleet.db}
+TOKEN=${TUNEFLEET_ADMIN_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+TARGET=${TUNEFLEET_TARGET:-"{\"kind\":\"llvm\",\"num-cores\":$(nproc)}"}
+WORKLOADS=("$@")
+[ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(examples/workloads.yaml)
+
+scripts/setup-tvm.sh
+export PATH="$PWD/.venv/bin:$PATH"
+cargo build --release -p tunefleet-server -p tunefleet-worker --features tunefleet-worker/tvm --bins
+if [ -x scripts/build-web.sh ]; then scripts/build-web.sh; fi
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+
+target/release/tunefleet serve --bind "$BIND" --state "$STATE" --admin-token "$TOKEN" \
+    --workloads "${WORKLOADS[@]}" 2> tunefleet-master.log &
+pids+=($!)
+for _ in $(seq 100); do curl -sf "http://$BIND/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+target/release/tunefleet-worker --server "ws://$BIND" --target "$TARGET" --backend tvm \
+    --name "local-$(hostname)" 2> tunefleet-worker.log &
+pids+=($!)
+
+echo "master: ws://$BIND  dashboard: http://$BIND/  admin token: $TOKEN"
+echo "logs: tunefleet-master.log, tunefleet-worker.log"
+export TUNEFLEET_TOKEN="$TOKEN"
+target/release/tunefleet watch --server "ws://$BIND" || true
+target/release/tunefleet results --server "ws://$BIND" --format table
+if [ -z "${EXIT_WHEN_DONE:-}" ]; then
+    echo "tuning finished; the master keeps serving http://$BIND/ until Ctrl-C"
+    wait "${pids[0]}"
+fi
