@@ -371,3 +371,114 @@ async fn graceful_shutdown_keeps_state_and_workers_come_back() {
         jobs.iter().map(|j| j.attempts).collect::<Vec<_>>()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_stops_reporting_is_recycled_and_fails_after_max_attempts() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = Master::start(dir.path(), &["--job-timeout", "1s", "--max-attempts", "2"]);
+    let mut client = master.client().await;
+    // `sim-hang…` is the sim backend's test hook: it never reports or returns.
+    let yaml = "target: {kind: llvm, num-cores: 2}\nworkloads:\n  - {name: sim-hang-1, op: matmul, shape: {m: 4, n: 4, k: 4}}\n  - {name: fine, op: matmul, shape: {m: 8, n: 8, k: 8}}\n";
+    client
+        .submit(yaml, Some("hang.yaml"))
+        .await
+        .expect("submit");
+    let _worker = Worker::start(&master, "patient", 0.1, &[]);
+    let hung = eventually(Duration::from_secs(30), "hung job failed", || async {
+        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+            .await
+            .ok()?;
+        let jobs = c.results(None).await.ok()?;
+        let hung = jobs.iter().find(|j| j.name == "sim-hang-1")?.clone();
+        let fine = jobs.iter().find(|j| j.name == "fine")?;
+        (hung.state == JobState::Failed && fine.state == JobState::Done).then_some(hung)
+    })
+    .await;
+    assert_eq!(hung.attempts, 2);
+    assert_eq!(
+        hung.errors.len(),
+        2,
+        "one error per attempt: {:?}",
+        hung.errors
+    );
+    assert!(
+        hung.errors
+            .iter()
+            .all(|e| e.message.contains("job timeout")),
+        "{:?}",
+        hung.errors
+    );
+    // The worker was told to drop the hung job and kept serving.
+    let status = client.status().await.expect("status");
+    assert_eq!(
+        (status.workers, status.jobs.failed, status.jobs.done),
+        (1, 1, 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_is_resynced_with_a_snapshot_and_never_stalls_the_fleet() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = Master::start(dir.path(), &["--event-buffer", "16"]);
+    let (mut slow, _) = tokio_tungstenite::connect_async(format!("{}/ws/client", master.url()))
+        .await
+        .expect("connect");
+    let hello = serde_json::json!({"id": 1, "type": "hello", "protocol": 1, "token": ADMIN_TOKEN});
+    slow.send(Message::Text(hello.to_string().into()))
+        .await
+        .expect("hello");
+    let subscribe = serde_json::json!({"id": 2, "type": "subscribe"});
+    slow.send(Message::Text(subscribe.to_string().into()))
+        .await
+        .expect("subscribe");
+
+    // The subscriber reads nothing while 40 jobs run through the fleet.
+    master
+        .client()
+        .await
+        .submit(matmul_yaml(40, "burst"), None)
+        .await
+        .expect("submit");
+    let _workers: Vec<Worker> = (0..2)
+        .map(|i| Worker::start(&master, &format!("b{i}"), 0.0, &[]))
+        .collect();
+    wait_all_done(&master, 40, Duration::from_secs(30)).await;
+
+    // Now it reads. It fell behind, so somewhere in the stream there is a
+    // fresh snapshot; that snapshot plus the events after it is the truth.
+    let mut snapshots = 0;
+    let mut states: HashMap<String, String> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let Ok(Some(Ok(Message::Text(text)))) =
+            tokio::time::timeout(Duration::from_millis(500), slow.next()).await
+        else {
+            break;
+        };
+        let msg: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        if msg["type"] == "snapshot" {
+            snapshots += 1;
+            states.clear();
+            for job in msg["snapshot"]["jobs"].as_array().expect("jobs") {
+                states.insert(job["job_id"].to_string(), job["state"].to_string());
+            }
+        } else if msg["type"] == "event" && msg["event"]["kind"] == "job_updated" {
+            let job = &msg["event"]["job"];
+            states.insert(job["job_id"].to_string(), job["state"].to_string());
+        }
+    }
+    assert!(
+        snapshots >= 2,
+        "a resync snapshot followed the first one ({snapshots} seen)"
+    );
+    assert_eq!(states.len(), 40);
+    assert!(
+        states.values().all(|s| s == "\"done\""),
+        "the mirror ends in the true state: {states:?}"
+    );
+    assert!(master.log().contains("subscriber fell behind"));
+}
