@@ -3,10 +3,14 @@
 //! The file is written next to its final name and renamed into place, so a
 //! reader (or a crash halfway) never sees a half-written export.
 //!
-//! Formats are an enum so new ones slot in: the MetaSchedule database format
-//! (a `database_workload.json` + `database_tuning_record.json` pair that
-//! `tvm.meta_schedule.database.JSONDatabase` loads) is planned as another
-//! [`ExportFormat`] variant, rendered in [`render`].
+//! `--format metaschedule --out DIR` writes the fleet's best records as a
+//! MetaSchedule database: `DIR/database_workload.json` and
+//! `DIR/database_tuning_record.json`, which
+//! `tvm.s_tir.meta_schedule.database.JSONDatabase(work_dir=DIR)` opens, so
+//! `compile_tir` (or Relax's tuned-database passes) applies the fleet's
+//! schedules. Workers of the `tvm` backend report each record in
+//! MetaSchedule's own JSON form and the workload in its database form; jobs
+//! without those (the `sim` backend) are skipped, and said so.
 
 use super::results::{fetch, to_csv, to_json};
 use super::{emit, plural, ConnectArgs};
@@ -22,7 +26,8 @@ pub enum ExportFormat {
     Json,
     /// One row per job, as `results --format csv`.
     Csv,
-    // MetaSchedule database: add the variant here and its renderer in `render`.
+    /// A MetaSchedule JSON database in the directory given by `--out`.
+    Metaschedule,
 }
 
 #[derive(clap::Args, Debug)]
@@ -41,6 +46,38 @@ pub struct ExportArgs {
 }
 
 pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
+    if args.format == ExportFormat::Metaschedule {
+        let dir = args
+            .out
+            .as_deref()
+            .filter(|p| *p != Path::new("-"))
+            .context("--format metaschedule writes two files: give the directory with --out DIR")?
+            .to_path_buf();
+        let jobs = fetch(&args.connect, &args.jobs).await?;
+        let db = metaschedule_database(&jobs)?;
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        write_atomically(&dir.join("database_workload.json"), db.workloads.as_bytes())?;
+        write_atomically(
+            &dir.join("database_tuning_record.json"),
+            db.records.as_bytes(),
+        )?;
+        eprintln!(
+            "exported {} ({}) to {} as a MetaSchedule database{}",
+            plural(db.jobs, "job", "jobs"),
+            plural(db.record_count, "record", "records"),
+            dir.display(),
+            if db.skipped > 0 {
+                format!(
+                    "; skipped {} without MetaSchedule records",
+                    plural(db.skipped, "job", "jobs")
+                )
+            } else {
+                String::new()
+            }
+        );
+        return Ok(());
+    }
     let jobs = fetch(&args.connect, &args.jobs).await?;
     let text = render(args.format, &jobs)?;
     match args.out.as_deref() {
@@ -58,12 +95,77 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The export in `format`.
+/// The export in `format` (single-file formats only).
 pub fn render(format: ExportFormat, jobs: &[JobView]) -> anyhow::Result<String> {
     match format {
         ExportFormat::Json => to_json(jobs),
         ExportFormat::Csv => Ok(to_csv(jobs)),
+        ExportFormat::Metaschedule => {
+            anyhow::bail!("the metaschedule format is a directory: use --out DIR")
+        }
     }
+}
+
+/// The two files of a MetaSchedule JSON database, as text.
+#[derive(Debug, Default, PartialEq)]
+pub struct MetascheduleDb {
+    /// `database_workload.json`: one `[structural_hash, base64_json]` per line.
+    pub workloads: String,
+    /// `database_tuning_record.json`: one `[workload_index, record]` per line.
+    pub records: String,
+    pub jobs: usize,
+    pub record_count: usize,
+    pub skipped: usize,
+}
+
+/// Builds the database from the jobs' stored best records. Workloads that
+/// appear in several jobs (same structure, different targets) are written once.
+pub fn metaschedule_database(jobs: &[JobView]) -> anyhow::Result<MetascheduleDb> {
+    let mut db = MetascheduleDb::default();
+    let mut index: Vec<String> = Vec::new();
+    for job in jobs {
+        let workload = job
+            .result
+            .as_ref()
+            .and_then(|r| r.extra.get("workload"))
+            .filter(|w| w.as_array().is_some_and(|a| a.len() == 2));
+        let records: Vec<&serde_json::Value> = job
+            .records
+            .iter()
+            .map(|r| &r.record)
+            .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
+            .collect();
+        let Some(workload) = workload.filter(|_| !records.is_empty()) else {
+            db.skipped += 1;
+            continue;
+        };
+        let line = serde_json::to_string(workload)?;
+        let i = match index.iter().position(|w| *w == line) {
+            Some(i) => i,
+            None => {
+                index.push(line);
+                index.len() - 1
+            }
+        };
+        for record in records {
+            db.records
+                .push_str(&serde_json::to_string(&serde_json::json!([i, record]))?);
+            db.records.push('\n');
+            db.record_count += 1;
+        }
+        db.jobs += 1;
+    }
+    if db.jobs == 0 {
+        anyhow::bail!(
+            "no job has MetaSchedule records to export ({} without: only jobs tuned by the tvm backend have them)",
+            plural(db.skipped, "job", "jobs")
+        );
+    }
+    for line in index {
+        db.workloads.push_str(&line);
+        db.workloads.push('\n');
+    }
+    Ok(db)
 }
 
 /// Writes `data` to a temporary file beside `path`, then renames it over `path`.
@@ -118,5 +220,57 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
         let err = write_atomically(&dir.path().join("missing/out.csv"), b"x").unwrap_err();
         assert!(err.to_string().contains("missing/out.csv"), "{err}");
+    }
+
+    fn tuned(id: &str, workload: serde_json::Value, latencies: &[f64]) -> JobView {
+        let mut j = job(id, JobState::Done);
+        j.records = latencies
+            .iter()
+            .map(|l| tunefleet_shared::protocol::TuningRecord {
+                latency_s: *l,
+                record: serde_json::json!([{"insts": []}, [l], {"kind": "llvm"}, []]),
+            })
+            .collect();
+        j.result = Some(tunefleet_shared::protocol::ResultMeta {
+            trials: 8,
+            wall_time_s: 1.0,
+            worker: "w".into(),
+            backend: "tvm".into(),
+            tvm_version: Some("0.27.0.post1".into()),
+            gflops: None,
+            extra: serde_json::json!({ "workload": workload }),
+        });
+        j
+    }
+
+    #[test]
+    fn metaschedule_database_indexes_shared_workloads_and_skips_sim_jobs() {
+        let w1 = serde_json::json!(["123", "AAAA"]);
+        let w2 = serde_json::json!(["456", "BBBB"]);
+        let jobs = vec![
+            tuned("a", w1.clone(), &[1e-3, 2e-3]),
+            job("sim", JobState::Done),
+            tuned("b", w2.clone(), &[5e-4]),
+            tuned("c", w1.clone(), &[3e-3]),
+        ];
+        let db = metaschedule_database(&jobs).unwrap();
+        assert_eq!((db.jobs, db.record_count, db.skipped), (3, 4, 1));
+        let workloads: Vec<serde_json::Value> = db
+            .workloads
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(workloads, vec![w1, w2]);
+        let indexes: Vec<u64> = db
+            .records
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()[0]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(indexes, vec![0, 0, 1, 0]);
+        assert!(metaschedule_database(&[job("sim", JobState::Done)]).is_err());
     }
 }

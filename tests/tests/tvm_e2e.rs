@@ -1,0 +1,143 @@
+//! Real TVM tuning through the fleet: a master and one `tvm` worker tune two
+//! small workloads with MetaSchedule; the worker verifies each tuned kernel
+//! against the untuned one and times it; the results are exported as a
+//! MetaSchedule database that TVM itself then applies (in Python), and the
+//! kernel it builds from it must beat the untuned one.
+//!
+//! Needs the venv from `scripts/setup-tvm.sh`; runs with `--features tvm`.
+#![cfg(feature = "tvm")]
+
+use std::process::Command;
+use std::time::Duration;
+
+use tunefleet_server::client::Client;
+use tunefleet_shared::protocol::JobState;
+use tunefleet_tests::*;
+
+const WORKLOADS: &str = "\
+target: {kind: llvm, num-cores: 2}
+trials: 8
+workloads:
+  - name: mm64
+    op: matmul
+    shape: {m: 64, n: 64, k: 64}
+  - name: conv-small
+    op: conv2d_nchw
+    shape: {batch: 1, in_channels: 16, height: 14, width: 14, out_channels: 16,
+            kernel: [3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1]}
+";
+
+fn python() -> String {
+    repo_root().join(".venv/bin/python").display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tune_verify_export_and_apply_with_tvm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = Master::start(dir.path(), &[]);
+    let mut client = master.client().await;
+    let report = client
+        .submit(WORKLOADS, Some("tvm-e2e.yaml"))
+        .await
+        .expect("submit");
+    assert_eq!(report.new_jobs.len(), 2);
+    let _worker = Worker::spawn(
+        &master.url(),
+        dir.path(),
+        "tvm-worker",
+        &["--backend", "tvm", "--python", &python()],
+    );
+
+    let jobs = eventually(Duration::from_secs(300), "both jobs tuned", || async {
+        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+            .await
+            .ok()?;
+        let jobs = c.results(None).await.ok()?;
+        if let Some(failed) = jobs.iter().find(|j| j.state == JobState::Failed) {
+            panic!("{} failed: {:?}", failed.name, failed.errors);
+        }
+        jobs.iter()
+            .all(|j| j.state == JobState::Done)
+            .then_some(jobs)
+    })
+    .await;
+    for job in &jobs {
+        let meta = job.result.as_ref().expect("result metadata");
+        let extra = &meta.extra;
+        let best = job.best_latency_s.expect("latency");
+        let untuned = extra["untuned_latency_s"]
+            .as_f64()
+            .expect("untuned latency measured");
+        println!(
+            "{}: tuned {:.1} µs, untuned {:.1} µs ({:.1}x), {} trials in {:.0} s, TVM {}",
+            job.name,
+            best * 1e6,
+            untuned * 1e6,
+            untuned / best,
+            meta.trials,
+            meta.wall_time_s,
+            meta.tvm_version.as_deref().unwrap_or("?")
+        );
+        assert_eq!(meta.backend, "tvm");
+        assert!(
+            meta.tvm_version
+                .as_deref()
+                .is_some_and(|v| v.starts_with("0.27")),
+            "{meta:?}"
+        );
+        assert_eq!(
+            extra["verified"], true,
+            "kernel checked against the untuned reference"
+        );
+        assert!(
+            best > 0.0 && best < untuned,
+            "{}: tuned {best} s is faster than untuned {untuned} s",
+            job.name
+        );
+        assert!(!job.records.is_empty() && job.records.len() <= 5);
+        assert!(meta.trials > 0 && meta.trials <= 8);
+    }
+
+    // Export as a MetaSchedule database and let TVM apply it.
+    let db_dir = dir.path().join("msdb");
+    let out = Command::new(bin("tunefleet"))
+        .args([
+            "export",
+            "--format",
+            "metaschedule",
+            "--server",
+            &master.url(),
+            "--out",
+        ])
+        .arg(&db_dir)
+        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+        .output()
+        .expect("run export");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut apply = Command::new(python());
+    apply
+        .arg(repo_root().join("tests/python/apply_exported.py"))
+        .arg(&db_dir);
+    for job in &jobs {
+        let path = dir.path().join(format!("{}.json", job.name));
+        std::fs::write(
+            &path,
+            serde_json::to_string(&job.workload).expect("workload json"),
+        )
+        .expect("write");
+        apply.arg(path);
+    }
+    let out = apply.output().expect("run apply_exported.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "TVM applies the exported database and the result is faster:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.lines().filter(|l| l.contains("speedup")).count(), 2);
+}
