@@ -514,7 +514,8 @@ impl Scheduler {
             return Err(Rejection::UnknownJob(job_id.to_string()));
         };
         job.view.state = JobState::Done;
-        job.view.best_latency_s = records.first().map(|r| r.latency_s);
+        // The worker's own measurement of the best kernel, not the tuner's estimate.
+        job.view.best_latency_s = Some(result.best_latency_s);
         job.view.records = records;
         job.view.trials_done = result.trials.max(job.view.trials_done);
         job.view.result = Some(ResultMeta {

@@ -134,6 +134,18 @@ fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
         .windows(2)
         .all(|w| w[0].latency_s <= w[1].latency_s));
     assert_eq!(job.view.best_latency_s, Some(1e-3));
+
+    // The stored latency is the worker's verified measurement, even when the
+    // tuner's own records say something else.
+    let mut out = Vec::new();
+    s.request_job(2, 9, &mut out);
+    let (_, id, lease) = assigned(&out).pop().expect("next queued job assigned");
+    let mut measured = result(1e-3);
+    measured.best_latency_s = 0.9e-3;
+    s.result(2, &id, lease, measured, 10, &mut out).unwrap();
+    let job = s.job(&id).unwrap();
+    assert_eq!(job.view.best_latency_s, Some(0.9e-3));
+    assert_eq!(job.view.records[0].latency_s, 1e-3);
 }
 
 #[test]
