@@ -21,16 +21,22 @@ pub fn bin_dir() -> &'static Path {
     DIR.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "tunefleet-server",
-                "-p",
-                "tunefleet-worker",
-                "--bins",
-            ])
+        let mut build = Command::new(cargo);
+        build.args([
+            "build",
+            "--quiet",
+            "-p",
+            "tunefleet-server",
+            "-p",
+            "tunefleet-worker",
+            "--bins",
+        ]);
+        // The same features as this test build, so cargo does not rebuild the
+        // worker without TVM under the feet of other test binaries.
+        if cfg!(feature = "tvm") {
+            build.args(["--features", "tunefleet-worker/tvm"]);
+        }
+        let status = build
             .current_dir(&root)
             .status()
             .expect("cannot run cargo to build the binaries");
@@ -222,6 +228,14 @@ impl Worker {
         sim_seconds: f64,
         extra: &[&str],
     ) -> Worker {
+        let sim_seconds = sim_seconds.to_string();
+        let mut args = vec!["--backend", "sim", "--sim-seconds", &sim_seconds];
+        args.extend_from_slice(extra);
+        Self::spawn(url, dir, name, &args)
+    }
+
+    /// A worker with exactly these backend arguments (e.g. `--backend tvm`).
+    pub fn spawn(url: &str, dir: &Path, name: &str, args: &[&str]) -> Worker {
         let child = Command::new(bin("tunefleet-worker"))
             .args([
                 "--server",
@@ -229,11 +243,9 @@ impl Worker {
                 "--target",
                 r#"{"kind":"llvm","num-cores":2}"#,
             ])
-            .args(["--backend", "sim", "--name", name])
-            .arg("--sim-seconds")
-            .arg(sim_seconds.to_string())
+            .args(["--name", name])
             .args(["--backoff-initial-ms", "50", "--backoff-max-ms", "500"])
-            .args(extra)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdout(log_file(dir, &format!("{name}.log")))
             .stderr(log_file(dir, &format!("{name}.log")))
