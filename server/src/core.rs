@@ -357,6 +357,8 @@ impl Core {
 
     fn collect(&mut self, out: Vec<Output>, batch: &mut Batch) {
         let now = now_ms();
+        // Views are taken now, after the whole event, so one per session is enough.
+        let mut workers_seen = std::collections::HashSet::new();
         for output in out {
             // (event, whether it belongs in the durable trace)
             let (event, traced) = match output {
@@ -380,6 +382,7 @@ impl Core {
                     None => continue,
                 },
                 Output::WorkerChanged(session) => match self.scheduler.worker(session) {
+                    Some(_) if !workers_seen.insert(session) => continue,
                     Some(view) => (
                         FleetEvent::WorkerUpdated {
                             worker: Box::new(view.clone()),
@@ -506,7 +509,7 @@ fn error_msg(rejection: &Rejection) -> Outbound {
     let code = match rejection {
         Rejection::UnknownJob(_) => ErrorCode::NotFound,
         Rejection::UnknownSession(_) | Rejection::NotAssigned { .. } => ErrorCode::NotAssigned,
-        Rejection::AlreadyFinished { .. } => ErrorCode::InvalidState,
+        Rejection::AlreadyFinished { .. } | Rejection::Superseded { .. } => ErrorCode::InvalidState,
         Rejection::InvalidResult(_) => ErrorCode::BadRequest,
     };
     Outbound::Msg(MasterMessage::Error {

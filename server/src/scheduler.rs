@@ -126,6 +126,8 @@ pub enum Rejection {
     AlreadyFinished { job: JobId, state: JobState },
     #[error("invalid result: {0}")]
     InvalidResult(String),
+    #[error("lease {lease} of job {job} was already recycled when this worker was lost; the report changes nothing")]
+    Superseded { job: JobId, lease: Lease },
 }
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -163,10 +165,11 @@ pub struct ProgressReport {
 /// How a worker's session ended, which decides whether the attempt counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaveKind {
-    /// Crash, close, network error, missed heartbeat: counts as a failed attempt.
+    /// Crash, network error, missed heartbeat: counts as a failed attempt.
     Lost,
-    /// The master itself is shutting down: not the job's fault.
-    MasterShutdown,
+    /// A clean goodbye (the worker closed normally, or the master is shutting
+    /// down): the job goes back to the queue, but the attempt is not the job's fault.
+    Graceful,
 }
 
 #[derive(Debug)]
@@ -405,7 +408,7 @@ impl Scheduler {
             if let Some(job) = self.jobs.get_mut(&job_id) {
                 if job.holder == Some(session) && job.lease == lease {
                     job.holder = None;
-                    if kind == LeaveKind::MasterShutdown {
+                    if kind == LeaveKind::Graceful {
                         job.view.attempts = job.view.attempts.saturating_sub(1);
                     }
                     self.end_attempt(&job_id, message, now, out);
@@ -494,9 +497,11 @@ impl Scheduler {
         let records = match validate_result(&result, nbest) {
             Ok(records) => records,
             Err(e) => {
-                self.release_lease(session, job_id, lease, out);
-                self.end_attempt(job_id, format!("invalid result: {e}"), now, out);
-                self.dispatch(now, out);
+                if self.is_current(session, job_id, lease) {
+                    self.release_lease(session, job_id, lease, out);
+                    self.end_attempt(job_id, format!("invalid result: {e}"), now, out);
+                    self.dispatch(now, out);
+                }
                 return Err(Rejection::InvalidResult(e));
             }
         };
@@ -514,6 +519,7 @@ impl Scheduler {
             return Err(Rejection::UnknownJob(job_id.to_string()));
         };
         job.view.state = JobState::Done;
+        job.view.worker = Some(worker_name.clone());
         // The worker's own measurement of the best kernel, not the tuner's estimate.
         job.view.best_latency_s = Some(result.best_latency_s);
         job.view.records = records;
@@ -545,6 +551,14 @@ impl Scheduler {
         out: &mut Vec<Output>,
     ) -> Result<(), Rejection> {
         self.check_owner(session, job_id, lease)?;
+        if !self.is_current(session, job_id, lease) {
+            // That attempt already ended (and was recorded) when the worker was
+            // lost; a late failure must not end whatever runs the job now.
+            return Err(Rejection::Superseded {
+                job: job_id.to_string(),
+                lease,
+            });
+        }
         let name = self
             .sessions
             .get(&session)
@@ -692,6 +706,12 @@ impl Scheduler {
         Ok(job)
     }
 
+    fn is_current(&self, session: SessionId, job_id: &str, lease: Lease) -> bool {
+        self.jobs
+            .get(job_id)
+            .is_some_and(|j| j.holder == Some(session) && j.lease == lease)
+    }
+
     /// The ownership rule for results and failures (see [`Scheduler::result`]).
     fn check_owner(&self, session: SessionId, job_id: &str, lease: Lease) -> Result<(), Rejection> {
         let s = self
@@ -783,8 +803,8 @@ impl Scheduler {
         out.push(Output::JobChanged(job_id.to_string()));
     }
 
-    /// Hands queued jobs to idle sessions, oldest idle session first, each the
-    /// earliest queued job its target can serve.
+    /// Hands queued jobs to idle sessions, in session (connection) order, each
+    /// the earliest queued job its target can serve.
     fn dispatch(&mut self, now: Millis, out: &mut Vec<Output>) {
         let idle: Vec<SessionId> = self.idle_sessions().collect();
         for session in idle {

@@ -59,7 +59,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub nbest: u32,
     /// Largest WebSocket message accepted; bigger ones close the socket with 1009.
-    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    /// (17 MiB: a 16 MiB workload file plus its JSON envelope.)
+    #[arg(long, default_value_t = 17 * 1024 * 1024)]
     pub max_message_bytes: usize,
     /// Events buffered per subscriber before it is resynced with a snapshot.
     #[arg(long, default_value_t = 4096)]

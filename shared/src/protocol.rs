@@ -247,6 +247,8 @@ pub enum ErrorCode {
     TooLarge,
     StaleToken,
     NotAssigned,
+    /// A worker's target can serve none of the open jobs (sent before close 4005).
+    NoMatchingJobs,
     Internal,
 }
 

@@ -71,7 +71,12 @@ pub async fn run(mut conn: Connection, state: AppState) {
                     }
                 },
                 Frame::Binary => {
+                    bad_messages += 1;
                     let _ = conn.send(&error(None, ErrorCode::BadRequest, "binary frames are not supported; send JSON text".into())).await;
+                    if bad_messages >= MAX_BAD_MESSAGES {
+                        conn.close(close_code::POLICY, "too many invalid requests").await;
+                        return;
+                    }
                 }
                 Frame::Control => {}
                 Frame::Closed { .. } | Frame::Error(_) => return,
@@ -150,13 +155,22 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<Role> {
             return None;
         }
     };
-    let Frame::Text(text) = frame else {
-        conn.close(
-            close_code::HANDSHAKE,
-            "first message must be a JSON hello request",
-        )
-        .await;
-        return None;
+    let text = match frame {
+        Frame::Text(text) => text,
+        Frame::TooBig => {
+            conn.close(close_code::TOO_BIG, "hello message too big")
+                .await;
+            return None;
+        }
+        Frame::Closed { .. } | Frame::Error(_) => return None,
+        Frame::Binary | Frame::Control => {
+            conn.close(
+                close_code::HANDSHAKE,
+                "first message must be a JSON hello request",
+            )
+            .await;
+            return None;
+        }
     };
     let request = match serde_json::from_str::<ClientRequest>(&text) {
         Ok(request) => request,

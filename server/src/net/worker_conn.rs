@@ -41,8 +41,15 @@ pub async fn run(mut conn: Connection, state: AppState) {
     let (session, matching) = match joined {
         Some(Ok(ok)) => ok,
         Some(Err(refusal)) => {
-            conn.close(close_code::NO_MATCHING_JOBS, &refusal.to_string())
+            // A close reason holds 123 bytes; the full explanation goes first.
+            let _ = conn
+                .send(&error(ErrorCode::NoMatchingJobs, refusal.to_string()))
                 .await;
+            conn.close(
+                close_code::NO_MATCHING_JOBS,
+                "no open job can run on this worker's target; see the error message",
+            )
+            .await;
             return;
         }
         None => {
@@ -111,10 +118,18 @@ pub async fn run(mut conn: Connection, state: AppState) {
                     }
                 },
                 Frame::Binary => {
+                    bad_messages += 1;
+                    if bad_messages >= MAX_BAD_MESSAGES {
+                        conn.close(close_code::POLICY, "too many invalid messages").await;
+                        break "closed after too many invalid messages".into();
+                    }
                     let _ = conn.send(&error(ErrorCode::BadRequest, "binary frames are not supported; send JSON text".into())).await;
                 }
                 Frame::Control => {}
                 Frame::Closed { code, reason } => {
+                    if matches!(code, Some(close_code::NORMAL | close_code::GOING_AWAY)) {
+                        kind = LeaveKind::Graceful;
+                    }
                     break format!("closed by worker (code {}{}{})", code.map_or("none".into(), |c| c.to_string()),
                         if reason.is_empty() { "" } else { ": " }, reason);
                 }
@@ -152,7 +167,7 @@ pub async fn run(mut conn: Connection, state: AppState) {
                 }
             },
             _ = shutdown.changed() => {
-                kind = LeaveKind::MasterShutdown;
+                kind = LeaveKind::Graceful;
                 let _ = conn.send(&MasterMessage::Shutdown { reason: "master is shutting down".into() }).await;
                 conn.close(close_code::GOING_AWAY, "master is shutting down").await;
                 break "master is shutting down".into();
@@ -237,7 +252,8 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<WorkerHell
             return None;
         }
     }
-    if hello.name.is_empty() || hello.name.len() > MAX_NAME_LEN || hello.worker_id.is_empty() {
+    let bad_len = |s: &str| s.is_empty() || s.len() > MAX_NAME_LEN;
+    if bad_len(&hello.name) || bad_len(&hello.worker_id) {
         conn.close(
             close_code::HANDSHAKE,
             "worker name and worker_id must be 1 to 128 bytes",
