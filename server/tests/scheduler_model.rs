@@ -696,12 +696,15 @@ fn a_late_failure_does_not_end_the_run_that_replaced_it() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
     s.request_job(1, 0, &mut out); // lease 1
     s.worker_left(1, LeaveKind::Lost, "network", 1, &mut out);
-    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 2, &mut out).unwrap();
+    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 2, &mut out)
+        .unwrap();
     s.request_job(2, 2, &mut out); // lease 2
-    s.worker_joined(3, &hello("a", r#"{"kind":"llvm"}"#), 3, &mut out).unwrap();
+    s.worker_joined(3, &hello("a", r#"{"kind":"llvm"}"#), 3, &mut out)
+        .unwrap();
     out.clear();
     assert!(matches!(
         s.job_failed(3, &ids[0], 1, "crashed while offline", 4, &mut out),
@@ -709,7 +712,11 @@ fn a_late_failure_does_not_end_the_run_that_replaced_it() {
     ));
     assert!(out.is_empty(), "nothing changes: {out:?}");
     assert_eq!(s.session_job(2), Some(&(ids[0].clone(), 2)));
-    assert_eq!(s.job(&ids[0]).unwrap().view.errors.len(), 1, "only the loss is recorded");
+    assert_eq!(
+        s.job(&ids[0]).unwrap().view.errors.len(),
+        1,
+        "only the loss is recorded"
+    );
     // The late *result* wins, and names its worker.
     s.result(3, &ids[0], 1, result(1e-3), 5, &mut out).unwrap();
     assert_eq!(s.job(&ids[0]).unwrap().view.worker.as_deref(), Some("a"));
@@ -720,9 +727,16 @@ fn a_clean_goodbye_requeues_without_burning_an_attempt() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out).unwrap();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
     s.request_job(1, 0, &mut out);
-    s.worker_left(1, LeaveKind::Graceful, "closed by worker (code 1000)", 1, &mut out);
+    s.worker_left(
+        1,
+        LeaveKind::Graceful,
+        "closed by worker (code 1000)",
+        1,
+        &mut out,
+    );
     let job = s.job(&ids[0]).unwrap();
     assert_eq!((job.state(), job.view.attempts), (JobState::Queued, 0));
 }

@@ -141,3 +141,119 @@ async fn tune_verify_export_and_apply_with_tvm() {
     );
     assert_eq!(stdout.lines().filter(|l| l.contains("speedup")).count(), 2);
 }
+
+/// A process group killed (whole) on drop: the RPC server forks per session.
+struct Group(std::process::Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measurement_goes_through_an_rpc_tracker_when_asked() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let rpc_log = dir.path().join("rpc.log");
+    let log = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&rpc_log)
+            .expect("log")
+    };
+    let _tracker = Group(
+        Command::new(python())
+            .args([
+                "-m",
+                "tvm.exec.rpc_tracker",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+            ])
+            .args(["--port-end", &(port + 1).to_string()])
+            .stdout(log())
+            .stderr(log())
+            .process_group(0)
+            .spawn()
+            .expect("start rpc_tracker"),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _server = Group(
+        Command::new(python())
+            .args([
+                "-m",
+                "tvm.exec.rpc_server",
+                "--tracker",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(["--key", "fleet-test", "--host", "127.0.0.1"])
+            .stdout(log())
+            .stderr(log())
+            .process_group(0)
+            .spawn()
+            .expect("start rpc_server"),
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let master = Master::start(dir.path(), &[]);
+    let yaml = "target: {kind: llvm, num-cores: 2}\ntrials: 4\nworkloads:\n  - {name: mm32-rpc, op: matmul, shape: {m: 32, n: 32, k: 32}}\n";
+    master
+        .client()
+        .await
+        .submit(yaml, None)
+        .await
+        .expect("submit");
+    let tracker = format!("127.0.0.1:{port}");
+    let _worker = Worker::spawn(
+        &master.url(),
+        dir.path(),
+        "rpc-worker",
+        &[
+            "--backend",
+            "tvm",
+            "--python",
+            &python(),
+            "--rpc-tracker",
+            &tracker,
+            "--rpc-key",
+            "fleet-test",
+        ],
+    );
+    let jobs = eventually(Duration::from_secs(240), "the RPC job tuned", || async {
+        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+            .await
+            .ok()?;
+        let jobs = c.results(None).await.ok()?;
+        if let Some(failed) = jobs.iter().find(|j| j.state == JobState::Failed) {
+            panic!("{} failed: {:?}", failed.name, failed.errors);
+        }
+        jobs.iter()
+            .all(|j| j.state == JobState::Done)
+            .then_some(jobs)
+    })
+    .await;
+    let trials = jobs[0].result.as_ref().expect("result").trials as usize;
+    let served = std::fs::read_to_string(&rpc_log)
+        .unwrap_or_default()
+        .matches("load_module")
+        .count();
+    println!("rpc_server measured {served} candidate modules for {trials} trials");
+    assert!(
+        trials > 0 && served >= trials,
+        "every candidate was measured by the RPC server ({served} < {trials})"
+    );
+}

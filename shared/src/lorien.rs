@@ -1,0 +1,2377 @@
+//! Importing Lorien workload files (awslabs/lorien, the Python farm tunefleet
+//! replaces) into our workload format.
+//!
+//! # The Lorien format
+//!
+//! A YAML mapping whose `workload` key is a list of strings, each an AutoTVM
+//! task dumped by ruamel.yaml as a Python-tagged flow mapping:
+//!
+//! ```yaml
+//! workload:
+//! - '!!python/object:lorien.dialect.tvm_dial.autotvm_dial.workload.AutoTVMWorkload {_primary_key: null, args: [[TENSOR, [1, 64, 56, 56], float32], [TENSOR, [64, 64, 3, 3], float32], [1, 1], [1, 1, 1, 1], [1, 1], NCHW, NCHW, float32], target: llvm -keys=cpu -link-params=0, task_name: conv2d_NCHWc.x86}'
+//! ```
+//!
+//! Older files use the class `lorien.workload.Workload` and carry `lib: topi`.
+//!
+//! **The tag is never evaluated.** The string is only text to us: the
+//! `!!python/object:CLASS` prefix is checked against [`LORIEN_CLASSES`] and
+//! stripped, and the `{...}` after it is parsed as a plain YAML flow mapping
+//! (data only). Any other tag (`!!python/object/apply:os.system`, `!!python/name:`,
+//! another class) is reported as an error. Other top-level keys (Lorien merges
+//! several `@config.yaml` files, so a file may also hold `tuner:`, `ntrial:` ...)
+//! are ignored; inside a workload, keys starting with `_` (`_primary_key`) are
+//! ignored and `lib` must be `topi`.
+//!
+//! # Mapping of AutoTVM tasks onto our ops
+//!
+//! Argument orders are those of the TOPI compute functions registered under
+//! these task names (`python/tvm/topi/x86/*.py`); Lorien stores `task.args`
+//! with tuples turned into lists and tensors as `[TENSOR, shape, dtype]`.
+//!
+//! | task names | args | our op and shape |
+//! |---|---|---|
+//! | `conv2d_NCHWc.x86`, `conv2d_nchw.x86`, `conv2d_nchw` | data `[N,C,H,W]`, kernel `[O,C,KH,KW]`, strides, padding, dilation, (layout, out_layout,) out_dtype | `conv2d_nchw`: batch N, in_channels C, height H, width W, out_channels O, kernel `[KH,KW]` |
+//! | `depthwise_conv2d_NCHWc.x86`, `depthwise_conv2d_nchw.x86` | data `[N,C,H,W]`, kernel `[C,M,KH,KW]`, strides, padding, dilation, (layout, out_layout,) out_dtype | `depthwise_conv2d_nchw`: batch N, channels C, height H, width W, multiplier M, kernel `[KH,KW]` |
+//! | `dense_nopack.x86`, `dense_pack.x86` | data `[M,K]`, weight `[N,K]`, bias, out_dtype | `dense`: batch M, in_features K, out_features N |
+//! | `batch_matmul.x86` | A, B, out_shape, out_dtype, transpose_a (false), transpose_b (true) | `batch_matmul`: batch, m, n, k |
+//!
+//! Details:
+//! - Convolutions take 6 arguments (no layouts) or 8 (with layouts); only 4-D
+//!   tensors and the data layout `NCHW` are read (that is what Lorien extracts for
+//!   x86: the NCHWc packing happens inside the task). The kernel's input channels
+//!   must equal the data's (grouped convolutions are other tasks). `strides` and
+//!   `dilation` are one integer or `[h, w]`; `padding` is one integer, `[h, w]` or
+//!   `[top, left, bottom, right]`, which must be symmetric (top = bottom and
+//!   left = right) because our format only has symmetric padding.
+//! - The depthwise kernel is `[C, multiplier, KH, KW]` as in TOPI
+//!   (`depthwise_conv2d_NCHWc` packs it with `oc = filters * cm`), so its first
+//!   dimension must equal the data's channels.
+//! - The dense bias is not part of our op and is ignored (it is an epilogue; the
+//!   tuned kernel is the matrix product).
+//! - `batch_matmul.x86` is NT by default: A `[B, M, K]`, B `[B, N, K]`;
+//!   `transpose_a`/`transpose_b` (when given) are honoured to read M, N and K.
+//!   Our `batch_matmul` op (see `worker/python/tunefleet_tune.py`) computes
+//!   `C[b,m,n] = Σ A[b,m,k] · B[b,k,n]`, i.e. B is **not** transposed: the shape
+//!   (batch, m, n, k) and the flop count are the same, but the tuned kernel reads B
+//!   in the other layout than Lorien's. Batch broadcasting (one side with batch 1)
+//!   is not supported.
+//! - The dtype is the data tensor's; the weight must have the same dtype. The
+//!   `out_dtype` argument is not part of our format and is ignored (the worker
+//!   picks the accumulation type from the dtype).
+//! - The `target` string converts with [`Target::parse`].
+//! - Names are built from task and shape: `conv2d_1x64x56x56_64x3x3_s1_p1`
+//!   (data, then out-channels x kernel, stride, padding, `_dN` for dilation other
+//!   than 1), `depthwise_conv2d_1x32x112x112_m1_3x3_s1_p1`, `dense_1x9216_4096`
+//!   (data M x K, then N), `batch_matmul_12x128x64_128` (batch x M x K, then N),
+//!   with `_DTYPE` appended when it is not float32. A pair with two different
+//!   values is written `2x1`. Names repeated in one file get `-2`, `-3`, ...
+//!   Names do not take part in job ids.
+//!
+//! Every other task name is an error naming the line, e.g.
+//! `lorien.yaml:5: workload[3]: unknown Lorien task name "conv2d_winograd.x86" (supported: ...)`.
+//!
+//! # Errors
+//!
+//! Like [`crate::workload::parse_workload_file`], every problem is reported at
+//! once as [`WorkloadErrors`] (at most [`MAX_REPORTED_ERRORS`], then a count),
+//! each with the file name, the line of the offending list item and a field
+//! path: `workload[3]` for the item, `workload[3].args[3]` for one argument.
+//! The same resource limits apply (file size, workload count, YAML budget), and
+//! nothing here panics or does I/O: this module is compiled to wasm32 too.
+
+use crate::target::Target;
+use crate::workload::{
+    BatchMatmulShape, Conv2dShape, DenseShape, DepthwiseConv2dShape, Op, Workload, WorkloadError,
+    WorkloadErrors, DEFAULT_DTYPE, DTYPES, MAX_DIM, MAX_REPORTED_ERRORS, MAX_TRIALS,
+    MAX_WORKLOADS_PER_FILE, MAX_WORKLOAD_FILE_BYTES, MAX_YAML_DEPTH,
+};
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::fmt::{self, Write as _};
+
+/// The tag every Lorien workload string starts with.
+pub const TAG_PREFIX: &str = "!!python/object:";
+
+/// The Python classes whose dumps are read (the tag's class name).
+pub const LORIEN_CLASSES: [&str; 2] = [
+    "lorien.dialect.tvm_dial.autotvm_dial.workload.AutoTVMWorkload",
+    "lorien.workload.Workload",
+];
+
+/// Every AutoTVM task name that converts, in the order error messages list them.
+pub const LORIEN_TASKS: [&str; 8] = [
+    "conv2d_NCHWc.x86",
+    "conv2d_nchw.x86",
+    "conv2d_nchw",
+    "depthwise_conv2d_NCHWc.x86",
+    "depthwise_conv2d_nchw.x86",
+    "dense_nopack.x86",
+    "dense_pack.x86",
+    "batch_matmul.x86",
+];
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum TaskKind {
+    Conv2d,
+    Depthwise,
+    Dense,
+    BatchMatmul,
+}
+
+fn task_kind(name: &str) -> Option<TaskKind> {
+    Some(match name {
+        "conv2d_NCHWc.x86" | "conv2d_nchw.x86" | "conv2d_nchw" => TaskKind::Conv2d,
+        "depthwise_conv2d_NCHWc.x86" | "depthwise_conv2d_nchw.x86" => TaskKind::Depthwise,
+        "dense_nopack.x86" | "dense_pack.x86" => TaskKind::Dense,
+        "batch_matmul.x86" => TaskKind::BatchMatmul,
+        _ => return None,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Detection
+// ---------------------------------------------------------------------------
+
+/// Does `text` look like a Lorien workload file? True when the top level is a
+/// mapping with a `workload` key holding a list in which some item is a string
+/// starting with `!!python/object` (so a file with one bad item is still
+/// recognised, and then reported by [`import_lorien`]). Files that are not
+/// valid YAML are judged by their lines instead (`workload:` at the start of a
+/// line and a list item starting with the tag). Never true for our own format,
+/// whose list is `workloads`.
+pub fn is_lorien_file(text: &str) -> bool {
+    if text.len() > MAX_WORKLOAD_FILE_BYTES || !text.contains("!!python/object") {
+        return false;
+    }
+    match serde_saphyr::from_str_with_options::<Node>(text, yaml_options()) {
+        Ok(doc) => workload_list(&doc).is_some_and(|items| {
+            items.iter().any(|item| {
+                item.as_str()
+                    .is_some_and(|s| s.trim_start().starts_with("!!python/object"))
+            })
+        }),
+        Err(_) => looks_like_lorien(text),
+    }
+}
+
+/// The `workload` list of a parsed top level, if there is one.
+fn workload_list(doc: &Node) -> Option<&[Node]> {
+    let Y::Map(entries) = &doc.value else {
+        return None;
+    };
+    let (_, list) = entries
+        .iter()
+        .find(|(k, _)| k.as_str() == Some("workload"))?;
+    match &list.value {
+        Y::Seq(items) => Some(items),
+        _ => None,
+    }
+}
+
+/// The line-based guess used for files that do not parse as YAML.
+fn looks_like_lorien(text: &str) -> bool {
+    let tagged = |s: &str| {
+        s.trim_start()
+            .trim_start_matches(['\'', '"'])
+            .starts_with("!!python/object")
+    };
+    let mut key = false;
+    let mut item = false;
+    for line in text.lines() {
+        let line = line.trim_start_matches('\u{feff}');
+        if let Some(rest) = line.strip_prefix("workload") {
+            if let Some(value) = rest.trim_start().strip_prefix(':') {
+                key = true;
+                item |= value.trim_start().strip_prefix('[').is_some_and(tagged);
+            }
+        }
+        if let Some(rest) = line.trim_start().strip_prefix('-') {
+            item |= tagged(rest);
+        }
+        if key && item {
+            return true;
+        }
+    }
+    false
+}
+
+// ---------------------------------------------------------------------------
+// Import
+// ---------------------------------------------------------------------------
+
+/// Converts a Lorien workload file into our workloads (file order, names made
+/// unique), each with `trials` trials. `filename` is only used in error
+/// messages. Every problem is reported at once, located at the line of the
+/// offending list item.
+pub fn import_lorien(
+    text: &str,
+    filename: &str,
+    trials: u32,
+) -> Result<Vec<Workload>, WorkloadErrors> {
+    let mut errs = Errors::new(filename);
+    if !(1..=MAX_TRIALS).contains(&trials) {
+        errs.push(
+            None,
+            None,
+            Some("trials".into()),
+            format!("must be between 1 and {MAX_TRIALS}, got {trials}"),
+        );
+        return errs.finish(Vec::new());
+    }
+    if text.len() > MAX_WORKLOAD_FILE_BYTES {
+        errs.push(
+            None,
+            None,
+            None,
+            format!(
+                "the file is {} bytes; workload files may be at most {MAX_WORKLOAD_FILE_BYTES} \
+                 bytes (16 MiB)",
+                text.len()
+            ),
+        );
+        return errs.finish(Vec::new());
+    }
+    let doc = match serde_saphyr::from_str_with_options::<Node>(text, yaml_options()) {
+        Ok(doc) => doc,
+        Err(err) => {
+            let (line, column) = error_location(&err);
+            let message = match yaml_error_message(&err) {
+                YamlProblem::Limit(m) => format!("YAML refused: {m}"),
+                YamlProblem::Syntax(m) => format!("invalid YAML: {m}"),
+            };
+            errs.push(line, column, None, message);
+            return errs.finish(Vec::new());
+        }
+    };
+    let Some(list) = top_level_list(&mut errs, &doc) else {
+        return errs.finish(Vec::new());
+    };
+
+    let mut converted: Vec<(Workload, String)> = Vec::new();
+    for (i, item) in list.iter().enumerate() {
+        let path = format!("workload[{i}]");
+        if i >= MAX_WORKLOADS_PER_FILE {
+            errs.at(
+                item,
+                &path,
+                format!(
+                    "too many workloads: a file may hold at most {MAX_WORKLOADS_PER_FILE} \
+                     (split it into several files)"
+                ),
+            );
+            break;
+        }
+        match convert_item(item, trials) {
+            Ok(pair) => converted.push(pair),
+            Err(problems) => {
+                for p in problems {
+                    let field = if p.field.is_empty() {
+                        path.clone()
+                    } else {
+                        format!("{path}.{}", p.field)
+                    };
+                    errs.at(item, &field, p.message);
+                }
+            }
+        }
+    }
+    if !errs.is_empty() {
+        return errs.finish(Vec::new());
+    }
+
+    // Unique names: the first keeps the base name, repeats get -2, -3, ...
+    let mut used: HashSet<String> = HashSet::new();
+    let mut workloads = Vec::with_capacity(converted.len());
+    for (mut w, base) in converted {
+        let mut name = base.clone();
+        let mut n = 2usize;
+        while used.contains(&name) {
+            name = format!("{base}-{n}");
+            n += 1;
+        }
+        used.insert(name.clone());
+        w.name = name;
+        workloads.push(w);
+    }
+    errs.finish(workloads)
+}
+
+/// The `workload` list, or an error saying why the file is not a Lorien file.
+fn top_level_list<'a>(errs: &mut Errors<'_>, doc: &'a Node) -> Option<&'a [Node]> {
+    const EXPECTED: &str =
+        "expected a Lorien workload file: a mapping with `workload:`, a list of \
+                            '!!python/object:...Workload {...}' strings";
+    let Y::Map(entries) = &doc.value else {
+        let msg = format!("{EXPECTED}; got {}", describe(doc));
+        errs.at(doc, "", msg);
+        return None;
+    };
+    let Some((key, list)) = entries.iter().find(|(k, _)| k.as_str() == Some("workload")) else {
+        let ours = entries.iter().any(|(k, _)| k.as_str() == Some("workloads"));
+        let hint = if ours {
+            " (this looks like a tunefleet workload file already: submit it as it is)"
+        } else {
+            ""
+        };
+        errs.at(
+            doc,
+            "workload",
+            format!("missing `workload:`{hint}; {EXPECTED}"),
+        );
+        return None;
+    };
+    match &list.value {
+        Y::Seq(items) if !items.is_empty() => Some(items),
+        Y::Seq(_) | Y::Null => {
+            errs.at(
+                key,
+                "workload",
+                "is empty: the file lists no workloads".into(),
+            );
+            None
+        }
+        _ => {
+            let msg = format!("must be a list of workload strings, got {}", describe(list));
+            errs.at(list, "workload", msg);
+            None
+        }
+    }
+}
+
+/// One problem with one list item; `field` is relative to `workload[i]`.
+struct Problem {
+    field: String,
+    message: String,
+}
+
+fn problem(field: impl Into<String>, message: impl Into<String>) -> Problem {
+    Problem {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Converts one list item into a workload (named with its base name, which is
+/// also returned) or every problem found in it.
+fn convert_item(item: &Node, trials: u32) -> Result<(Workload, String), Vec<Problem>> {
+    let Some(text) = item.as_str() else {
+        return Err(vec![problem(
+            "",
+            format!(
+                "expected a quoted string '{TAG_PREFIX}{} {{...}}', got {}",
+                LORIEN_CLASSES[0],
+                describe(item)
+            ),
+        )]);
+    };
+    let body = strip_tag(text).map_err(|m| vec![problem("", m)])?;
+    let mapping = match serde_saphyr::from_str_with_options::<Node>(body, yaml_options()) {
+        Ok(node) => node,
+        Err(err) => {
+            let column = error_location(&err).1;
+            let (YamlProblem::Limit(m) | YamlProblem::Syntax(m)) = yaml_error_message(&err);
+            let at = column
+                .map(|c| format!(" (at character {c} of the mapping)"))
+                .unwrap_or_default();
+            return Err(vec![problem(
+                "",
+                format!("invalid workload mapping after the tag: {m}{at}"),
+            )]);
+        }
+    };
+    let Y::Map(entries) = &mapping.value else {
+        return Err(vec![problem(
+            "",
+            format!(
+                "expected a `{{...}}` mapping after the tag, got {}",
+                describe(&mapping)
+            ),
+        )]);
+    };
+
+    let mut problems = Vec::new();
+    let (mut task, mut args, mut target) = (None, None, None);
+    for (key, value) in entries {
+        let Some(k) = key.as_str() else {
+            problems.push(problem(
+                "",
+                format!("keys must be strings, got {}", describe(key)),
+            ));
+            continue;
+        };
+        match k {
+            "task_name" => task = Some(value),
+            "args" => args = Some(value),
+            "target" => target = Some(value),
+            "lib" => {
+                if value.as_str() != Some("topi") {
+                    problems.push(problem(
+                        "lib",
+                        format!(
+                            "only TOPI workloads (`lib: topi`) are supported, got {}",
+                            describe(value)
+                        ),
+                    ));
+                }
+            }
+            k if k.starts_with('_') => {}
+            other => problems.push(problem(
+                field_key(other),
+                format!(
+                    "unknown key {} (a Lorien workload has task_name, args, target and, in old \
+                     files, lib)",
+                    quote(other)
+                ),
+            )),
+        }
+    }
+
+    let target = match target {
+        None => {
+            problems.push(problem("target", "missing `target`"));
+            None
+        }
+        Some(node) => match node.as_str() {
+            Some(s) => match Target::parse(s) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    problems.push(problem("target", format!("invalid target: {e}")));
+                    None
+                }
+            },
+            None => {
+                problems.push(problem(
+                    "target",
+                    format!(
+                        "must be a TVM target string like \"llvm -keys=cpu\", got {}",
+                        describe(node)
+                    ),
+                ));
+                None
+            }
+        },
+    };
+
+    let kind = match task {
+        None => {
+            problems.push(problem("task_name", "missing `task_name`"));
+            None
+        }
+        Some(node) => match node.as_str() {
+            Some(name) => match task_kind(name) {
+                Some(kind) => Some(kind),
+                None => {
+                    problems.push(problem(
+                        "",
+                        format!(
+                            "unknown Lorien task name {} (supported: {})",
+                            quote(name),
+                            LORIEN_TASKS.join(", ")
+                        ),
+                    ));
+                    None
+                }
+            },
+            None => {
+                problems.push(problem(
+                    "task_name",
+                    format!("must be a string, got {}", describe(node)),
+                ));
+                None
+            }
+        },
+    };
+
+    let args = match args {
+        None => {
+            problems.push(problem("args", "missing `args`"));
+            None
+        }
+        Some(node) => match &node.value {
+            Y::Seq(items) => Some(items.as_slice()),
+            _ => {
+                problems.push(problem(
+                    "args",
+                    format!("must be a list, got {}", describe(node)),
+                ));
+                None
+            }
+        },
+    };
+
+    let converted = match (kind, args) {
+        (Some(kind), Some(args)) => {
+            let mut a = Args {
+                args,
+                problems: &mut problems,
+            };
+            match kind {
+                TaskKind::Conv2d => a.conv2d(),
+                TaskKind::Depthwise => a.depthwise(),
+                TaskKind::Dense => a.dense(),
+                TaskKind::BatchMatmul => a.batch_matmul(),
+            }
+        }
+        _ => None,
+    };
+
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let (Some((op, dtype, base)), Some(target)) = (converted, target) else {
+        return Err(vec![problem("", "cannot convert this workload")]);
+    };
+    let workload = Workload {
+        name: base.clone(),
+        op,
+        dtype,
+        target,
+        trials,
+    };
+    if let Err(errors) = workload.validate() {
+        return Err(errors
+            .into_iter()
+            .map(|e| {
+                let field = e.field.map(|f| format!("{f}: ")).unwrap_or_default();
+                problem(
+                    "",
+                    format!("the converted workload is invalid: {field}{}", e.message),
+                )
+            })
+            .collect());
+    }
+    Ok((workload, base))
+}
+
+/// The `{...}` text after an accepted tag, or why the string is refused.
+fn strip_tag(text: &str) -> Result<&str, String> {
+    let t = text.trim();
+    let Some(rest) = t.strip_prefix(TAG_PREFIX) else {
+        if t.starts_with('!') {
+            let tag = t
+                .split(|c: char| c.is_whitespace() || c == '{')
+                .next()
+                .unwrap_or("");
+            return Err(format!(
+                "unknown tag {} (only {TAG_PREFIX}CLASS with CLASS one of {} is read; tags are \
+                 never evaluated)",
+                quote(tag),
+                LORIEN_CLASSES.join(", ")
+            ));
+        }
+        return Err(format!(
+            "expected a Lorien workload string starting with `{TAG_PREFIX}`, got {}",
+            quote(t)
+        ));
+    };
+    let end = rest
+        .find(|c: char| c.is_whitespace() || c == '{')
+        .unwrap_or(rest.len());
+    let (class, body) = rest.split_at(end);
+    if !LORIEN_CLASSES.contains(&class) {
+        return Err(format!(
+            "unknown Lorien class {} in the tag (supported: {}; tags are never evaluated)",
+            quote(class),
+            LORIEN_CLASSES.join(", ")
+        ));
+    }
+    let body = body.trim();
+    if !body.starts_with('{') {
+        return Err(format!(
+            "expected a `{{...}}` mapping after the tag {TAG_PREFIX}{class}"
+        ));
+    }
+    Ok(body)
+}
+
+/// Reads the `args` list of one workload, recording problems.
+struct Args<'a, 'p> {
+    args: &'a [Node],
+    problems: &'p mut Vec<Problem>,
+}
+
+/// A tensor argument: its dimensions and dtype.
+struct Tensor {
+    dims: Vec<u32>,
+    dtype: String,
+}
+
+impl Args<'_, '_> {
+    fn fail(&mut self, index: usize, message: String) {
+        self.problems
+            .push(problem(format!("args[{index}]"), message));
+    }
+
+    /// Checks the argument count; `counts` are the accepted lengths.
+    fn count(&mut self, counts: &[usize], signature: &str) -> bool {
+        if counts.contains(&self.args.len()) {
+            return true;
+        }
+        let accepted: Vec<String> = counts.iter().map(usize::to_string).collect();
+        self.problems.push(problem(
+            "args",
+            format!(
+                "expected {} arguments ({signature}), got {}",
+                accepted.join(" or "),
+                self.args.len()
+            ),
+        ));
+        false
+    }
+
+    fn count_range(&mut self, min: usize, max: usize, signature: &str) -> bool {
+        if (min..=max).contains(&self.args.len()) {
+            return true;
+        }
+        self.problems.push(problem(
+            "args",
+            format!(
+                "expected {min} to {max} arguments ({signature}), got {}",
+                self.args.len()
+            ),
+        ));
+        false
+    }
+
+    /// `[TENSOR, [dims...], dtype]` with `rank` dimensions described by `layout`.
+    fn tensor(&mut self, index: usize, what: &str, layout: &str) -> Option<Tensor> {
+        let node = self.args.get(index)?;
+        let rank = layout.split(',').count();
+        let items = match &node.value {
+            Y::Seq(items) if items.len() == 3 && items[0].as_str() == Some("TENSOR") => items,
+            _ => {
+                let msg = format!(
+                    "the {what} must be a tensor [TENSOR, {layout}, dtype], got {}",
+                    describe(node)
+                );
+                self.fail(index, msg);
+                return None;
+            }
+        };
+        let mut ok = true;
+        let dims: Vec<i128> = match &items[1].value {
+            Y::Seq(dims) => dims
+                .iter()
+                .map(|d| match d.value {
+                    Y::Int(v) => v,
+                    _ => {
+                        ok = false;
+                        0
+                    }
+                })
+                .collect(),
+            _ => {
+                ok = false;
+                Vec::new()
+            }
+        };
+        if !ok || dims.len() != rank {
+            let msg = format!(
+                "the {what} must be a {rank}-D tensor {layout}, got shape {}",
+                describe(&items[1])
+            );
+            self.fail(index, msg);
+            return None;
+        }
+        let mut out = Vec::with_capacity(rank);
+        for (i, v) in dims.iter().enumerate() {
+            match in_range(*v, 1) {
+                Ok(v) => out.push(v),
+                Err(m) => {
+                    self.fail(index, format!("the {what}'s dimension {i} {m}"));
+                    ok = false;
+                }
+            }
+        }
+        let dtype = match items[2].as_str() {
+            Some(d) if DTYPES.contains(&d) => d.to_string(),
+            _ => {
+                let msg = format!(
+                    "the {what}'s dtype {} is not supported (supported: {})",
+                    describe(&items[2]),
+                    DTYPES.join(", ")
+                );
+                self.fail(index, msg);
+                return None;
+            }
+        };
+        ok.then_some(Tensor { dims: out, dtype })
+    }
+
+    /// One integer or a list of integers, each at least `min`.
+    fn ints(&mut self, index: usize, what: &str, min: u32) -> Option<Vec<u32>> {
+        let node = self.args.get(index)?;
+        let values: Vec<&Node> = match &node.value {
+            Y::Int(_) => vec![node],
+            Y::Seq(items) => items.iter().collect(),
+            _ => {
+                let msg = format!("{what} must be integers, got {}", describe(node));
+                self.fail(index, msg);
+                return None;
+            }
+        };
+        let mut out = Vec::with_capacity(values.len());
+        for v in values {
+            let checked = match v.value {
+                Y::Int(i) => in_range(i, min),
+                _ => Err(format!("must be an integer, got {}", describe(v))),
+            };
+            match checked {
+                Ok(x) => out.push(x),
+                Err(m) => {
+                    self.fail(index, format!("{what}: {m}"));
+                    return None;
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// Strides or dilation: one integer or `[h, w]`.
+    fn pair(&mut self, index: usize, what: &str) -> Option<[u32; 2]> {
+        let values = self.ints(index, what, 1)?;
+        match values.as_slice() {
+            [v] => Some([*v, *v]),
+            [h, w] => Some([*h, *w]),
+            _ => {
+                let msg = format!(
+                    "{what} must be one integer or [height, width], got {} values",
+                    values.len()
+                );
+                self.fail(index, msg);
+                None
+            }
+        }
+    }
+
+    /// Padding: one integer, `[h, w]` or a symmetric `[top, left, bottom, right]`.
+    fn padding(&mut self, index: usize) -> Option<[u32; 2]> {
+        let values = self.ints(index, "padding", 0)?;
+        match values.as_slice() {
+            [v] => Some([*v, *v]),
+            [h, w] => Some([*h, *w]),
+            [top, left, bottom, right] if top == bottom && left == right => Some([*top, *left]),
+            [top, left, bottom, right] => {
+                let msg = format!(
+                    "asymmetric padding [{top}, {left}, {bottom}, {right}] (top, left, bottom, \
+                     right) cannot be expressed as a symmetric [height, width] pair: tunefleet \
+                     pads both sides of an axis by the same amount"
+                );
+                self.fail(index, msg);
+                None
+            }
+            _ => {
+                let msg = format!(
+                    "padding must be one integer, [height, width] or [top, left, bottom, right], \
+                     got {} values",
+                    values.len()
+                );
+                self.fail(index, msg);
+                None
+            }
+        }
+    }
+
+    /// An optional dtype argument (`out_dtype`): a string or null.
+    fn opt_dtype(&mut self, index: usize) {
+        if let Some(node) = self.args.get(index) {
+            if !matches!(node.value, Y::Str(_) | Y::Null) {
+                let msg = format!("out_dtype must be a dtype or null, got {}", describe(node));
+                self.fail(index, msg);
+            }
+        }
+    }
+
+    /// An optional boolean argument; `default` when absent or null.
+    fn opt_bool(&mut self, index: usize, what: &str, default: bool) -> bool {
+        match self.args.get(index).map(|n| &n.value) {
+            None | Some(Y::Null) => default,
+            Some(Y::Bool(b)) => *b,
+            Some(_) => {
+                let msg = format!(
+                    "{what} must be true or false, got {}",
+                    self.args.get(index).map(describe).unwrap_or_default()
+                );
+                self.fail(index, msg);
+                default
+            }
+        }
+    }
+
+    /// Data and weight must share a dtype (our format has one dtype per workload).
+    fn same_dtype(&mut self, index: usize, data: &Tensor, weight: &Tensor) -> bool {
+        if data.dtype == weight.dtype {
+            return true;
+        }
+        let msg = format!(
+            "the weight's dtype {} differs from the data's {}: mixed input dtypes are not \
+             supported",
+            weight.dtype, data.dtype
+        );
+        self.fail(index, msg);
+        false
+    }
+
+    /// The shared part of conv2d and depthwise: data, kernel, strides, padding,
+    /// dilation, optional layouts, out_dtype.
+    fn conv_common(
+        &mut self,
+        kernel_layout: &str,
+    ) -> Option<(Tensor, Tensor, [u32; 2], [u32; 2], [u32; 2])> {
+        if !self.count(
+            &[6, 8],
+            "data, kernel, strides, padding, dilation, [layout, out_layout,] out_dtype",
+        ) {
+            return None;
+        }
+        let data = self.tensor(0, "data", "[N, C, H, W]");
+        let kernel = self.tensor(1, "kernel", kernel_layout);
+        let stride = self.pair(2, "strides");
+        let padding = self.padding(3);
+        let dilation = self.pair(4, "dilation");
+        if self.args.len() == 8 {
+            match self.args[5].as_str() {
+                Some("NCHW") => {}
+                _ => {
+                    let msg = format!(
+                        "only the data layout \"NCHW\" is supported, got {}",
+                        describe(&self.args[5])
+                    );
+                    self.fail(5, msg);
+                }
+            }
+            if self.args[6].as_str().is_none() {
+                let msg = format!(
+                    "out_layout must be a string, got {}",
+                    describe(&self.args[6])
+                );
+                self.fail(6, msg);
+            }
+            self.opt_dtype(7);
+        } else {
+            self.opt_dtype(5);
+        }
+        let (data, kernel) = (data?, kernel?);
+        if !self.same_dtype(1, &data, &kernel) {
+            return None;
+        }
+        Some((data, kernel, stride?, padding?, dilation?))
+    }
+
+    fn conv2d(&mut self) -> Option<(Op, String, String)> {
+        let (data, kernel, stride, padding, dilation) = self.conv_common("[O, I, KH, KW]")?;
+        let &[n, c, h, w] = data.dims.as_slice() else {
+            return None;
+        };
+        let &[o, i, kh, kw] = kernel.dims.as_slice() else {
+            return None;
+        };
+        if i != c {
+            self.fail(
+                1,
+                format!(
+                    "the kernel has {i} input channels but the data has {c}: grouped \
+                     convolutions are not supported"
+                ),
+            );
+            return None;
+        }
+        let name = format!(
+            "conv2d_{n}x{c}x{h}x{w}_{o}x{kh}x{kw}_s{}_p{}{}{}",
+            pair_text(stride),
+            pair_text(padding),
+            dilation_suffix(dilation),
+            dtype_suffix(&data.dtype)
+        );
+        let shape = Conv2dShape {
+            batch: n,
+            in_channels: c,
+            height: h,
+            width: w,
+            out_channels: o,
+            kernel: [kh, kw],
+            stride,
+            padding,
+            dilation,
+        };
+        Some((Op::Conv2dNchw { shape }, data.dtype, name))
+    }
+
+    fn depthwise(&mut self) -> Option<(Op, String, String)> {
+        let (data, kernel, stride, padding, dilation) =
+            self.conv_common("[C, multiplier, KH, KW]")?;
+        let &[n, c, h, w] = data.dims.as_slice() else {
+            return None;
+        };
+        let &[kc, m, kh, kw] = kernel.dims.as_slice() else {
+            return None;
+        };
+        if kc != c {
+            self.fail(
+                1,
+                format!(
+                    "the depthwise kernel [C, multiplier, KH, KW] has {kc} channels but the data \
+                     has {c}"
+                ),
+            );
+            return None;
+        }
+        let name = format!(
+            "depthwise_conv2d_{n}x{c}x{h}x{w}_m{m}_{kh}x{kw}_s{}_p{}{}{}",
+            pair_text(stride),
+            pair_text(padding),
+            dilation_suffix(dilation),
+            dtype_suffix(&data.dtype)
+        );
+        let shape = DepthwiseConv2dShape {
+            batch: n,
+            channels: c,
+            height: h,
+            width: w,
+            multiplier: m,
+            kernel: [kh, kw],
+            stride,
+            padding,
+            dilation,
+        };
+        Some((Op::DepthwiseConv2dNchw { shape }, data.dtype, name))
+    }
+
+    fn dense(&mut self) -> Option<(Op, String, String)> {
+        if !self.count_range(2, 4, "data, weight, [bias, [out_dtype]]") {
+            return None;
+        }
+        let data = self.tensor(0, "data", "[M, K]");
+        let weight = self.tensor(1, "weight", "[N, K]");
+        if let Some(bias) = self.args.get(2) {
+            let is_tensor = matches!(&bias.value, Y::Seq(items)
+                if items.first().and_then(Node::as_str) == Some("TENSOR"));
+            if !is_tensor && !matches!(bias.value, Y::Null) {
+                let msg = format!("the bias must be a tensor or null, got {}", describe(bias));
+                self.fail(2, msg);
+            }
+        }
+        self.opt_dtype(3);
+        let (data, weight) = (data?, weight?);
+        if !self.same_dtype(1, &data, &weight) {
+            return None;
+        }
+        let &[m, k] = data.dims.as_slice() else {
+            return None;
+        };
+        let &[n, wk] = weight.dims.as_slice() else {
+            return None;
+        };
+        if wk != k {
+            self.fail(
+                1,
+                format!("the weight [N, K] has K = {wk} but the data [M, K] has K = {k}"),
+            );
+            return None;
+        }
+        let name = format!("dense_{m}x{k}_{n}{}", dtype_suffix(&data.dtype));
+        let shape = DenseShape {
+            batch: m,
+            in_features: k,
+            out_features: n,
+        };
+        Some((Op::Dense { shape }, data.dtype, name))
+    }
+
+    fn batch_matmul(&mut self) -> Option<(Op, String, String)> {
+        if !self.count_range(
+            2,
+            6,
+            "A, B, [out_shape, [out_dtype, [transpose_a, [transpose_b]]]]",
+        ) {
+            return None;
+        }
+        let transpose_a = self.opt_bool(4, "transpose_a", false);
+        let transpose_b = self.opt_bool(5, "transpose_b", true);
+        let a_layout = if transpose_a {
+            "[B, K, M]"
+        } else {
+            "[B, M, K]"
+        };
+        let b_layout = if transpose_b {
+            "[B, N, K]"
+        } else {
+            "[B, K, N]"
+        };
+        let a = self.tensor(0, "tensor A", a_layout);
+        let b = self.tensor(1, "tensor B", b_layout);
+        self.opt_dtype(3);
+        let (a, b) = (a?, b?);
+        if !self.same_dtype(1, &a, &b) {
+            return None;
+        }
+        let &[ab, a1, a2] = a.dims.as_slice() else {
+            return None;
+        };
+        let &[bb, b1, b2] = b.dims.as_slice() else {
+            return None;
+        };
+        let (m, k) = if transpose_a { (a2, a1) } else { (a1, a2) };
+        let (n, bk) = if transpose_b { (b1, b2) } else { (b2, b1) };
+        if ab != bb {
+            self.fail(
+                1,
+                format!(
+                    "A has batch {ab} but B has batch {bb}: batch broadcasting is not supported"
+                ),
+            );
+            return None;
+        }
+        if bk != k {
+            self.fail(1, format!("B has K = {bk} but A has K = {k}"));
+            return None;
+        }
+        if let Some(node) = self.args.get(2) {
+            match &node.value {
+                Y::Null => {}
+                Y::Seq(items)
+                    if items.len() == 3
+                        && items.iter().zip([ab, m, n]).all(
+                            |(d, want)| matches!(d.value, Y::Int(v) if v == i128::from(want)),
+                        ) => {}
+                _ => {
+                    let msg = format!(
+                        "out_shape must be null or [{ab}, {m}, {n}] (batch, M, N), got {}",
+                        describe(node)
+                    );
+                    self.fail(2, msg);
+                    return None;
+                }
+            }
+        }
+        let name = format!("batch_matmul_{ab}x{m}x{k}_{n}{}", dtype_suffix(&a.dtype));
+        let shape = BatchMatmulShape { batch: ab, m, n, k };
+        Some((Op::BatchMatmul { shape }, a.dtype, name))
+    }
+}
+
+fn in_range(value: i128, min: u32) -> Result<u32, String> {
+    if value < i128::from(min) {
+        let what = if min == 0 {
+            "a non-negative integer"
+        } else {
+            "a positive integer"
+        };
+        return Err(format!("must be {what}, got {value}"));
+    }
+    u32::try_from(value)
+        .ok()
+        .filter(|v| *v <= MAX_DIM)
+        .ok_or_else(|| format!("must be at most {MAX_DIM}, got {value}"))
+}
+
+/// `1` for `[1, 1]`, `2x1` for `[2, 1]`.
+fn pair_text([a, b]: [u32; 2]) -> String {
+    if a == b {
+        a.to_string()
+    } else {
+        format!("{a}x{b}")
+    }
+}
+
+fn dilation_suffix(dilation: [u32; 2]) -> String {
+    if dilation == [1, 1] {
+        String::new()
+    } else {
+        format!("_d{}", pair_text(dilation))
+    }
+}
+
+fn dtype_suffix(dtype: &str) -> String {
+    if dtype == DEFAULT_DTYPE {
+        String::new()
+    } else {
+        format!("_{dtype}")
+    }
+}
+
+/// A key as it appears in a field path.
+fn field_key(key: &str) -> String {
+    let simple = !key.is_empty()
+        && key.len() <= 64
+        && key
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '-');
+    if simple {
+        key.to_string()
+    } else {
+        quote(key)
+    }
+}
+
+/// `"text"` with escapes, shortened to about 60 characters.
+fn quote(s: &str) -> String {
+    const MAX: usize = 60;
+    if s.chars().count() <= MAX {
+        format!("{s:?}")
+    } else {
+        let short: String = s.chars().take(MAX).collect();
+        format!("{short:?}…")
+    }
+}
+
+fn describe(node: &Node) -> String {
+    match &node.value {
+        Y::Null => "null".into(),
+        Y::Bool(b) => b.to_string(),
+        Y::Int(i) => i.to_string(),
+        Y::Float(x) => format!("{x:?}"),
+        Y::Str(s) => quote(s),
+        Y::Seq(items) => {
+            let ints: Option<Vec<String>> = items
+                .iter()
+                .take(9)
+                .map(|n| match n.value {
+                    Y::Int(i) => Some(i.to_string()),
+                    _ => None,
+                })
+                .collect();
+            match ints {
+                Some(ints) if items.len() <= 8 => format!("[{}]", ints.join(", ")),
+                _ => format!("a list of {} item(s)", items.len()),
+            }
+        }
+        Y::Map(_) => "a mapping".into(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+struct Errors<'f> {
+    file: &'f str,
+    errors: Vec<WorkloadError>,
+    dropped: usize,
+}
+
+impl<'f> Errors<'f> {
+    fn new(file: &'f str) -> Self {
+        Errors {
+            file,
+            errors: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    fn push(
+        &mut self,
+        line: Option<usize>,
+        column: Option<usize>,
+        field: Option<String>,
+        message: String,
+    ) {
+        if self.errors.len() >= MAX_REPORTED_ERRORS {
+            self.dropped += 1;
+            return;
+        }
+        self.errors.push(WorkloadError {
+            file: self.file.to_string(),
+            line,
+            column,
+            field,
+            message,
+        });
+    }
+
+    fn at(&mut self, node: &Node, field: &str, message: String) {
+        let field = (!field.is_empty()).then(|| field.to_string());
+        self.push(
+            (node.line > 0).then_some(node.line),
+            (node.column > 0).then_some(node.column),
+            field,
+            message,
+        );
+    }
+
+    fn is_empty(&self) -> bool {
+        self.errors.is_empty() && self.dropped == 0
+    }
+
+    fn finish<T>(mut self, value: T) -> Result<T, WorkloadErrors> {
+        if self.is_empty() {
+            return Ok(value);
+        }
+        if self.dropped > 0 {
+            self.errors.push(WorkloadError {
+                file: self.file.to_string(),
+                line: None,
+                column: None,
+                field: None,
+                message: format!(
+                    "{} more error(s) not shown (only the first {MAX_REPORTED_ERRORS} are reported)",
+                    self.dropped
+                ),
+            });
+        }
+        Err(WorkloadErrors {
+            errors: self.errors,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// YAML reading (data only: tags are not interpreted)
+// ---------------------------------------------------------------------------
+
+/// Same budget as the workload parser: deep nesting and alias bombs fail fast.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_depth: MAX_YAML_DEPTH,
+            flow_nesting_limit: MAX_YAML_DEPTH,
+            max_nodes: 600_000,
+            max_events: 1_500_000,
+            max_documents: 1,
+            max_total_scalar_bytes: MAX_WORKLOAD_FILE_BYTES,
+            max_aliases: 10_000,
+            max_anchors: 10_000,
+            max_merge_keys: 10_000,
+            max_recorded_anchor_events: 200_000,
+            max_recorded_anchor_bytes: MAX_WORKLOAD_FILE_BYTES,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: 200_000,
+            max_replay_stack_depth: 16,
+        },
+        strict_booleans: true,
+        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::AsString,
+        with_snippet: false,
+        crop_radius: 0,
+    }
+}
+
+enum YamlProblem {
+    Limit(String),
+    Syntax(String),
+}
+
+fn error_location(err: &serde_saphyr::Error) -> (Option<usize>, Option<usize>) {
+    match err.location() {
+        Some(loc) => (
+            usize::try_from(loc.line()).ok().filter(|l| *l > 0),
+            usize::try_from(loc.column()).ok().filter(|c| *c > 0),
+        ),
+        None => (None, None),
+    }
+}
+
+fn yaml_error_message(err: &serde_saphyr::Error) -> YamlProblem {
+    use serde_saphyr::Error as E;
+    use serde_saphyr::MessageFormatter;
+    let mut inner = err.without_snippet();
+    for _ in 0..8 {
+        match inner {
+            E::AliasError { error, .. } | E::WithSnippet { error, .. } => inner = error,
+            _ => break,
+        }
+    }
+    let message: String = serde_saphyr::DefaultMessageFormatter
+        .format_message(inner)
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    match inner {
+        E::Budget { .. }
+        | E::AliasReplayLimitExceeded { .. }
+        | E::AliasExpansionLimitExceeded { .. }
+        | E::AliasReplayStackDepthExceeded { .. } => YamlProblem::Limit(format!(
+            "it exceeds a parser limit (nesting deeper than {MAX_YAML_DEPTH}, too many values or \
+             aliases): {message}"
+        )),
+        _ if message.contains("recursion limit exceeded") => YamlProblem::Limit(format!(
+            "it is nested more than {MAX_YAML_DEPTH} levels deep"
+        )),
+        _ if message.trim().is_empty() => YamlProblem::Syntax("syntax error".into()),
+        _ => YamlProblem::Syntax(message),
+    }
+}
+
+/// A YAML node and where it starts (1-based; 0 when unknown).
+#[derive(Debug)]
+struct Node {
+    value: Y,
+    line: usize,
+    column: usize,
+}
+
+#[derive(Debug)]
+enum Y {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Node>),
+    Map(Vec<(Node, Node)>),
+}
+
+impl Node {
+    fn as_str(&self) -> Option<&str> {
+        match &self.value {
+            Y::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let spanned = serde_saphyr::Spanned::<Y>::deserialize(deserializer)?;
+        let loc = spanned.referenced;
+        Ok(Node {
+            value: spanned.value,
+            line: usize::try_from(loc.line()).unwrap_or(0),
+            column: usize::try_from(loc.column()).unwrap_or(0),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Y {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(YVisitor)
+    }
+}
+
+struct YVisitor;
+
+impl<'de> Visitor<'de> for YVisitor {
+    type Value = Y;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Y, E> {
+        Ok(Y::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Y, E> {
+        Ok(Y::Int(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Y, E> {
+        Ok(Y::Int(v.into()))
+    }
+    fn visit_i128<E>(self, v: i128) -> Result<Y, E> {
+        Ok(Y::Int(v))
+    }
+    fn visit_u128<E>(self, v: u128) -> Result<Y, E> {
+        Ok(Y::Int(i128::try_from(v).unwrap_or(i128::MAX)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Y, E> {
+        Ok(Y::Float(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Y, E> {
+        Ok(Y::Str(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Y, E> {
+        Ok(Y::Str(v))
+    }
+    fn visit_bytes<E>(self, v: &[u8]) -> Result<Y, E> {
+        Ok(Y::Str(String::from_utf8_lossy(v).into_owned()))
+    }
+    fn visit_unit<E>(self) -> Result<Y, E> {
+        Ok(Y::Null)
+    }
+    fn visit_none<E>(self) -> Result<Y, E> {
+        Ok(Y::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Y, D::Error> {
+        d.deserialize_any(YVisitor)
+    }
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Y, D::Error> {
+        d.deserialize_any(YVisitor)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Y, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Node>()? {
+            items.push(item);
+        }
+        Ok(Y::Seq(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Y, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Node>()? {
+            let value = map.next_value::<Node>()?;
+            entries.push((key, value));
+        }
+        Ok(Y::Map(entries))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Writing our format
+// ---------------------------------------------------------------------------
+
+/// Writes `workloads` as a tunefleet workload file (block style, one entry per
+/// workload, every field explicit) that [`crate::workload::parse_workload_file`]
+/// reads back as the same workloads, so with the same job ids. The header
+/// comment says it was converted from a Lorien file; see
+/// [`to_tunefleet_yaml_from`] to name the file.
+pub fn to_tunefleet_yaml(workloads: &[Workload]) -> String {
+    render(workloads, None)
+}
+
+/// [`to_tunefleet_yaml`] with the header naming the Lorien file `source`.
+pub fn to_tunefleet_yaml_from(workloads: &[Workload], source: &str) -> String {
+    render(workloads, Some(source))
+}
+
+fn render(workloads: &[Workload], source: Option<&str>) -> String {
+    let mut out = String::new();
+    let from = match source {
+        Some(s) => {
+            // A comment ends at a line break: keep the name on one line.
+            let s: String = s
+                .chars()
+                .map(|c| if needs_escape(c) { '?' } else { c })
+                .collect();
+            format!("{s} (a Lorien workload file)")
+        }
+        None => "a Lorien workload file".into(),
+    };
+    let _ = writeln!(out, "# Converted from {from} by `tunefleet import-lorien`.");
+    let _ = writeln!(
+        out,
+        "# {} workload(s). Job ids depend on op, shape, dtype, target and trials, not on names.",
+        workloads.len()
+    );
+    if workloads.is_empty() {
+        out.push_str("workloads: []\n");
+        return out;
+    }
+    out.push_str("workloads:\n");
+    for w in workloads {
+        let _ = writeln!(out, "  - name: {}", scalar(&w.name));
+        let _ = writeln!(out, "    op: {}", w.op.name());
+        match &w.op {
+            Op::Tvmscript { tvmscript } => write_tvmscript(&mut out, tvmscript),
+            op => {
+                out.push_str("    shape:\n");
+                for (key, value) in shape_fields(op) {
+                    let _ = writeln!(out, "      {key}: {value}");
+                }
+            }
+        }
+        let _ = writeln!(out, "    dtype: {}", scalar(&w.dtype));
+        let target = Value::Object(w.target.attrs().clone());
+        let _ = writeln!(out, "    target: {}", flow(&target));
+        let _ = writeln!(out, "    trials: {}", w.trials);
+    }
+    out
+}
+
+fn shape_fields(op: &Op) -> Vec<(&'static str, String)> {
+    let pair = |p: [u32; 2]| format!("[{}, {}]", p[0], p[1]);
+    let n = |v: u32| v.to_string();
+    match op {
+        Op::Matmul { shape: s } => vec![("m", n(s.m)), ("n", n(s.n)), ("k", n(s.k))],
+        Op::BatchMatmul { shape: s } => vec![
+            ("batch", n(s.batch)),
+            ("m", n(s.m)),
+            ("n", n(s.n)),
+            ("k", n(s.k)),
+        ],
+        Op::Dense { shape: s } => vec![
+            ("batch", n(s.batch)),
+            ("in_features", n(s.in_features)),
+            ("out_features", n(s.out_features)),
+        ],
+        Op::Conv2dNchw { shape: s } | Op::Conv2dNhwc { shape: s } => vec![
+            ("batch", n(s.batch)),
+            ("in_channels", n(s.in_channels)),
+            ("height", n(s.height)),
+            ("width", n(s.width)),
+            ("out_channels", n(s.out_channels)),
+            ("kernel", pair(s.kernel)),
+            ("stride", pair(s.stride)),
+            ("padding", pair(s.padding)),
+            ("dilation", pair(s.dilation)),
+        ],
+        Op::DepthwiseConv2dNchw { shape: s } => vec![
+            ("batch", n(s.batch)),
+            ("channels", n(s.channels)),
+            ("height", n(s.height)),
+            ("width", n(s.width)),
+            ("multiplier", n(s.multiplier)),
+            ("kernel", pair(s.kernel)),
+            ("stride", pair(s.stride)),
+            ("padding", pair(s.padding)),
+            ("dilation", pair(s.dilation)),
+        ],
+        Op::Tvmscript { .. } => Vec::new(),
+    }
+}
+
+/// A literal block (`|`) when the text allows one, else a double-quoted string.
+fn write_tvmscript(out: &mut String, text: &str) {
+    let literal_ok = text.ends_with('\n')
+        && !text.ends_with("\n\n")
+        && text
+            .chars()
+            .next()
+            .is_some_and(|c| !c.is_whitespace() && c != '#')
+        && !text
+            .chars()
+            .any(|c| c != '\n' && c != '\t' && needs_escape(c));
+    if !literal_ok {
+        let _ = writeln!(out, "    tvmscript: {}", double_quoted(text));
+        return;
+    }
+    out.push_str("    tvmscript: |\n");
+    for line in text.lines() {
+        if line.is_empty() {
+            out.push('\n');
+        } else {
+            let _ = writeln!(out, "      {line}");
+        }
+    }
+}
+
+/// A value in YAML flow style (JSON-like, plain scalars where unambiguous).
+fn flow(value: &Value) -> String {
+    match value {
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => scalar(s),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(flow).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(map) => {
+            let entries: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{}: {}", scalar(k), flow(v)))
+                .collect();
+            format!("{{{}}}", entries.join(", "))
+        }
+    }
+}
+
+/// A string as a YAML scalar: plain when it can only be read back as that
+/// string (in block and flow context alike), else double-quoted.
+fn scalar(s: &str) -> String {
+    const RESERVED: [&str; 13] = [
+        "true", "false", "null", "yes", "no", "on", "off", "y", "n", "inf", "nan", "nil", "none",
+    ];
+    let plain = s.len() <= 200
+        && s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'))
+        && !RESERVED.contains(&s.to_ascii_lowercase().as_str());
+    if plain {
+        s.to_string()
+    } else {
+        double_quoted(s)
+    }
+}
+
+/// Characters that must not appear raw in YAML text.
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'
+        )
+}
+
+fn double_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if needs_escape(c) => {
+                let code = u32::from(c);
+                if code <= 0xffff {
+                    let _ = write!(out, "\\u{code:04x}");
+                } else {
+                    let _ = write!(out, "\\U{code:08x}");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::parse_workload_file;
+    use proptest::prelude::*;
+
+    const SAMPLE: &str = include_str!("../../examples/lorien/workloads.yaml");
+    const BAD_SAMPLE: &str = include_str!("../../examples/lorien/bad-unknown-task.yaml");
+    const NEW: &str =
+        "!!python/object:lorien.dialect.tvm_dial.autotvm_dial.workload.AutoTVMWorkload";
+    const OLD: &str = "!!python/object:lorien.workload.Workload";
+
+    /// A file with one workload string per entry of `bodies` (the `{...}` part
+    /// after the AutoTVMWorkload tag).
+    fn file(bodies: &[&str]) -> String {
+        let mut text = String::from("workload:\n");
+        for body in bodies {
+            text.push_str(&format!("- '{NEW} {}'\n", body.replace('\'', "''")));
+        }
+        text
+    }
+
+    fn item(task: &str, args: &str) -> String {
+        format!("{{_primary_key: null, args: {args}, target: llvm -keys=cpu -link-params=0, task_name: {task}}}")
+    }
+
+    fn import(text: &str) -> Vec<Workload> {
+        match import_lorien(text, "lorien.yaml", 64) {
+            Ok(ws) => ws,
+            Err(e) => panic!("unexpected errors:\n{e}\n--- input ---\n{text}"),
+        }
+    }
+
+    fn errors(text: &str) -> Vec<WorkloadError> {
+        match import_lorien(text, "lorien.yaml", 64) {
+            Ok(ws) => panic!("expected errors, got {ws:#?}\n--- input ---\n{text}"),
+            Err(e) => e.errors,
+        }
+    }
+
+    fn one_error(text: &str) -> WorkloadError {
+        let errs = errors(text);
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        errs.into_iter().next().unwrap()
+    }
+
+    fn round_trip(ws: &[Workload]) {
+        let yaml = to_tunefleet_yaml_from(ws, "lorien.yaml");
+        let back = parse_workload_file(&yaml, "converted.yaml")
+            .unwrap_or_else(|e| panic!("{e}\n--- yaml ---\n{yaml}"));
+        assert_eq!(back, ws, "{yaml}");
+        let ids: Vec<String> = ws.iter().map(Workload::job_id).collect();
+        let back_ids: Vec<String> = back.iter().map(Workload::job_id).collect();
+        assert_eq!(ids, back_ids);
+    }
+
+    #[test]
+    fn the_sample_file_converts_to_three_convolutions() {
+        assert!(is_lorien_file(SAMPLE));
+        let ws = import(SAMPLE);
+        assert_eq!(ws.len(), 3);
+        let names: Vec<&str> = ws.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "conv2d_1x64x56x56_64x3x3_s1_p1",
+                "conv2d_1x128x28x28_128x1x1_s1_p0",
+                "conv2d_1x256x14x14_48x1x1_s1_p0",
+            ]
+        );
+        let shapes: Vec<&Conv2dShape> = ws
+            .iter()
+            .map(|w| match &w.op {
+                Op::Conv2dNchw { shape } => shape,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            *shapes[0],
+            Conv2dShape {
+                batch: 1,
+                in_channels: 64,
+                height: 56,
+                width: 56,
+                out_channels: 64,
+                kernel: [3, 3],
+                stride: [1, 1],
+                padding: [1, 1],
+                dilation: [1, 1],
+            }
+        );
+        assert_eq!(
+            (
+                shapes[1].in_channels,
+                shapes[1].out_channels,
+                shapes[1].kernel
+            ),
+            (128, 128, [1, 1])
+        );
+        assert_eq!(shapes[1].padding, [0, 0]);
+        assert_eq!(
+            (
+                shapes[2].in_channels,
+                shapes[2].out_channels,
+                shapes[2].height
+            ),
+            (256, 48, 14)
+        );
+        assert!(ws.iter().all(|w| w.dtype == "float32" && w.trials == 64));
+        assert_eq!(
+            ws[0].target,
+            Target::parse(r#"{"kind":"llvm","keys":["cpu"],"link-params":0}"#).unwrap()
+        );
+        // The third is the older `lorien.workload.Workload` form with `lib: topi`.
+        assert_eq!(
+            ws[2].target,
+            Target::parse(r#"{"kind":"llvm","keys":["cpu"]}"#).unwrap()
+        );
+        round_trip(&ws);
+        let yaml = to_tunefleet_yaml_from(&ws, "lorien.yaml");
+        assert!(yaml.starts_with("# Converted from lorien.yaml"), "{yaml}");
+        println!("{yaml}");
+    }
+
+    #[test]
+    fn trials_are_applied_and_change_job_ids() {
+        let a = import_lorien(SAMPLE, "s.yaml", 64).unwrap();
+        let b = import_lorien(SAMPLE, "s.yaml", 200).unwrap();
+        assert!(b.iter().all(|w| w.trials == 200));
+        assert_ne!(a[0].job_id(), b[0].job_id());
+        for bad in [0, MAX_TRIALS + 1] {
+            let e = import_lorien(SAMPLE, "s.yaml", bad).unwrap_err();
+            assert_eq!(e.first().unwrap().field.as_deref(), Some("trials"));
+        }
+    }
+
+    #[test]
+    fn old_workload_form_with_lib_topi() {
+        let text = format!(
+            "workload:\n- '{OLD} {{args: [[TENSOR, [1, 64, 73, 73], float32], [TENSOR, [80, 64, 1, 1], float32], [1, 1], [0, 0, 0, 0], [1, 1], NCHW, NCHW, float32], lib: topi, target: llvm -keys=cpu, task_name: conv2d_NCHWc.x86}}'\n"
+        );
+        assert!(is_lorien_file(&text));
+        let ws = import(&text);
+        assert_eq!(ws[0].name, "conv2d_1x64x73x73_80x1x1_s1_p0");
+        let text = text.replace("lib: topi", "lib: cblas");
+        let e = one_error(&text);
+        assert_eq!(e.field.as_deref(), Some("workload[0].lib"), "{e}");
+    }
+
+    #[test]
+    fn dense_mapping() {
+        for task in ["dense_nopack.x86", "dense_pack.x86"] {
+            let text = file(&[
+                &item(
+                    task,
+                    "[[TENSOR, [1, 9216], float32], [TENSOR, [4096, 9216], float32], null, float32]",
+                ),
+                &item(
+                    task,
+                    "[[TENSOR, [8, 512], float16], [TENSOR, [1000, 512], float16], [TENSOR, [1000], float16], float32]",
+                ),
+                &item(task, "[[TENSOR, [4, 16], int8], [TENSOR, [32, 16], int8]]"),
+            ]);
+            let ws = import(&text);
+            let shapes: Vec<(&DenseShape, &str)> = ws
+                .iter()
+                .map(|w| match &w.op {
+                    Op::Dense { shape } => (shape, w.dtype.as_str()),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(
+                shapes[0].0,
+                &DenseShape {
+                    batch: 1,
+                    in_features: 9216,
+                    out_features: 4096
+                }
+            );
+            assert_eq!(shapes[1].1, "float16");
+            assert_eq!(shapes[1].0.out_features, 1000);
+            assert_eq!(shapes[2].1, "int8");
+            assert_eq!(ws[0].name, "dense_1x9216_4096");
+            assert_eq!(ws[1].name, "dense_8x512_1000_float16");
+            round_trip(&ws);
+        }
+        // K must agree.
+        let e = one_error(&file(&[&item(
+            "dense_pack.x86",
+            "[[TENSOR, [1, 100], float32], [TENSOR, [10, 99], float32], null, float32]",
+        )]));
+        assert_eq!(e.field.as_deref(), Some("workload[0].args[1]"));
+        assert!(e.message.contains("K = 99"), "{e}");
+    }
+
+    #[test]
+    fn batch_matmul_mapping() {
+        let ws = import(&file(&[
+            // Default NT: A [B, M, K], B [B, N, K].
+            &item(
+                "batch_matmul.x86",
+                "[[TENSOR, [12, 128, 64], float32], [TENSOR, [12, 256, 64], float32]]",
+            ),
+            // Newer TVM: out_shape, out_dtype, transpose_a, transpose_b.
+            &item(
+                "batch_matmul.x86",
+                "[[TENSOR, [2, 64, 32], float32], [TENSOR, [2, 64, 16], float32], [2, 32, 16], float32, true, false]",
+            ),
+            &item(
+                "batch_matmul.x86",
+                "[[TENSOR, [4, 8, 16], float32], [TENSOR, [4, 24, 16], float32], null]",
+            ),
+        ]));
+        let shapes: Vec<&BatchMatmulShape> = ws
+            .iter()
+            .map(|w| match &w.op {
+                Op::BatchMatmul { shape } => shape,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            shapes[0],
+            &BatchMatmulShape {
+                batch: 12,
+                m: 128,
+                n: 256,
+                k: 64
+            }
+        );
+        // transpose_a: A is [B, K, M]; transpose_b false: B is [B, K, N].
+        assert_eq!(
+            shapes[1],
+            &BatchMatmulShape {
+                batch: 2,
+                m: 32,
+                n: 16,
+                k: 64
+            }
+        );
+        assert_eq!((shapes[2].m, shapes[2].n, shapes[2].k), (8, 24, 16));
+        assert_eq!(ws[0].name, "batch_matmul_12x128x64_256");
+        round_trip(&ws);
+
+        let errs = errors(&file(&[
+            &item(
+                "batch_matmul.x86",
+                "[[TENSOR, [2, 8, 16], float32], [TENSOR, [1, 8, 16], float32]]",
+            ),
+            &item(
+                "batch_matmul.x86",
+                "[[TENSOR, [2, 8, 16], float32], [TENSOR, [2, 8, 15], float32]]",
+            ),
+            &item(
+                "batch_matmul.x86",
+                "[[TENSOR, [2, 8, 16], float32], [TENSOR, [2, 8, 16], float32], [2, 8, 9]]",
+            ),
+        ]));
+        assert_eq!(errs.len(), 3, "{errs:#?}");
+        assert!(errs[0].message.contains("broadcasting"), "{}", errs[0]);
+        assert!(errs[1].message.contains("K = 15"), "{}", errs[1]);
+        assert!(errs[2].message.contains("out_shape"), "{}", errs[2]);
+        assert_eq!(
+            errs.iter().map(|e| e.line).collect::<Vec<_>>(),
+            [Some(2), Some(3), Some(4)]
+        );
+    }
+
+    #[test]
+    fn depthwise_mapping() {
+        let ws = import(&file(&[
+            &item(
+                "depthwise_conv2d_NCHWc.x86",
+                "[[TENSOR, [1, 32, 112, 112], float32], [TENSOR, [32, 1, 3, 3], float32], [1, 1], [1, 1, 1, 1], [1, 1], NCHW, NCHW, float32]",
+            ),
+            // Six-argument form, multiplier 2, stride 2, dilation 2.
+            &item(
+                "depthwise_conv2d_nchw.x86",
+                "[[TENSOR, [1, 16, 28, 28], float32], [TENSOR, [16, 2, 3, 3], float32], [2, 2], [2, 2], [2, 2], float32]",
+            ),
+        ]));
+        let shapes: Vec<&DepthwiseConv2dShape> = ws
+            .iter()
+            .map(|w| match &w.op {
+                Op::DepthwiseConv2dNchw { shape } => shape,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            shapes[0],
+            &DepthwiseConv2dShape {
+                batch: 1,
+                channels: 32,
+                height: 112,
+                width: 112,
+                multiplier: 1,
+                kernel: [3, 3],
+                stride: [1, 1],
+                padding: [1, 1],
+                dilation: [1, 1],
+            }
+        );
+        assert_eq!(
+            (shapes[1].multiplier, shapes[1].stride, shapes[1].dilation),
+            (2, [2, 2], [2, 2])
+        );
+        assert_eq!(ws[0].name, "depthwise_conv2d_1x32x112x112_m1_3x3_s1_p1");
+        assert_eq!(ws[1].name, "depthwise_conv2d_1x16x28x28_m2_3x3_s2_p2_d2");
+        round_trip(&ws);
+
+        let e = one_error(&file(&[&item(
+            "depthwise_conv2d_NCHWc.x86",
+            "[[TENSOR, [1, 32, 8, 8], float32], [TENSOR, [64, 1, 3, 3], float32], [1, 1], [1, 1, 1, 1], [1, 1], NCHW, NCHW, float32]",
+        )]));
+        assert_eq!(e.field.as_deref(), Some("workload[0].args[1]"));
+        assert!(e.message.contains("64 channels"), "{e}");
+    }
+
+    #[test]
+    fn conv_argument_forms() {
+        let ws = import(&file(&[
+            // Scalars for strides, padding and dilation; non-square pairs.
+            &item(
+                "conv2d_nchw",
+                "[[TENSOR, [2, 3, 224, 200], float32], [TENSOR, [16, 3, 7, 5], float32], 2, 3, 1, float32]",
+            ),
+            &item(
+                "conv2d_nchw.x86",
+                "[[TENSOR, [1, 8, 20, 20], float32], [TENSOR, [8, 8, 3, 3], float32], [2, 1], [1, 0], [1, 1], NCHW, NCHW, float32]",
+            ),
+            &item(
+                "conv2d_NCHWc.x86",
+                "[[TENSOR, [1, 8, 20, 20], float32], [TENSOR, [8, 8, 3, 3], float32], [2, 1], [1, 0, 1, 0], [1, 1], NCHW, NCHW, float32]",
+            ),
+        ]));
+        let Op::Conv2dNchw { shape } = &ws[0].op else {
+            panic!()
+        };
+        assert_eq!(
+            (shape.stride, shape.padding, shape.kernel, shape.width),
+            ([2, 2], [3, 3], [7, 5], 200)
+        );
+        assert_eq!(ws[0].name, "conv2d_2x3x224x200_16x7x5_s2_p3");
+        assert_eq!(ws[1].name, "conv2d_1x8x20x20_8x3x3_s2x1_p1x0");
+        // The same shape from another task name is the same job, under a new name.
+        assert_eq!(ws[2].name, "conv2d_1x8x20x20_8x3x3_s2x1_p1x0-2");
+        assert_eq!(ws[1].job_id(), ws[2].job_id());
+        round_trip(&ws);
+    }
+
+    #[test]
+    fn unknown_task_name_is_an_error_with_its_line() {
+        let conv = item(
+            "conv2d_NCHWc.x86",
+            "[[TENSOR, [1, 64, 56, 56], float32], [TENSOR, [64, 64, 3, 3], float32], [1, 1], [1, 1, 1, 1], [1, 1], NCHW, NCHW, float32]",
+        );
+        let winograd = conv.replace("conv2d_NCHWc.x86", "conv2d_winograd.x86");
+        let text = file(&[&conv, &conv, &conv, &winograd]);
+        let e = one_error(&text);
+        assert_eq!(e.line, Some(5));
+        assert_eq!(e.field.as_deref(), Some("workload[3]"));
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with(
+                "lorien.yaml:5: workload[3]: unknown Lorien task name \"conv2d_winograd.x86\" \
+                 (supported: conv2d_NCHWc.x86, "
+            ),
+            "{shown}"
+        );
+        // The example file fails the same way.
+        assert!(is_lorien_file(BAD_SAMPLE));
+        let errs = import_lorien(BAD_SAMPLE, "bad-unknown-task.yaml", 64).unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs}");
+        let e = errs.first().unwrap();
+        let expected_line = BAD_SAMPLE
+            .lines()
+            .position(|l| l.starts_with("- ") && l.contains("conv2d_nchw_winograd"))
+            .map(|i| i + 1);
+        assert_eq!(e.line, expected_line, "{e}");
+        assert!(e.message.contains("unknown Lorien task name"), "{e}");
+    }
+
+    #[test]
+    fn asymmetric_padding_is_an_error() {
+        let text = file(&[
+            &item(
+                "conv2d_NCHWc.x86",
+                "[[TENSOR, [1, 64, 56, 56], float32], [TENSOR, [64, 64, 3, 3], float32], [1, 1], [1, 1, 1, 1], [1, 1], NCHW, NCHW, float32]",
+            ),
+            &item(
+                "conv2d_NCHWc.x86",
+                "[[TENSOR, [1, 64, 56, 56], float32], [TENSOR, [64, 64, 3, 3], float32], [2, 2], [0, 0, 1, 1], [1, 1], NCHW, NCHW, float32]",
+            ),
+        ]);
+        let e = one_error(&text);
+        assert_eq!(e.line, Some(3));
+        assert_eq!(e.field.as_deref(), Some("workload[1].args[3]"));
+        assert!(
+            e.message.starts_with("asymmetric padding [0, 0, 1, 1]"),
+            "{e}"
+        );
+        // Three values are not a padding form either.
+        let e = one_error(&file(&[&item(
+            "conv2d_nchw",
+            "[[TENSOR, [1, 4, 8, 8], float32], [TENSOR, [4, 4, 3, 3], float32], 1, [1, 1, 1], 1, float32]",
+        )]));
+        assert!(e.message.contains("got 3 values"), "{e}");
+    }
+
+    #[test]
+    fn malformed_inner_mapping_is_an_error() {
+        let mut text = file(&[&item(
+            "conv2d_nchw",
+            "[[TENSOR, [1, 4, 8, 8], float32], [TENSOR, [4, 4, 3, 3], float32], 1, 1, 1, float32]",
+        )]);
+        text.push_str(&format!(
+            "- '{NEW} {{args: [[TENSOR, [1, 4], float32], task_name: x'\n"
+        ));
+        text.push_str(&format!("- '{NEW} [1, 2, 3]'\n"));
+        text.push_str(&format!("- '{NEW} {{a: 1}} {{b: 2}}'\n"));
+        text.push_str(&format!("- '{NEW}'\n"));
+        text.push_str("- 42\n");
+        text.push_str("- 'conv2d_nchw'\n");
+        let errs = errors(&text);
+        let got: Vec<(Option<usize>, Option<&str>)> =
+            errs.iter().map(|e| (e.line, e.field.as_deref())).collect();
+        assert_eq!(
+            got,
+            [
+                (Some(3), Some("workload[1]")),
+                (Some(4), Some("workload[2]")),
+                (Some(5), Some("workload[3]")),
+                (Some(6), Some("workload[4]")),
+                (Some(7), Some("workload[5]")),
+                (Some(8), Some("workload[6]")),
+            ],
+            "{errs:#?}"
+        );
+        assert!(
+            errs[0]
+                .message
+                .starts_with("invalid workload mapping after the tag"),
+            "{}",
+            errs[0]
+        );
+        assert!(
+            errs[1].message.contains("expected a `{...}`"),
+            "{}",
+            errs[1]
+        );
+        assert!(errs[4].message.contains("quoted string"), "{}", errs[4]);
+        for e in &errs {
+            println!("{e}");
+        }
+    }
+
+    #[test]
+    fn missing_and_bad_fields_are_all_reported() {
+        let text = file(&[
+            "{args: [], task_name: conv2d_nchw}",
+            "{args: [[TENSOR, [1, 4, 8, 8], float32]], target: -bad, task_name: dense_pack.x86, colour: red}",
+            "{target: llvm, task_name: [x]}",
+        ]);
+        let errs = errors(&text);
+        let got: Vec<(Option<usize>, Option<&str>)> =
+            errs.iter().map(|e| (e.line, e.field.as_deref())).collect();
+        assert_eq!(
+            got,
+            [
+                (Some(2), Some("workload[0].target")),
+                (Some(2), Some("workload[0].args")),
+                (Some(3), Some("workload[1].colour")),
+                (Some(3), Some("workload[1].target")),
+                (Some(3), Some("workload[1].args")),
+                (Some(4), Some("workload[2].task_name")),
+                (Some(4), Some("workload[2].args")),
+            ],
+            "{errs:#?}"
+        );
+    }
+
+    #[test]
+    fn bad_tensors_and_numbers() {
+        let conv = |args: &str| item("conv2d_nchw", args);
+        let errs = errors(&file(&[
+            // 5-D (packed) data.
+            &conv("[[TENSOR, [1, 4, 8, 8, 8], float32], [TENSOR, [4, 4, 3, 3], float32], 1, 1, 1, float32]"),
+            // Zero dimension, negative padding.
+            &conv("[[TENSOR, [0, 4, 8, 8], float32], [TENSOR, [4, 4, 3, 3], float32], 1, -1, 1, float32]"),
+            // Unknown dtype.
+            &conv("[[TENSOR, [1, 4, 8, 8], float8], [TENSOR, [4, 4, 3, 3], float8], 1, 1, 1, float32]"),
+            // Mixed dtypes.
+            &conv("[[TENSOR, [1, 4, 8, 8], uint8], [TENSOR, [4, 4, 3, 3], int8], 1, 1, 1, int32]"),
+            // Grouped.
+            &conv("[[TENSOR, [1, 4, 8, 8], float32], [TENSOR, [4, 2, 3, 3], float32], 1, 1, 1, float32]"),
+            // NHWC layout.
+            &conv("[[TENSOR, [1, 8, 8, 4], float32], [TENSOR, [4, 4, 3, 3], float32], 1, 1, 1, NHWC, NHWC, float32]"),
+            // Empty output after conversion.
+            &conv("[[TENSOR, [1, 4, 2, 2], float32], [TENSOR, [4, 4, 7, 7], float32], 1, 0, 1, float32]"),
+            // Wrong argument count.
+            &conv("[[TENSOR, [1, 4, 8, 8], float32]]"),
+            // Too large.
+            &conv("[[TENSOR, [1, 4, 8, 99999999999], float32], [TENSOR, [4, 4, 3, 3], float32], 1, 1, 1, float32]"),
+            // Not a tensor.
+            &conv("[[1, 4, 8, 8], [TENSOR, [4, 4, 3, 3], float32], 1, 1, 1, float32]"),
+        ]));
+        let fields: Vec<&str> = errs.iter().filter_map(|e| e.field.as_deref()).collect();
+        assert_eq!(
+            fields,
+            [
+                "workload[0].args[0]",
+                "workload[1].args[0]",
+                "workload[1].args[3]",
+                "workload[2].args[0]",
+                "workload[2].args[1]",
+                "workload[3].args[1]",
+                "workload[4].args[1]",
+                "workload[5].args[5]",
+                "workload[6]",
+                "workload[7].args",
+                "workload[8].args[0]",
+                "workload[9].args[0]",
+            ],
+            "{errs:#?}"
+        );
+        assert!(errs[8]
+            .message
+            .contains("output height and width would be empty"));
+        for e in &errs {
+            println!("{e}");
+        }
+    }
+
+    #[test]
+    fn nasty_tags_are_rejected_never_executed() {
+        for (tag, needle) in [
+            ("!!python/object/apply:os.system", "unknown tag \"!!python/object/apply:os.system\""),
+            ("!!python/object/new:subprocess.Popen", "unknown tag"),
+            ("!!python/name:os.system", "unknown tag"),
+            ("!!python/object:os.system", "unknown Lorien class \"os.system\""),
+            (
+                "!!python/object:lorien.dialect.tvm_dial.auto_scheduler_dial.workload.AutoSchedulerWorkload",
+                "unknown Lorien class",
+            ),
+            ("!shell", "unknown tag"),
+        ] {
+            let text = format!(
+                "workload:\n- '!!python/object:lorien.workload.Workload {{args: [[TENSOR, [1, 4], float32], [TENSOR, [8, 4], float32], null, float32], lib: topi, target: llvm, task_name: dense_pack.x86}}'\n- '{tag} {{args: [rm -rf /], task_name: dense_pack.x86, target: llvm}}'\n"
+            );
+            assert!(is_lorien_file(&text) || tag == "!shell", "{tag}");
+            let e = one_error(&text);
+            assert_eq!(e.line, Some(3), "{e}");
+            assert_eq!(e.field.as_deref(), Some("workload[1]"), "{e}");
+            assert!(e.message.contains(needle), "{tag}: {e}");
+        }
+        // An apply tag with a list argument, as PyYAML writes it.
+        let text = "workload:\n- '!!python/object/apply:os.system [\"touch /tmp/pwned\"]'\n";
+        assert!(is_lorien_file(text));
+        let e = one_error(text);
+        assert!(e.message.contains("never evaluated"), "{e}");
+    }
+
+    #[test]
+    fn file_level_errors() {
+        let e = one_error("workloads:\n  - {name: a}\n");
+        assert!(e.message.contains("tunefleet workload file already"), "{e}");
+        let e = one_error("workload: []\n");
+        assert!(e.message.contains("is empty"), "{e}");
+        let e = one_error("workload: 3\n");
+        assert!(e.message.contains("must be a list"), "{e}");
+        let e = one_error("- a\n- b\n");
+        assert!(e.message.contains("expected a Lorien workload file"), "{e}");
+        let e = one_error("workload: [a\n");
+        assert!(e.message.starts_with("invalid YAML"), "{e}");
+        let e = one_error("");
+        assert!(e.message.contains("expected a Lorien workload file"), "{e}");
+        let big = "#".repeat(MAX_WORKLOAD_FILE_BYTES + 1);
+        assert!(one_error(&big).message.contains("16 MiB"));
+        let deep = format!("workload: {}{}\n", "[".repeat(200), "]".repeat(200));
+        assert!(one_error(&deep).message.starts_with("YAML refused"));
+        // Other Lorien configuration keys next to `workload` are ignored.
+        let text = format!("ntrial: 3000\ntuner: random\n{SAMPLE}");
+        assert_eq!(import(&text).len(), 3);
+    }
+
+    #[test]
+    fn error_count_is_capped() {
+        let bodies: Vec<String> = (0..150).map(|_| "{task_name: nope}".to_string()).collect();
+        let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+        let errs = errors(&file(&refs));
+        assert_eq!(errs.len(), MAX_REPORTED_ERRORS + 1);
+        assert!(errs[MAX_REPORTED_ERRORS].message.contains("more error(s)"));
+    }
+
+    #[test]
+    fn detection() {
+        assert!(is_lorien_file(SAMPLE));
+        // Flow style and double quotes.
+        let flow = format!(
+            "{{workload: [\"{NEW} {{args: [[TENSOR, [1, 4], float32], [TENSOR, [8, 4], float32], null, float32], target: llvm, task_name: dense_pack.x86}}\"]}}\n"
+        );
+        assert!(is_lorien_file(&flow));
+        assert_eq!(import(&flow)[0].name, "dense_1x4_8");
+        // Broken YAML that still looks like Lorien.
+        let broken = format!("workload:\n- '{NEW} {{args: [}}\n  - x: [\n");
+        assert!(is_lorien_file(&broken));
+        assert!(import_lorien(&broken, "b.yaml", 64).is_err());
+        // Not Lorien: our own format (even mentioning the tag), empty text, other YAML.
+        let ours = "target: {kind: llvm}\nworkloads:\n  - name: '!!python/object:x'\n    op: matmul\n    shape: {m: 1, n: 1, k: 1}\n";
+        assert!(!is_lorien_file(ours));
+        assert!(!is_lorien_file(""));
+        assert!(!is_lorien_file("workload:\n- plain string\n"));
+        assert!(!is_lorien_file("other: '!!python/object:x'\n"));
+        for name in ["workloads.yaml", "more.yaml", "flow-style.yaml"] {
+            let path = format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(!is_lorien_file(&text), "{name}");
+        }
+    }
+
+    #[test]
+    fn yaml_writer_round_trips_any_workload() {
+        // Every example of our own format survives to_tunefleet_yaml.
+        for name in ["workloads.yaml", "more.yaml", "flow-style.yaml"] {
+            let path = format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let ws = parse_workload_file(&text, name).unwrap();
+            round_trip(&ws);
+        }
+        // Awkward names, target values and scripts.
+        let base = import(SAMPLE).remove(0);
+        let mut target = base.target.attrs().clone();
+        target.insert("mcpu".into(), Value::String("true".into()));
+        target.insert("odd key: #1".into(), Value::String("a, b [c] {d}".into()));
+        target.insert("ratio".into(), serde_json::json!(0.25));
+        target.insert("big".into(), serde_json::json!(2.0));
+        target.insert(
+            "nested".into(),
+            serde_json::json!({"x": [1, null, false, "yes"]}),
+        );
+        target.insert("num-string".into(), Value::String("12".into()));
+        target.insert("empty".into(), Value::String(String::new()));
+        let target = Target::try_from(target).unwrap();
+        let names = [
+            "plain",
+            "with space",
+            "quote\"and\\slash",
+            "null",
+            "123",
+            "- dash",
+            "#hash",
+            "émoji 🚀",
+            "key: value",
+            "'single'",
+        ];
+        let mut ws: Vec<Workload> = names
+            .iter()
+            .map(|n| Workload {
+                name: n.to_string(),
+                target: target.clone(),
+                ..base.clone()
+            })
+            .collect();
+        for script in [
+            "@T.prim_func\ndef main():\n    pass\n",
+            "@T.prim_func\ndef main():\n\n        T.evaluate(0)  \n    x = \"a\\tb\"\n",
+            "  # indented first line prim_func\ndef f(): pass\n",
+            "# comment first prim_func\n",
+            "prim_func \u{1} control\n",
+        ] {
+            ws.push(Workload {
+                name: format!("script{}", ws.len()),
+                op: Op::Tvmscript {
+                    tvmscript: script.to_string(),
+                },
+                ..base.clone()
+            });
+        }
+        round_trip(&ws);
+        assert!(to_tunefleet_yaml(&ws).starts_with("# Converted from a Lorien workload file"));
+        // A file name with a line break cannot escape the comment.
+        let yaml = to_tunefleet_yaml_from(&ws[..1], "evil\nworkloads: []\n");
+        assert_eq!(parse_workload_file(&yaml, "x.yaml").unwrap(), ws[..1]);
+    }
+
+    #[test]
+    fn converted_names_are_unique_and_valid() {
+        let conv = item(
+            "conv2d_NCHWc.x86",
+            "[[TENSOR, [1, 64, 56, 56], float32], [TENSOR, [64, 64, 3, 3], float32], [1, 1], [1, 1, 1, 1], [1, 1], NCHW, NCHW, float32]",
+        );
+        let other_target = conv.replace("-link-params=0", "-mcpu=skylake");
+        let ws = import(&file(&[&conv, &conv, &other_target, &conv]));
+        let names: Vec<&str> = ws.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "conv2d_1x64x56x56_64x3x3_s1_p1",
+                "conv2d_1x64x56x56_64x3x3_s1_p1-2",
+                "conv2d_1x64x56x56_64x3x3_s1_p1-3",
+                "conv2d_1x64x56x56_64x3x3_s1_p1-4",
+            ]
+        );
+        assert_ne!(ws[0].job_id(), ws[2].job_id());
+        round_trip(&ws);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn never_panics_on_arbitrary_text(text in ".{0,400}") {
+            let _ = is_lorien_file(&text);
+            let _ = import_lorien(&text, "fuzz.yaml", 64);
+        }
+
+        #[test]
+        fn never_panics_on_lorien_like_text(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    Just("workload:"), Just("\n- '"), Just("'"), Just("!!python/object:"),
+                    Just(LORIEN_CLASSES[0]), Just(LORIEN_CLASSES[1]), Just(" {"), Just("}"),
+                    Just("args: "), Just("task_name: "), Just("target: llvm"), Just(", "),
+                    Just("[TENSOR, [1, 4, 8, 8], float32]"), Just("["), Just("]"), Just("-1"),
+                    Just("0"), Just("3"), Just("99999999999999999999"), Just("null"),
+                    Just("true"), Just("NCHW"), Just("conv2d_NCHWc.x86"), Just("dense_pack.x86"),
+                    Just("batch_matmul.x86"), Just("depthwise_conv2d_NCHWc.x86"), Just("''"),
+                    Just("lib: topi"), Just("&a "), Just("*a"), Just("\""), Just("#"),
+                ],
+                0..60,
+            )
+        ) {
+            let text: String = parts.concat();
+            let _ = is_lorien_file(&text);
+            if let Err(e) = import_lorien(&text, "fuzz.yaml", 64) {
+                prop_assert!(!e.is_empty());
+                prop_assert!(e.len() <= MAX_REPORTED_ERRORS + 1);
+            }
+        }
+
+        #[test]
+        fn mutated_sample_never_panics_and_converts_validly(
+            pos in any::<prop::sample::Index>(), len in 0usize..20, insert in ".{0,6}"
+        ) {
+            let mut text = SAMPLE.to_string();
+            let mut at = pos.index(text.len() + 1);
+            while !text.is_char_boundary(at) { at -= 1; }
+            let mut end = (at + len).min(text.len());
+            while !text.is_char_boundary(end) { end -= 1; }
+            text.replace_range(at..end, &insert);
+            let _ = is_lorien_file(&text);
+            if let Ok(ws) = import_lorien(&text, "m.yaml", 64) {
+                for w in &ws {
+                    prop_assert!(w.validate().is_ok(), "{:?}", w.validate());
+                }
+                let yaml = to_tunefleet_yaml(&ws);
+                let back = parse_workload_file(&yaml, "m.yaml");
+                prop_assert_eq!(back.as_ref().ok(), Some(&ws), "{}", yaml);
+            }
+        }
+    }
+}
