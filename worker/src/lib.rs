@@ -7,7 +7,8 @@
 //!
 //! - [`session`]: connect / register / job loop / reconnect (the protocol logic).
 //! - [`connection`]: JSON messages over the WebSocket.
-//! - [`backend`]: the [`Backend`] trait and the `sim` test backend.
+//! - [`backend`]: the [`Backend`] trait, the real `tvm` backend (feature `tvm`)
+//!   and the `sim` test backend.
 //! - [`backoff`]: reconnect delays.
 
 pub mod backend;

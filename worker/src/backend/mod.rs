@@ -1,10 +1,12 @@
 //! Tuning backends: what actually turns a workload into measured schedules.
 //!
-//! The session code only knows the [`Backend`] trait. Today there is one
-//! implementation, [`sim::SimBackend`], a fleet-testing tool. The real TVM
-//! backend (`tvm`, driving MetaSchedule in a subprocess) will be added next to
-//! it and become the default; nothing outside this module and `main.rs` needs
-//! to change for that.
+//! The session code only knows the [`Backend`] trait. Two implementations:
+//! - `tvm` (feature `tvm`, the default backend): runs the MetaSchedule driver
+//!   `worker/python/tunefleet_tune.py` in its own process group, then
+//!   verifies the tuned kernel against the untuned one and times it in-process
+//!   through `tvm-ffi` ([`verify`]);
+//! - [`sim::SimBackend`]: a fleet-testing tool that fakes tuning with
+//!   deterministic numbers; never the default.
 //!
 //! # Contract
 //! - [`Backend::tune`] returns a future that the worker spawns on the Tokio
