@@ -867,6 +867,7 @@ pub(crate) mod tests {
             trials_total: 16,
             best_latency_s: None,
             records: vec![],
+            history: vec![],
             errors: vec![],
             result: None,
             created_at: 1,

@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use tunefleet_shared::protocol::{
-    JobError, JobId, JobResult, JobState, JobView, Lease, MasterMessage, Millis, ResultMeta,
-    TuningRecord, WorkerHello, WorkerView,
+    JobError, JobId, JobResult, JobState, JobView, Lease, MasterMessage, Millis, ProgressPoint,
+    ResultMeta, TuningRecord, WorkerHello, WorkerView, MAX_HISTORY_POINTS,
 };
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::Workload;
@@ -312,6 +312,7 @@ impl Scheduler {
                 trials_done: 0,
                 best_latency_s: None,
                 records: Vec::new(),
+                history: Vec::new(),
                 errors: Vec::new(),
                 result: None,
                 created_at: now,
@@ -472,7 +473,9 @@ impl Scheduler {
             job.view.trials_total = trials_total;
         }
         if let Some(best) = best_latency_s.filter(|b| b.is_finite() && *b > 0.0) {
-            job.view.best_latency_s = Some(job.view.best_latency_s.map_or(best, |b| b.min(best)));
+            let best = job.view.best_latency_s.map_or(best, |b| b.min(best));
+            job.view.best_latency_s = Some(best);
+            record_point(&mut job.view.history, job.view.trials_done, best);
         }
         job.view.updated_at = now;
         job.last_progress_at = now;
@@ -836,6 +839,10 @@ impl Scheduler {
         job.lease += 1;
         job.holder = Some(session);
         job.view.attempts += 1;
+        // A new attempt tunes from scratch; its curve starts empty.
+        job.view.history.clear();
+        job.view.best_latency_s = None;
+        job.view.trials_done = 0;
         job.view.state = JobState::Assigned;
         job.view.worker = Some(s.view.name.clone());
         job.view.started_at = Some(now);
@@ -895,6 +902,25 @@ impl Scheduler {
                 q.remove(&job.queue_key);
             }
         }
+    }
+}
+
+/// Appends a curve point, thinning old points to stay within the cap.
+fn record_point(history: &mut Vec<ProgressPoint>, trials: u32, best_latency_s: f64) {
+    match history.last_mut() {
+        Some(last) if last.trials == trials => last.best_latency_s = best_latency_s,
+        _ => history.push(ProgressPoint {
+            trials,
+            best_latency_s,
+        }),
+    }
+    if history.len() > MAX_HISTORY_POINTS {
+        let last = history.len() - 1;
+        let mut i = 0;
+        history.retain(|_| {
+            i += 1;
+            i % 2 == 1 || i - 1 == last
+        });
     }
 }
 

@@ -740,3 +740,44 @@ fn a_clean_goodbye_requeues_without_burning_an_attempt() {
     let job = s.job(&ids[0]).unwrap();
     assert_eq!((job.state(), job.view.attempts), (JobState::Queued, 0));
 }
+
+#[test]
+fn progress_builds_a_bounded_curve_that_restarts_with_each_attempt() {
+    let mut s = Scheduler::new(CONFIG);
+    let mut out = Vec::new();
+    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
+    s.request_job(1, 0, &mut out);
+    for t in 1..=1000u32 {
+        let report = ProgressReport {
+            job_id: ids[0].clone(),
+            lease: 1,
+            trials_done: t,
+            trials_total: 1000,
+            best_latency_s: Some(1.0 / f64::from(t)),
+        };
+        s.progress(1, &report, u64::from(t), &mut out).unwrap();
+    }
+    let history = &s.job(&ids[0]).unwrap().view.history;
+    assert!(history.len() <= tunefleet_shared::protocol::MAX_HISTORY_POINTS);
+    assert!(
+        history.len() > 100,
+        "thinned, not truncated: {}",
+        history.len()
+    );
+    assert_eq!(history.first().map(|p| p.trials), Some(1));
+    assert_eq!(
+        history.last().map(|p| (p.trials, p.best_latency_s)),
+        Some((1000, 1e-3))
+    );
+    assert!(history
+        .windows(2)
+        .all(|w| w[0].trials < w[1].trials && w[0].best_latency_s >= w[1].best_latency_s));
+    s.worker_left(1, LeaveKind::Lost, "gone", 2000, &mut out);
+    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 2001, &mut out)
+        .unwrap();
+    s.request_job(2, 2001, &mut out);
+    let job = &s.job(&ids[0]).unwrap().view;
+    assert!(job.history.is_empty() && job.best_latency_s.is_none() && job.trials_done == 0);
+}

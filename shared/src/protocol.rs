@@ -426,6 +426,16 @@ pub struct ResultMeta {
     pub extra: serde_json::Value,
 }
 
+/// One point of a job's tuning curve: the best latency after `trials` trials.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgressPoint {
+    pub trials: u32,
+    pub best_latency_s: f64,
+}
+
+/// Most points kept per job; older ones are thinned out, never the latest.
+pub const MAX_HISTORY_POINTS: usize = 256;
+
 /// Everything a client may want to know about one job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobView {
@@ -440,6 +450,9 @@ pub struct JobView {
     pub best_latency_s: Option<f64>,
     /// Best first, at most `nbest`.
     pub records: Vec<TuningRecord>,
+    /// Best latency over trials for the current (or last) attempt.
+    #[serde(default)]
+    pub history: Vec<ProgressPoint>,
     pub errors: Vec<JobError>,
     pub result: Option<ResultMeta>,
     pub created_at: Millis,
