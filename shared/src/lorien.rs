@@ -50,11 +50,10 @@
 //!   tuned kernel is the matrix product).
 //! - `batch_matmul.x86` is NT by default: A `[B, M, K]`, B `[B, N, K]`;
 //!   `transpose_a`/`transpose_b` (when given) are honoured to read M, N and K.
-//!   Our `batch_matmul` op (see `worker/python/tunefleet_tune.py`) computes
-//!   `C[b,m,n] = Σ A[b,m,k] · B[b,k,n]`, i.e. B is **not** transposed: the shape
-//!   (batch, m, n, k) and the flop count are the same, but the tuned kernel reads B
-//!   in the other layout than Lorien's. Batch broadcasting (one side with batch 1)
-//!   is not supported.
+//!   Our `batch_matmul` op uses the same NT layout as TVM's `nn.batch_matmul`
+//!   (`C[b,m,n] = Σ A[b,m,k] · B[b,n,k]`), so the default case tunes the very
+//!   kernel Lorien tuned; for explicit `transpose_*` flags only the shape is
+//!   carried over. Batch broadcasting (one side with batch 1) is not supported.
 //! - The dtype is the data tensor's; the weight must have the same dtype. The
 //!   `out_dtype` argument is not part of our format and is ignored (the worker
 //!   picks the accumulation type from the dtype).
@@ -138,9 +137,10 @@ fn task_kind(name: &str) -> Option<TaskKind> {
 /// mapping with a `workload` key holding a list in which some item is a string
 /// starting with `!!python/object` (so a file with one bad item is still
 /// recognised, and then reported by [`import_lorien`]). Files that are not
-/// valid YAML are judged by their lines instead (`workload:` at the start of a
-/// line and a list item starting with the tag). Never true for our own format,
-/// whose list is `workloads`.
+/// valid YAML, and `workload` lists whose items carry the tag outside a string
+/// (the YAML parser drops tags), are judged by their lines instead (`workload:`
+/// at the start of a line and a list item starting with the tag). Never true
+/// for our own format, whose list is `workloads`.
 pub fn is_lorien_file(text: &str) -> bool {
     if text.len() > MAX_WORKLOAD_FILE_BYTES || !text.contains("!!python/object") {
         return false;
@@ -150,7 +150,7 @@ pub fn is_lorien_file(text: &str) -> bool {
             items.iter().any(|item| {
                 item.as_str()
                     .is_some_and(|s| s.trim_start().starts_with("!!python/object"))
-            })
+            }) || looks_like_lorien(text)
         }),
         Err(_) => looks_like_lorien(text),
     }
@@ -592,6 +592,15 @@ struct Args<'a, 'p> {
     problems: &'p mut Vec<Problem>,
 }
 
+/// The arguments shared by conv2d and depthwise tasks.
+struct ConvArgs {
+    data: Tensor,
+    kernel: Tensor,
+    stride: [u32; 2],
+    padding: [u32; 2],
+    dilation: [u32; 2],
+}
+
 /// A tensor argument: its dimensions and dtype.
 struct Tensor {
     dims: Vec<u32>,
@@ -816,10 +825,7 @@ impl Args<'_, '_> {
 
     /// The shared part of conv2d and depthwise: data, kernel, strides, padding,
     /// dilation, optional layouts, out_dtype.
-    fn conv_common(
-        &mut self,
-        kernel_layout: &str,
-    ) -> Option<(Tensor, Tensor, [u32; 2], [u32; 2], [u32; 2])> {
+    fn conv_common(&mut self, kernel_layout: &str) -> Option<ConvArgs> {
         if !self.count(
             &[6, 8],
             "data, kernel, strides, padding, dilation, [layout, out_layout,] out_dtype",
@@ -831,16 +837,15 @@ impl Args<'_, '_> {
         let stride = self.pair(2, "strides");
         let padding = self.padding(3);
         let dilation = self.pair(4, "dilation");
+        let mut layout_ok = true;
         if self.args.len() == 8 {
-            match self.args[5].as_str() {
-                Some("NCHW") => {}
-                _ => {
-                    let msg = format!(
-                        "only the data layout \"NCHW\" is supported, got {}",
-                        describe(&self.args[5])
-                    );
-                    self.fail(5, msg);
-                }
+            if self.args[5].as_str() != Some("NCHW") {
+                let msg = format!(
+                    "only the data layout \"NCHW\" is supported, got {}",
+                    describe(&self.args[5])
+                );
+                self.fail(5, msg);
+                layout_ok = false;
             }
             if self.args[6].as_str().is_none() {
                 let msg = format!(
@@ -854,14 +859,26 @@ impl Args<'_, '_> {
             self.opt_dtype(5);
         }
         let (data, kernel) = (data?, kernel?);
-        if !self.same_dtype(1, &data, &kernel) {
+        if !layout_ok || !self.same_dtype(1, &data, &kernel) {
             return None;
         }
-        Some((data, kernel, stride?, padding?, dilation?))
+        Some(ConvArgs {
+            data,
+            kernel,
+            stride: stride?,
+            padding: padding?,
+            dilation: dilation?,
+        })
     }
 
     fn conv2d(&mut self) -> Option<(Op, String, String)> {
-        let (data, kernel, stride, padding, dilation) = self.conv_common("[O, I, KH, KW]")?;
+        let ConvArgs {
+            data,
+            kernel,
+            stride,
+            padding,
+            dilation,
+        } = self.conv_common("[O, I, KH, KW]")?;
         let &[n, c, h, w] = data.dims.as_slice() else {
             return None;
         };
@@ -900,8 +917,13 @@ impl Args<'_, '_> {
     }
 
     fn depthwise(&mut self) -> Option<(Op, String, String)> {
-        let (data, kernel, stride, padding, dilation) =
-            self.conv_common("[C, multiplier, KH, KW]")?;
+        let ConvArgs {
+            data,
+            kernel,
+            stride,
+            padding,
+            dilation,
+        } = self.conv_common("[C, multiplier, KH, KW]")?;
         let &[n, c, h, w] = data.dims.as_slice() else {
             return None;
         };
@@ -1465,8 +1487,7 @@ fn render(workloads: &[Workload], source: Option<&str>) -> String {
             }
         }
         let _ = writeln!(out, "    dtype: {}", scalar(&w.dtype));
-        let target = Value::Object(w.target.attrs().clone());
-        let _ = writeln!(out, "    target: {}", flow(&target));
+        let _ = writeln!(out, "    target: {}", target_flow(&w.target));
         let _ = writeln!(out, "    trials: {}", w.trials);
     }
     out
@@ -1537,6 +1558,24 @@ fn write_tvmscript(out: &mut String, text: &str) {
             let _ = writeln!(out, "      {line}");
         }
     }
+}
+
+/// The target as a flow mapping, `kind` first.
+fn target_flow(target: &Target) -> String {
+    let attrs = target.attrs();
+    let entries: Vec<String> = attrs
+        .get("kind")
+        .map(|kind| ("kind", kind))
+        .into_iter()
+        .chain(
+            attrs
+                .iter()
+                .filter(|(k, _)| k.as_str() != "kind")
+                .map(|(k, v)| (k.as_str(), v)),
+        )
+        .map(|(k, v)| format!("{}: {}", scalar(k), flow(v)))
+        .collect();
+    format!("{{{}}}", entries.join(", "))
 }
 
 /// A value in YAML flow style (JSON-like, plain scalars where unambiguous).
@@ -2173,6 +2212,18 @@ mod tests {
         assert!(is_lorien_file(text));
         let e = one_error(text);
         assert!(e.message.contains("never evaluated"), "{e}");
+    }
+
+    #[test]
+    fn unquoted_tags_are_an_error_not_an_object() {
+        // PyYAML-style dumps put the tag outside a string; it is not read either.
+        let text = format!(
+            "workload:\n- {OLD} {{args: [[TENSOR, [1, 4], float32], [TENSOR, [8, 4], float32], null, float32], lib: topi, target: llvm, task_name: dense_pack.x86}}\n"
+        );
+        assert!(is_lorien_file(&text));
+        let e = one_error(&text);
+        assert_eq!(e.line, Some(2), "{e}");
+        println!("{e}");
     }
 
     #[test]

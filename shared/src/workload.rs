@@ -40,8 +40,8 @@
 //! | op | shape keys |
 //! |----|------------|
 //! | `matmul` | `m, n, k` (C\[m,n\] = A\[m,k\] · B\[k,n\]) |
-//! | `batch_matmul` | `batch, m, n, k` |
-//! | `dense` | `batch, in_features, out_features` |
+//! | `batch_matmul` | `batch, m, n, k` (C\[b,m,n\] = A\[b,m,k\] · B\[b,n,k\]ᵀ, TVM's `nn.batch_matmul` layout) |
+//! | `dense` | `batch, in_features, out_features` (Y\[b,out\] = X\[b,in\] · W\[out,in\]ᵀ) |
 //! | `conv2d_nchw`, `conv2d_nhwc` | `batch, in_channels, height, width, out_channels, kernel, stride?, padding?, dilation?` |
 //! | `depthwise_conv2d_nchw` | `batch, channels, height, width, multiplier, kernel, stride?, padding?, dilation?` |
 //!

@@ -324,8 +324,7 @@ async fn clients_without_the_admin_token_cannot_change_anything() {
     let master = Master::start(dir.path(), &["--public-read"]);
     let refused = Client::connect(&master.url(), Some("wrong"))
         .await
-        .err()
-        .expect("a wrong token is refused");
+        .expect_err("a wrong token is refused");
     assert!(refused.to_string().contains("unauthorized"), "{refused}");
     let mut reader = Client::connect(&master.url(), None)
         .await

@@ -173,12 +173,13 @@ def _te_func(op: str, shape: dict, dtype: str):
         return [A, B, C], 1, 2.0 * m * n * k
     if op == "batch_matmul":
         b, m, n, k = (_dim(shape, x, op) for x in ("batch", "m", "n", "k"))
+        # TVM's nn.batch_matmul convention (and Lorien's/TOPI's): B is [batch, n, k].
         A = te.placeholder((b, m, k), dtype, name="A")
-        B = te.placeholder((b, k, n), dtype, name="B")
+        B = te.placeholder((b, n, k), dtype, name="B")
         r = te.reduce_axis((0, k), name="k")
         C = te.compute(
             (b, m, n),
-            lambda bb, i, j: te.sum(cast(A[bb, i, r]) * cast(B[bb, r, j]), axis=r),
+            lambda bb, i, j: te.sum(cast(A[bb, i, r]) * cast(B[bb, j, r]), axis=r),
             name="C",
         )
         return [A, B, C], 1, 2.0 * b * m * n * k

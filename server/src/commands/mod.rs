@@ -21,6 +21,7 @@ use std::fmt;
 use tunefleet_shared::protocol::{ErrorCode, JobView};
 
 pub mod export;
+pub mod import_lorien;
 pub mod results;
 pub mod status;
 pub mod submit;
@@ -140,6 +141,8 @@ pub enum ClientCli {
     Results(results::ResultsArgs),
     /// Write tuning results to a file.
     Export(export::ExportArgs),
+    /// Convert a Lorien workload file into a tunefleet workload file.
+    ImportLorien(import_lorien::ImportLorienArgs),
 }
 
 impl ClientCli {
@@ -150,6 +153,7 @@ impl ClientCli {
             ClientCli::Status(args) => status::run(args).await,
             ClientCli::Results(args) => results::run(args).await,
             ClientCli::Export(args) => export::run(args).await,
+            ClientCli::ImportLorien(args) => import_lorien::run(args).await,
         }
     }
 }

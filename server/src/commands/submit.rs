@@ -10,6 +10,12 @@
 //! first rejection stops the rest (resubmitting is harmless: the master skips
 //! workloads it already has).
 //!
+//! Lorien workload files (see [`tunefleet_shared::lorien`]) are recognised by
+//! their content, converted here with the default trial budget (as
+//! `tunefleet import-lorien` does) and the converted YAML is what is sent: the
+//! master only knows our format. A note on stderr says so; a file that cannot
+//! be converted stops everything before anything is sent.
+//!
 //! `--json` prints an array with one object per file:
 //! `{"file": ..., "new_jobs": [...], "duplicates": [...]}`.
 
@@ -19,13 +25,15 @@ use anyhow::Context;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use tunefleet_shared::lorien;
 use tunefleet_shared::protocol::SubmitReport;
+use tunefleet_shared::workload::DEFAULT_TRIALS;
 
 #[derive(clap::Args, Debug)]
 pub struct SubmitArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// Workload files (YAML).
+    /// Workload files (YAML; Lorien workload files are converted first).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Print the submit reports as JSON.
@@ -47,7 +55,18 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<()> {
         // Blocking read is fine: nothing else runs yet.
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        texts.push((path.display().to_string(), text));
+        let file = path.display().to_string();
+        let text = if lorien::is_lorien_file(&text) {
+            let (count, yaml) = super::import_lorien::convert(&text, &file, DEFAULT_TRIALS)?;
+            eprintln!(
+                "converted {} from {file}",
+                plural(count, "Lorien workload", "Lorien workloads")
+            );
+            yaml
+        } else {
+            text
+        };
+        texts.push((file, text));
     }
 
     let mut client = args.connect.connect().await?;
