@@ -12,7 +12,7 @@ export PATH="$PWD/.venv/bin:$PATH"   # tvm-ffi's build script needs tvm-ffi-conf
 
 echo "== cargo fmt / clippy"
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --features tunefleet-worker/tvm -- -D warnings
+cargo clippy --workspace --all-targets --features tunefleet-worker/tvm,tunefleet-tests/tvm -- -D warnings
 
 echo "== cargo test (workspace, with the tvm feature)"
-cargo test --workspace --features tunefleet-worker/tvm
+cargo test --workspace --features tunefleet-worker/tvm,tunefleet-tests/tvm

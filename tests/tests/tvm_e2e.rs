@@ -5,255 +5,268 @@
 //! kernel it builds from it must beat the untuned one.
 //!
 //! Needs the venv from `scripts/setup-tvm.sh`; runs with `--features tvm`.
-#![cfg(feature = "tvm")]
 
-use std::process::Command;
-use std::time::Duration;
-
-use tunefleet_server::client::Client;
-use tunefleet_shared::protocol::JobState;
-use tunefleet_tests::*;
-
-const WORKLOADS: &str = "\
-target: {kind: llvm, num-cores: 2}
-trials: 8
-workloads:
-  - name: mm64
-    op: matmul
-    shape: {m: 64, n: 64, k: 64}
-  - name: conv-small
-    op: conv2d_nchw
-    shape: {batch: 1, in_channels: 16, height: 14, width: 14, out_channels: 16,
-            kernel: [3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1]}
-";
-
-fn python() -> String {
-    repo_root().join(".venv/bin/python").display().to_string()
+/// CI must never skip the real-TVM tests silently.
+#[test]
+fn the_tvm_suite_is_enabled_in_ci() {
+    if std::env::var_os("CI").is_some() {
+        assert!(
+            cfg!(feature = "tvm"),
+            "CI must run these tests: cargo test --features tunefleet-tests/tvm"
+        );
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tune_verify_export_and_apply_with_tvm() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let master = Master::start(dir.path(), &[]);
-    let mut client = master.client().await;
-    let report = client
-        .submit(WORKLOADS, Some("tvm-e2e.yaml"))
-        .await
-        .expect("submit");
-    assert_eq!(report.new_jobs.len(), 2);
-    let _worker = Worker::spawn(
-        &master.url(),
-        dir.path(),
-        "tvm-worker",
-        &["--backend", "tvm", "--python", &python()],
-    );
+#[cfg(feature = "tvm")]
+mod real_tvm {
+    use std::process::Command;
+    use std::time::Duration;
 
-    let jobs = eventually(Duration::from_secs(300), "both jobs tuned", || async {
-        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
-            .await
-            .ok()?;
-        let jobs = c.results(None).await.ok()?;
-        if let Some(failed) = jobs.iter().find(|j| j.state == JobState::Failed) {
-            panic!("{} failed: {:?}", failed.name, failed.errors);
-        }
-        jobs.iter()
-            .all(|j| j.state == JobState::Done)
-            .then_some(jobs)
-    })
-    .await;
-    for job in &jobs {
-        let meta = job.result.as_ref().expect("result metadata");
-        let extra = &meta.extra;
-        let best = job.best_latency_s.expect("latency");
-        let untuned = extra["untuned_latency_s"]
-            .as_f64()
-            .expect("untuned latency measured");
-        println!(
-            "{}: tuned {:.1} µs, untuned {:.1} µs ({:.1}x), {} trials in {:.0} s, TVM {}",
-            job.name,
-            best * 1e6,
-            untuned * 1e6,
-            untuned / best,
-            meta.trials,
-            meta.wall_time_s,
-            meta.tvm_version.as_deref().unwrap_or("?")
-        );
-        assert_eq!(meta.backend, "tvm");
-        assert!(
-            meta.tvm_version
-                .as_deref()
-                .is_some_and(|v| v.starts_with("0.27")),
-            "{meta:?}"
-        );
-        assert_eq!(
-            extra["verified"], true,
-            "kernel checked against the untuned reference"
-        );
-        assert!(
-            best > 0.0 && best < untuned,
-            "{}: tuned {best} s is faster than untuned {untuned} s",
-            job.name
-        );
-        assert!(!job.records.is_empty() && job.records.len() <= 5);
-        assert!(meta.trials > 0 && meta.trials <= 8);
+    use tunefleet_server::client::Client;
+    use tunefleet_shared::protocol::JobState;
+    use tunefleet_tests::*;
+
+    const WORKLOADS: &str = "\
+    target: {kind: llvm, num-cores: 2}
+    trials: 8
+    workloads:
+      - name: mm64
+        op: matmul
+        shape: {m: 64, n: 64, k: 64}
+      - name: conv-small
+        op: conv2d_nchw
+        shape: {batch: 1, in_channels: 16, height: 14, width: 14, out_channels: 16,
+                kernel: [3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1]}
+    ";
+
+    fn python() -> String {
+        repo_root().join(".venv/bin/python").display().to_string()
     }
 
-    // Export as a MetaSchedule database and let TVM apply it.
-    let db_dir = dir.path().join("msdb");
-    let out = Command::new(bin("tunefleet"))
-        .args([
-            "export",
-            "--format",
-            "metaschedule",
-            "--server",
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tune_verify_export_and_apply_with_tvm() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let master = Master::start(dir.path(), &[]);
+        let mut client = master.client().await;
+        let report = client
+            .submit(WORKLOADS, Some("tvm-e2e.yaml"))
+            .await
+            .expect("submit");
+        assert_eq!(report.new_jobs.len(), 2);
+        let _worker = Worker::spawn(
             &master.url(),
-            "--out",
-        ])
-        .arg(&db_dir)
-        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
-        .output()
-        .expect("run export");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut apply = Command::new(python());
-    apply
-        .arg(repo_root().join("tests/python/apply_exported.py"))
-        .arg(&db_dir);
-    for job in &jobs {
-        let path = dir.path().join(format!("{}.json", job.name));
-        std::fs::write(
-            &path,
-            serde_json::to_string(&job.workload).expect("workload json"),
-        )
-        .expect("write");
-        apply.arg(path);
-    }
-    let out = apply.output().expect("run apply_exported.py");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(
-        out.status.success(),
-        "TVM applies the exported database and the result is faster:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.lines().filter(|l| l.contains("speedup")).count(), 2);
-}
+            dir.path(),
+            "tvm-worker",
+            &["--backend", "tvm", "--python", &python()],
+        );
 
-/// A process group killed (whole) on drop: the RPC server forks per session.
-struct Group(std::process::Child);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.0.id())])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn measurement_goes_through_an_rpc_tracker_when_asked() {
-    use std::os::unix::process::CommandExt;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let rpc_log = dir.path().join("rpc.log");
-    let log = || {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&rpc_log)
-            .expect("log")
-    };
-    let _tracker = Group(
-        Command::new(python())
-            .args([
-                "-m",
-                "tvm.exec.rpc_tracker",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-            ])
-            .args(["--port-end", &(port + 1).to_string()])
-            .stdout(log())
-            .stderr(log())
-            .process_group(0)
-            .spawn()
-            .expect("start rpc_tracker"),
-    );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let _server = Group(
-        Command::new(python())
-            .args([
-                "-m",
-                "tvm.exec.rpc_server",
-                "--tracker",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .args(["--key", "fleet-test", "--host", "127.0.0.1"])
-            .stdout(log())
-            .stderr(log())
-            .process_group(0)
-            .spawn()
-            .expect("start rpc_server"),
-    );
-    tokio::time::sleep(Duration::from_secs(4)).await;
-
-    let master = Master::start(dir.path(), &[]);
-    let yaml = "target: {kind: llvm, num-cores: 2}\ntrials: 4\nworkloads:\n  - {name: mm32-rpc, op: matmul, shape: {m: 32, n: 32, k: 32}}\n";
-    master
-        .client()
-        .await
-        .submit(yaml, None)
-        .await
-        .expect("submit");
-    let tracker = format!("127.0.0.1:{port}");
-    let _worker = Worker::spawn(
-        &master.url(),
-        dir.path(),
-        "rpc-worker",
-        &[
-            "--backend",
-            "tvm",
-            "--python",
-            &python(),
-            "--rpc-tracker",
-            &tracker,
-            "--rpc-key",
-            "fleet-test",
-        ],
-    );
-    let jobs = eventually(Duration::from_secs(240), "the RPC job tuned", || async {
-        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
-            .await
-            .ok()?;
-        let jobs = c.results(None).await.ok()?;
-        if let Some(failed) = jobs.iter().find(|j| j.state == JobState::Failed) {
-            panic!("{} failed: {:?}", failed.name, failed.errors);
+        let jobs = eventually(Duration::from_secs(300), "both jobs tuned", || async {
+            let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+                .await
+                .ok()?;
+            let jobs = c.results(None).await.ok()?;
+            if let Some(failed) = jobs.iter().find(|j| j.state == JobState::Failed) {
+                panic!("{} failed: {:?}", failed.name, failed.errors);
+            }
+            jobs.iter()
+                .all(|j| j.state == JobState::Done)
+                .then_some(jobs)
+        })
+        .await;
+        for job in &jobs {
+            let meta = job.result.as_ref().expect("result metadata");
+            let extra = &meta.extra;
+            let best = job.best_latency_s.expect("latency");
+            let untuned = extra["untuned_latency_s"]
+                .as_f64()
+                .expect("untuned latency measured");
+            println!(
+                "{}: tuned {:.1} µs, untuned {:.1} µs ({:.1}x), {} trials in {:.0} s, TVM {}",
+                job.name,
+                best * 1e6,
+                untuned * 1e6,
+                untuned / best,
+                meta.trials,
+                meta.wall_time_s,
+                meta.tvm_version.as_deref().unwrap_or("?")
+            );
+            assert_eq!(meta.backend, "tvm");
+            assert!(
+                meta.tvm_version
+                    .as_deref()
+                    .is_some_and(|v| v.starts_with("0.27")),
+                "{meta:?}"
+            );
+            assert_eq!(
+                extra["verified"], true,
+                "kernel checked against the untuned reference"
+            );
+            assert!(
+                best > 0.0 && best < untuned,
+                "{}: tuned {best} s is faster than untuned {untuned} s",
+                job.name
+            );
+            assert!(!job.records.is_empty() && job.records.len() <= 5);
+            assert!(meta.trials > 0 && meta.trials <= 8);
         }
-        jobs.iter()
-            .all(|j| j.state == JobState::Done)
-            .then_some(jobs)
-    })
-    .await;
-    let trials = jobs[0].result.as_ref().expect("result").trials as usize;
-    let served = std::fs::read_to_string(&rpc_log)
-        .unwrap_or_default()
-        .matches("load_module")
-        .count();
-    println!("rpc_server measured {served} candidate modules for {trials} trials");
-    assert!(
-        trials > 0 && served >= trials,
-        "every candidate was measured by the RPC server ({served} < {trials})"
-    );
+
+        // Export as a MetaSchedule database and let TVM apply it.
+        let db_dir = dir.path().join("msdb");
+        let out = Command::new(bin("tunefleet"))
+            .args([
+                "export",
+                "--format",
+                "metaschedule",
+                "--server",
+                &master.url(),
+                "--out",
+            ])
+            .arg(&db_dir)
+            .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+            .output()
+            .expect("run export");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut apply = Command::new(python());
+        apply
+            .arg(repo_root().join("tests/python/apply_exported.py"))
+            .arg(&db_dir);
+        for job in &jobs {
+            let path = dir.path().join(format!("{}.json", job.name));
+            std::fs::write(
+                &path,
+                serde_json::to_string(&job.workload).expect("workload json"),
+            )
+            .expect("write");
+            apply.arg(path);
+        }
+        let out = apply.output().expect("run apply_exported.py");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        println!("{stdout}");
+        assert!(
+            out.status.success(),
+            "TVM applies the exported database and the result is faster:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout.lines().filter(|l| l.contains("speedup")).count(), 2);
+    }
+
+    /// A process group killed (whole) on drop: the RPC server forks per session.
+    struct Group(std::process::Child);
+
+    impl Drop for Group {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.0.id())])
+                .status();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn measurement_goes_through_an_rpc_tracker_when_asked() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let rpc_log = dir.path().join("rpc.log");
+        let log = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&rpc_log)
+                .expect("log")
+        };
+        let _tracker = Group(
+            Command::new(python())
+                .args([
+                    "-m",
+                    "tvm.exec.rpc_tracker",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    &port.to_string(),
+                ])
+                .args(["--port-end", &(port + 1).to_string()])
+                .stdout(log())
+                .stderr(log())
+                .process_group(0)
+                .spawn()
+                .expect("start rpc_tracker"),
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let _server = Group(
+            Command::new(python())
+                .args([
+                    "-m",
+                    "tvm.exec.rpc_server",
+                    "--tracker",
+                    &format!("127.0.0.1:{port}"),
+                ])
+                .args(["--key", "fleet-test", "--host", "127.0.0.1"])
+                .stdout(log())
+                .stderr(log())
+                .process_group(0)
+                .spawn()
+                .expect("start rpc_server"),
+        );
+        tokio::time::sleep(Duration::from_secs(4)).await;
+
+        let master = Master::start(dir.path(), &[]);
+        let yaml = "target: {kind: llvm, num-cores: 2}\ntrials: 4\nworkloads:\n  - {name: mm32-rpc, op: matmul, shape: {m: 32, n: 32, k: 32}}\n";
+        master
+            .client()
+            .await
+            .submit(yaml, None)
+            .await
+            .expect("submit");
+        let tracker = format!("127.0.0.1:{port}");
+        let _worker = Worker::spawn(
+            &master.url(),
+            dir.path(),
+            "rpc-worker",
+            &[
+                "--backend",
+                "tvm",
+                "--python",
+                &python(),
+                "--rpc-tracker",
+                &tracker,
+                "--rpc-key",
+                "fleet-test",
+            ],
+        );
+        let jobs = eventually(Duration::from_secs(240), "the RPC job tuned", || async {
+            let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+                .await
+                .ok()?;
+            let jobs = c.results(None).await.ok()?;
+            if let Some(failed) = jobs.iter().find(|j| j.state == JobState::Failed) {
+                panic!("{} failed: {:?}", failed.name, failed.errors);
+            }
+            jobs.iter()
+                .all(|j| j.state == JobState::Done)
+                .then_some(jobs)
+        })
+        .await;
+        let trials = jobs[0].result.as_ref().expect("result").trials as usize;
+        let served = std::fs::read_to_string(&rpc_log)
+            .unwrap_or_default()
+            .matches("load_module")
+            .count();
+        println!("rpc_server measured {served} candidate modules for {trials} trials");
+        assert!(
+            trials > 0 && served >= trials,
+            "every candidate was measured by the RPC server ({served} < {trials})"
+        );
+    }
 }
