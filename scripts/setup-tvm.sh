@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up the Python environment the tunefleet worker uses to tune with TVM.
+# Sets up the Python environment the tunefleet worker uses to tune with TVM
+# (and the example client's `websockets`).
 #
 #   scripts/setup-tvm.sh            # venv at <repo>/.venv
 #   TUNEFLEET_VENV=/opt/tf-venv scripts/setup-tvm.sh
@@ -18,6 +19,8 @@
 # - xgboost-cpu (not xgboost): MetaSchedule's "xgb" cost model needs only the
 #   CPU build; the plain xgboost wheel pulls ~350 MB of NCCL for GPUs.
 # - psutil, cloudpickle, tornado: used by TVM's popen workers and RPC runner.
+# - websockets: the Python example client (examples/python/tunefleet_client.py),
+#   tested end to end by tests/tests/python_client.rs.
 set -euo pipefail
 
 TVM_VERSION="0.27.0.post1"
@@ -29,6 +32,7 @@ PACKAGES=(
   "psutil"
   "cloudpickle"
   "tornado"
+  "websockets"
 )
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -46,7 +50,7 @@ command -v g++ >/dev/null 2>&1 \
 check_env() {
   "${venv}/bin/python" - "$TVM_VERSION" "$FFI_VERSION" <<'EOF' 2>/dev/null
 import sys
-import tvm, tvm_ffi, xgboost, psutil, cloudpickle, tornado  # noqa: F401
+import tvm, tvm_ffi, xgboost, psutil, cloudpickle, tornado, websockets  # noqa: F401
 ok = tvm.__version__ == sys.argv[1] and tvm_ffi.__version__ == sys.argv[2]
 sys.exit(0 if ok else 1)
 EOF

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Sets up everything the tests need on a fresh machine, then runs all tests:
 # Rust unit, property and end-to-end tests (real binaries on loopback), the
-# worker's TVM backend tests (real MetaSchedule tuning), and the Python
-# driver tests. Used by CI (.ci/run) and by developers alike.
+# worker's TVM backend tests (real MetaSchedule tuning through the Python
+# driver), the Python client example against a real master, and the web
+# dashboard's browser tests (headless Chromium; they
+# are skipped with a message when chromium/chromedriver are missing, unless CI
+# is set). Used by CI (.ci/run) and by developers alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,9 +13,13 @@ echo "== setting up the TVM venv"
 scripts/setup-tvm.sh
 export PATH="$PWD/.venv/bin:$PATH"   # tvm-ffi's build script needs tvm-ffi-config
 
+echo "== building the web dashboard (web/dist, used by the browser tests)"
+scripts/build-web.sh
+
 echo "== cargo fmt / clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --features tunefleet-worker/tvm,tunefleet-tests/tvm -- -D warnings
+cargo clippy -p web --target wasm32-unknown-unknown -- -D warnings   # the browser-only code
 
 echo "== cargo test (workspace, with the tvm feature)"
 cargo test --workspace --features tunefleet-worker/tvm,tunefleet-tests/tvm

@@ -24,19 +24,28 @@
 //! The token is sent once, in `hello`, and is not stored in the [`Client`]; no
 //! error or log line produced here contains it.
 //!
+//! # TLS
+//! `wss://` (or `https://`) URLs are opened with rustls. The master's
+//! certificate must chain to the public web roots built in (Mozilla's list),
+//! or, with [`ConnectOptions::ca_cert`] ([`Client::connect_with`]), to the CA
+//! certificates in that PEM file. An untrusted certificate is a
+//! [`ClientError::Tls`] that says how to fix it, and is not retryable.
+//!
 //! [`FleetView`] is the local mirror a subscriber keeps: it applies the
 //! snapshot and the events and tells the caller when it missed events.
 
 use futures_util::{SinkExt, StreamExt};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 use tunefleet_shared::protocol::{
     close_code, ClientCommand, ClientRequest, ErrorCode, FleetEvent, FleetSnapshot, JobCounts,
     JobId, JobState, JobView, ReplyBody, Role, ServerMessage, StatusReport, SubmitReport,
@@ -82,6 +91,10 @@ pub enum ClientError {
     /// TCP or WebSocket connection could not be established.
     #[error("cannot connect to {url}: {reason}")]
     Connect { url: String, reason: String },
+    /// TLS could not be set up: an unreadable CA file, or a master whose
+    /// certificate is not trusted.
+    #[error("TLS error connecting to {url}: {reason}")]
+    Tls { url: String, reason: String },
     /// The master answered a request with an error.
     #[error("{}", describe_server_error(*.code, .message))]
     Server { code: ErrorCode, message: String },
@@ -112,6 +125,7 @@ impl ClientError {
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::BadUrl { .. }
+            | ClientError::Tls { .. }
             | ClientError::Protocol(_)
             | ClientError::UnexpectedReply { .. } => false,
             ClientError::Connect { .. }
@@ -257,6 +271,14 @@ fn connect_error(url: &str, err: tungstenite::Error) -> ClientError {
         url: url.to_owned(),
         reason,
     };
+    if let tungstenite::Error::Io(e) = &err {
+        if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            return ClientError::Tls {
+                url: url.to_owned(),
+                reason: describe_tls_error(tls),
+            };
+        }
+    }
     match err {
         tungstenite::Error::Io(e) => match e.kind() {
             std::io::ErrorKind::ConnectionRefused => {
@@ -275,11 +297,43 @@ fn connect_error(url: &str, err: tungstenite::Error) -> ClientError {
         },
         tungstenite::Error::Http(resp) => {
             let status = resp.status();
-            connect(format!(
-                "HTTP {status} (is this a tunefleet master? the client endpoint is {CLIENT_PATH})"
-            ))
+            // The master explains its refusals (Origin, --max-connections) in the body.
+            let body = resp
+                .body()
+                .as_deref()
+                .map(|b| String::from_utf8_lossy(b).trim().to_string())
+                .filter(|b| !b.is_empty() && b.len() <= 300 && !b.starts_with('<'));
+            match body {
+                Some(body) => connect(format!("HTTP {status}: {body}")),
+                None => connect(format!(
+                    "HTTP {status} (is this a tunefleet master? the client endpoint is {CLIENT_PATH})"
+                )),
+            }
         }
         other => connect(other.to_string()),
+    }
+}
+
+/// A rustls failure in words, with what to do about it.
+pub fn describe_tls_error(err: &rustls::Error) -> String {
+    match err {
+        rustls::Error::InvalidCertificate(_) if err.to_string().contains("CaUsedAsEndEntity") => {
+            format!(
+                "the master's certificate is a CA certificate ({err}); the master must serve a \
+                 leaf certificate (basicConstraints CA:FALSE, e.g. openssl req -x509 ... -addext \
+                 basicConstraints=critical,CA:FALSE), signed by the CA given with --ca-cert or \
+                 self-signed"
+            )
+        }
+        rustls::Error::InvalidCertificate(_) => format!(
+            "the master's certificate is not trusted ({err}); for a self-signed certificate or \
+             a private CA pass --ca-cert FILE (or set TUNEFLEET_CA_CERT) with the CA certificate in PEM"
+        ),
+        rustls::Error::InvalidMessage(_) => format!(
+            "TLS handshake failed ({err}); is the master serving TLS (serve --tls-cert)? \
+             Use ws:// for a master without TLS"
+        ),
+        _ => format!("TLS handshake failed: {err}"),
     }
 }
 
@@ -321,18 +375,7 @@ fn reply_kind(body: &ReplyBody) -> &'static str {
         ReplyBody::Results { .. } => "results",
         ReplyBody::Cancelled { .. } => "cancelled",
         ReplyBody::Retried { .. } => "retried",
-    }
-}
-
-fn command_name(cmd: &ClientCommand) -> &'static str {
-    match cmd {
-        ClientCommand::Hello { .. } => "hello",
-        ClientCommand::Subscribe => "subscribe",
-        ClientCommand::Submit { .. } => "submit",
-        ClientCommand::Status => "status",
-        ClientCommand::Results { .. } => "results",
-        ClientCommand::Cancel { .. } => "cancel",
-        ClientCommand::Retry { .. } => "retry",
+        ReplyBody::ShuttingDown => "shutting_down",
     }
 }
 
@@ -379,12 +422,81 @@ impl fmt::Debug for Client {
     }
 }
 
+/// How to connect, beyond the URL and the token.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// For `wss://`: a PEM file with the CA certificate(s) to trust (a private
+    /// CA, or the master's self-signed certificate) instead of the public web
+    /// roots built into the client.
+    pub ca_cert: Option<PathBuf>,
+}
+
+/// The TLS configuration for `wss://`: trusts the certificates in `ca_cert`
+/// (PEM) if given, else the public web roots (Mozilla's list, built in).
+/// Errors name the file and what is wrong with it.
+pub fn tls_client_config(ca_cert: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_cert {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("cannot read CA certificate {}: {e}", path.display()))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| {
+                    format!("invalid PEM in CA certificate {}: {e}", path.display())
+                })?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("unusable CA certificate in {}: {e}", path.display()))?;
+            }
+            if roots.is_empty() {
+                return Err(format!(
+                    "no certificate (-----BEGIN CERTIFICATE-----) in {}",
+                    path.display()
+                ));
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS setup: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 impl Client {
     /// Connects to `server` (a base URL such as `ws://127.0.0.1:18871`, or the
     /// full `.../ws/client` URL) and performs the `hello` handshake.
     pub async fn connect(server: &str, token: Option<&str>) -> Result<Client, ClientError> {
+        Self::connect_with(server, token, &ConnectOptions::default()).await
+    }
+
+    /// [`Client::connect`] with options (a custom CA for `wss://`).
+    pub async fn connect_with(
+        server: &str,
+        token: Option<&str>,
+        options: &ConnectOptions,
+    ) -> Result<Client, ClientError> {
         let url = endpoint_url(server)?;
-        match tokio::time::timeout(CONNECT_TIMEOUT, Self::connect_inner(&url, token)).await {
+        let connector = if url.starts_with("wss://") {
+            let config = tls_client_config(options.ca_cert.as_deref()).map_err(|reason| {
+                ClientError::Tls {
+                    url: url.clone(),
+                    reason,
+                }
+            })?;
+            Connector::Rustls(config)
+        } else {
+            Connector::Plain
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, Self::connect_inner(&url, token, connector))
+            .await
+        {
             Ok(result) => result,
             Err(_) => Err(ClientError::Connect {
                 url,
@@ -393,13 +505,22 @@ impl Client {
         }
     }
 
-    async fn connect_inner(url: &str, token: Option<&str>) -> Result<Client, ClientError> {
+    async fn connect_inner(
+        url: &str,
+        token: Option<&str>,
+        connector: Connector,
+    ) -> Result<Client, ClientError> {
         let config = WebSocketConfig::default()
             .max_message_size(Some(MAX_MESSAGE))
             .max_frame_size(Some(MAX_MESSAGE));
-        let (ws, _response) = tokio_tungstenite::connect_async_with_config(url, Some(config), true)
-            .await
-            .map_err(|e| connect_error(url, e))?;
+        let (ws, _response) = tokio_tungstenite::connect_async_tls_with_config(
+            url,
+            Some(config),
+            true,
+            Some(connector),
+        )
+        .await
+        .map_err(|e| connect_error(url, e))?;
         let mut client = Client {
             ws,
             url: url.to_owned(),
@@ -469,7 +590,7 @@ impl Client {
     pub async fn request(&mut self, command: ClientCommand) -> Result<ReplyBody, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
-        let what = command_name(&command);
+        let what = command.name();
         let text = serde_json::to_string(&ClientRequest { id, command })
             .map_err(|e| ClientError::Protocol(format!("cannot encode request: {e}")))?;
         self.ws
@@ -565,6 +686,16 @@ impl Client {
         match self.request(command).await? {
             ReplyBody::Retried { .. } => Ok(()),
             other => Err(unexpected("retried", &other)),
+        }
+    }
+
+    /// Asks the master to stop gracefully, as SIGTERM does (admin). Returns
+    /// once the master has confirmed; it then closes every connection, this
+    /// one included.
+    pub async fn shutdown_master(&mut self) -> Result<(), ClientError> {
+        match self.request(ClientCommand::Shutdown).await? {
+            ReplyBody::ShuttingDown => Ok(()),
+            other => Err(unexpected("shutting_down", &other)),
         }
     }
 

@@ -1,10 +1,8 @@
 //! `tunefleet`: the master (`serve`) and the client commands for automation.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 use tunefleet_server::commands::{self, ClientCli};
 use tunefleet_server::{export_trace, serve};
 
@@ -37,13 +35,7 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    serve::init_logging(default_level);
     let result = match tokio::runtime::Runtime::new() {
         Ok(runtime) => match cli.command {
             Cmd::Serve(args) => runtime.block_on(serve::run(args)),

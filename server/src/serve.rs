@@ -4,7 +4,13 @@
 //! Shutdown (SIGINT/SIGTERM): stop accepting, tell every connection (workers
 //! get `shutdown` and requeue nothing themselves: the master puts their jobs
 //! back without counting the attempt), wait for the connection tasks, then
-//! stop the core, which commits its last batch before it returns.
+//! stop the core, which commits its last batch before it returns. An admin
+//! client's `shutdown` request takes the same path.
+//!
+//! Security settings (see docs/PROTOCOL.md, "Security and limits"): admin
+//! token, `--public-read`, `--worker-secret`, `--allowed-origin`, TLS
+//! (`--tls-cert`/`--tls-key`), and the limits on message size, workloads per
+//! upload, connections and request rates.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,14 +20,15 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
 use tracing::{info, warn};
-use tunefleet_shared::workload::parse_workload_file;
+use tunefleet_shared::workload::{parse_workload_file, MAX_WORKLOADS_PER_FILE};
 
 use crate::core::{Command, Core, CoreHandle};
 use crate::net::{self, AppState, NetConfig};
 use crate::scheduler::SchedulerConfig;
 use crate::store::{Durability, Store};
+use tunefleet_shared::secrets_equal;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -34,10 +41,12 @@ pub struct ServeArgs {
     /// Workload YAML files to submit at start (duplicates of known jobs are skipped).
     #[arg(long, num_args = 1..)]
     pub workloads: Vec<PathBuf>,
-    /// Admin token for submit/cancel/retry; generated and printed when not given.
+    /// Admin token for submit/cancel/retry/shutdown (and for reading, unless
+    /// --public-read); generated and printed when not given. Prefer the
+    /// environment variable: command lines are visible to other users.
     #[arg(long, env = "TUNEFLEET_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
-    /// Let clients without a token read status, results and events.
+    /// Let clients without a token read status, results (export) and events.
     #[arg(long)]
     pub public_read: bool,
     /// Secret workers must present to register (`tunefleet-worker --worker-secret`).
@@ -70,6 +79,49 @@ pub struct ServeArgs {
     /// Directory with the built dashboard (index.html, web.js, web_bg.wasm).
     #[arg(long)]
     pub web_dir: Option<PathBuf>,
+    /// A browser origin allowed to open WebSockets besides the master's own,
+    /// as scheme://host or scheme://host:port (e.g. `https://dash.example.com`);
+    /// repeatable; `*` allows any. Requests without an Origin header (CLI,
+    /// workers, scripts) are always allowed.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// Serve HTTPS/WSS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) for --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Most workloads one submitted file may hold (the file format allows 10,000).
+    #[arg(long, default_value_t = MAX_WORKLOADS_PER_FILE, value_parser = workloads_per_upload)]
+    pub max_workloads_per_upload: usize,
+    /// Most open WebSocket connections, workers and clients together; more
+    /// upgrades are answered with HTTP 503.
+    #[arg(long, default_value_t = 1024, value_parser = at_least_one)]
+    pub max_connections: usize,
+    /// Requests per second per client connection (bursts of twice as many);
+    /// more are answered `rate_limited`, a sustained flood is closed (1008). 0: no limit.
+    #[arg(long, default_value_t = 100)]
+    pub max_requests_per_second: u32,
+    /// Messages per second per worker connection (bursts of twice as many),
+    /// progress not counted; a faster worker is read more slowly. 0: no limit.
+    #[arg(long, default_value_t = 1000)]
+    pub max_worker_messages_per_second: u32,
+}
+
+fn workloads_per_upload(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_WORKLOADS_PER_FILE).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "must be a whole number from 1 to {MAX_WORKLOADS_PER_FILE}"
+        )),
+    }
+}
+
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("must be a whole number of at least 1".into()),
+    }
 }
 
 /// Parses `250ms`, `5s`, `2m`, `1h` or a plain number of seconds (`1.5`).
@@ -103,6 +155,23 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.heartbeat_timeout <= args.heartbeat_interval {
         bail!("--heartbeat-timeout must be longer than --heartbeat-interval");
+    }
+    let origins = net::OriginPolicy::new(&args.allowed_origins).map_err(anyhow::Error::msg)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(net::tls::server_config(cert, key)?),
+        _ => None,
+    };
+    let worker_secret = args.worker_secret.clone();
+    if worker_secret
+        .as_deref()
+        .is_some_and(|s| s.trim().is_empty())
+    {
+        bail!("--worker-secret (TUNEFLEET_WORKER_SECRET) is set but empty");
+    }
+    if let (Some(secret), Some(token)) = (&worker_secret, &args.admin_token) {
+        if secrets_equal(secret, token) {
+            bail!("--worker-secret must differ from --admin-token: a worker must not hold the admin token");
+        }
     }
     // Parse start-up files first: a typo should stop us before anything binds.
     let mut initial = Vec::new();
@@ -173,6 +242,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let web_dir = args.web_dir.clone().or_else(default_web_dir);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    let stop = Arc::new(Notify::new());
     let state = AppState {
         core: handle.clone(),
         config: Arc::new(NetConfig {
@@ -180,37 +250,66 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             heartbeat_timeout: args.heartbeat_timeout,
             admin_token,
             public_read: args.public_read,
-            worker_secret: args.worker_secret.clone(),
+            worker_secret,
             max_message_bytes: args.max_message_bytes,
             web_dir,
+            origins,
+            max_workloads_per_upload: args.max_workloads_per_upload,
+            max_requests_per_second: args.max_requests_per_second,
+            max_worker_messages_per_second: args.max_worker_messages_per_second,
         }),
         shutdown: shutdown_rx,
         alive: alive_tx,
+        connections: Arc::new(Semaphore::new(args.max_connections)),
+        stop: stop.clone(),
     };
     let listener = TcpListener::bind(args.bind)
         .await
         .with_context(|| format!("cannot listen on {}", args.bind))?;
     let addr = listener.local_addr()?;
+    let (http, ws) = if tls.is_some() {
+        ("https", "wss")
+    } else {
+        ("http", "ws")
+    };
     // Tests and scripts wait for this line.
-    println!("tunefleet master listening on {addr} (dashboard http://{addr}/, workers ws://{addr}/ws/worker)");
-    info!(%addr, state = %args.state.display(), "master up");
+    println!("tunefleet master listening on {addr} (dashboard {http}://{addr}/, workers {ws}://{addr}/ws/worker)");
+    info!(%addr, state = %args.state.display(), tls = tls.is_some(), "master up");
 
-    let app = net::router(state);
-    // Small JSON messages must not wait for delayed ACKs (a 40 ms stall per
-    // exchange with Nagle's algorithm on).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            warn!("cannot set TCP_NODELAY: {e}");
+    let app = net::router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let stopping = async move {
+        tokio::select! {
+            _ = wait_for_signal() => {}
+            _ = stop.notified() => {}
         }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            wait_for_signal().await;
-            info!("shutting down: closing connections");
-            let _ = shutdown_tx.send(true);
-        })
-        .await
-        .context("server error")?;
+        info!("shutting down: closing connections");
+        let _ = shutdown_tx.send(true);
+    };
+    match tls {
+        None => {
+            // Small JSON messages must not wait for delayed ACKs (a 40 ms stall
+            // per exchange with Nagle's algorithm on).
+            let listener = listener.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    warn!("cannot set TCP_NODELAY: {e}");
+                }
+            });
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopping)
+                .await
+                .context("server error")?;
+        }
+        Some(config) => {
+            // (TapIo only so that axum knows the peer address type.)
+            let listener = net::tls::TlsListener::new(listener, config, args.max_connections)
+                .context("cannot start the TLS listener")?
+                .tap_io(|_| {});
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopping)
+                .await
+                .context("server error")?;
+        }
+    }
 
     // Every connection task holds a clone of `alive`; recv() returns None once all are gone.
     if tokio::time::timeout(Duration::from_secs(5), alive_rx.recv())
@@ -225,6 +324,31 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let _ = tokio::task::spawn_blocking(move || core_thread.join()).await;
     info!("master stopped");
     Ok(())
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` if set, else at `default_level`.
+/// Whatever `RUST_LOG` says, the WebSocket libraries never log below `debug`:
+/// at `trace` they log whole frames, and frames carry tokens (`hello`,
+/// `register`).
+pub fn init_logging(default_level: &str) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
+    let env = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let no_frames = Targets::new()
+        .with_default(LevelFilter::TRACE)
+        .with_target("tungstenite", LevelFilter::DEBUG)
+        .with_target("tokio_tungstenite", LevelFilter::DEBUG);
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
+        .with(env)
+        .with(no_frames)
+        .init();
 }
 
 fn default_web_dir() -> Option<PathBuf> {

@@ -43,7 +43,7 @@ pub mod close_code {
     pub const NORMAL: u16 = 1000;
     /// The master is shutting down.
     pub const GOING_AWAY: u16 = 1001;
-    /// A frame that is not a valid message for this endpoint.
+    /// Too many invalid messages, or too many requests over the rate limit.
     pub const POLICY: u16 = 1008;
     /// A message larger than the configured maximum.
     pub const TOO_BIG: u16 = 1009;
@@ -62,6 +62,7 @@ pub mod close_code {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     Queued,
@@ -118,6 +119,7 @@ impl std::fmt::Display for JobState {
 /// One measured schedule. `record` is backend-specific (MetaSchedule's own
 /// JSON record for the TVM backend).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TuningRecord {
     pub latency_s: f64,
     pub record: serde_json::Value,
@@ -125,6 +127,7 @@ pub struct TuningRecord {
 
 /// What a worker sends when a job finished tuning.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobResult {
     pub best_latency_s: f64,
     #[serde(default)]
@@ -142,7 +145,10 @@ pub struct JobResult {
 }
 
 /// A worker's self-description, sent in [`WorkerMessage::Register`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// `Debug` redacts `secret`.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WorkerHello {
     pub protocol: u32,
     /// Stable for the life of the worker process, across reconnects; used to
@@ -158,8 +164,9 @@ pub struct WorkerHello {
     pub secret: Option<String>,
 }
 
-/// Worker → master.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Worker → master. `Debug` redacts the tokens.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WorkerMessage {
     Register(WorkerHello),
@@ -191,8 +198,9 @@ pub enum WorkerMessage {
     },
 }
 
-/// Master → worker.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Master → worker. `Debug` redacts the token in `registered`.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum MasterMessage {
     Registered {
@@ -235,6 +243,7 @@ pub enum MasterMessage {
 
 /// Machine-readable error codes, shared by both roles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     BadRequest,
@@ -249,10 +258,14 @@ pub enum ErrorCode {
     NotAssigned,
     /// A worker's target can serve none of the open jobs (sent before close 4005).
     NoMatchingJobs,
+    /// More requests per second than `serve --max-requests-per-second` allows;
+    /// the request was not executed. Sustained abuse is closed with 1008.
+    RateLimited,
     Internal,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Admin,
@@ -261,13 +274,17 @@ pub enum Role {
 
 /// Client → master: a command plus the `id` its reply will carry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientRequest {
     pub id: u64,
     #[serde(flatten)]
     pub command: ClientCommand,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A client request's command. `Debug` redacts the token in `hello` and shows
+/// only the size of a submitted file.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientCommand {
     Hello {
@@ -295,6 +312,9 @@ pub enum ClientCommand {
     Retry {
         job_id: JobId,
     },
+    /// Stop the master gracefully, as SIGTERM does (admin). Answered with
+    /// `shutting_down`; then every peer gets `shutdown` and close 1001.
+    Shutdown,
 }
 
 impl ClientCommand {
@@ -305,12 +325,28 @@ impl ClientCommand {
             ClientCommand::Submit { .. }
                 | ClientCommand::Cancel { .. }
                 | ClientCommand::Retry { .. }
+                | ClientCommand::Shutdown
         )
+    }
+
+    /// The `type` of this command on the wire (`hello`, `submit`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClientCommand::Hello { .. } => "hello",
+            ClientCommand::Subscribe => "subscribe",
+            ClientCommand::Submit { .. } => "submit",
+            ClientCommand::Status => "status",
+            ClientCommand::Results { .. } => "results",
+            ClientCommand::Cancel { .. } => "cancel",
+            ClientCommand::Retry { .. } => "retry",
+            ClientCommand::Shutdown => "shutdown",
+        }
     }
 }
 
 /// Master → client.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMessage {
     Reply {
@@ -337,6 +373,7 @@ pub enum ServerMessage {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ReplyBody {
     Welcome {
@@ -356,9 +393,12 @@ pub enum ReplyBody {
     Retried {
         job_id: JobId,
     },
+    /// Answer to `shutdown`: the master has begun to stop.
+    ShuttingDown,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SubmitReport {
     /// Jobs created by this submission.
     pub new_jobs: Vec<JobId>,
@@ -367,6 +407,7 @@ pub struct SubmitReport {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobCounts {
     pub total: usize,
     pub queued: usize,
@@ -378,6 +419,7 @@ pub struct JobCounts {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StatusReport {
     pub jobs: JobCounts,
     /// Live (registered) workers.
@@ -387,6 +429,7 @@ pub struct StatusReport {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WorkerView {
     /// Session id, unique per connection.
     pub session: String,
@@ -403,6 +446,7 @@ pub struct WorkerView {
 
 /// One entry of a job's error history.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobError {
     pub attempt: u32,
     #[serde(default)]
@@ -413,6 +457,7 @@ pub struct JobError {
 
 /// Where and how the stored result was produced.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ResultMeta {
     pub trials: u32,
     pub wall_time_s: f64,
@@ -428,6 +473,7 @@ pub struct ResultMeta {
 
 /// One point of a job's tuning curve: the best latency after `trials` trials.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProgressPoint {
     pub trials: u32,
     pub best_latency_s: f64,
@@ -438,6 +484,7 @@ pub const MAX_HISTORY_POINTS: usize = 256;
 
 /// Everything a client may want to know about one job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobView {
     pub job_id: JobId,
     pub name: String,
@@ -462,6 +509,7 @@ pub struct JobView {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FleetSnapshot {
     pub jobs: Vec<JobView>,
     pub workers: Vec<WorkerView>,
@@ -469,12 +517,231 @@ pub struct FleetSnapshot {
 
 /// Everything subscribers are told, in order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FleetEvent {
     WorkerJoined { worker: Box<WorkerView> },
     WorkerLeft { session: String, reason: String },
     WorkerUpdated { worker: Box<WorkerView> },
     JobUpdated { job: Box<JobView> },
+}
+
+/// What `Debug` prints instead of a secret.
+const REDACTED: &str = "<redacted>";
+
+/// `Some("<redacted>")` for a present secret, `None` for an absent one.
+fn redact(secret: &Option<String>) -> Option<&'static str> {
+    secret.as_ref().map(|_| REDACTED)
+}
+
+impl std::fmt::Debug for WorkerHello {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerHello")
+            .field("protocol", &self.protocol)
+            .field("worker_id", &self.worker_id)
+            .field("name", &self.name)
+            .field("target", &self.target)
+            .field("backend", &self.backend)
+            .field("tvm_version", &self.tvm_version)
+            .field("secret", &redact(&self.secret))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for WorkerMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkerMessage::Register(hello) => f.debug_tuple("Register").field(hello).finish(),
+            WorkerMessage::RequestJob { token: _ } => f
+                .debug_struct("RequestJob")
+                .field("token", &REDACTED)
+                .finish(),
+            WorkerMessage::Progress {
+                token: _,
+                job_id,
+                lease,
+                trials_done,
+                trials_total,
+                best_latency_s,
+            } => f
+                .debug_struct("Progress")
+                .field("token", &REDACTED)
+                .field("job_id", job_id)
+                .field("lease", lease)
+                .field("trials_done", trials_done)
+                .field("trials_total", trials_total)
+                .field("best_latency_s", best_latency_s)
+                .finish(),
+            WorkerMessage::Result {
+                token: _,
+                job_id,
+                lease,
+                result,
+            } => f
+                .debug_struct("Result")
+                .field("token", &REDACTED)
+                .field("job_id", job_id)
+                .field("lease", lease)
+                .field("result", result)
+                .finish(),
+            WorkerMessage::JobFailed {
+                token: _,
+                job_id,
+                lease,
+                error,
+            } => f
+                .debug_struct("JobFailed")
+                .field("token", &REDACTED)
+                .field("job_id", job_id)
+                .field("lease", lease)
+                .field("error", error)
+                .finish(),
+        }
+    }
+}
+
+impl std::fmt::Debug for MasterMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MasterMessage::Registered {
+                token: _,
+                session,
+                matching_jobs,
+            } => f
+                .debug_struct("Registered")
+                .field("token", &REDACTED)
+                .field("session", session)
+                .field("matching_jobs", matching_jobs)
+                .finish(),
+            MasterMessage::Assign {
+                job_id,
+                lease,
+                attempt,
+                workload,
+                nbest,
+            } => f
+                .debug_struct("Assign")
+                .field("job_id", job_id)
+                .field("lease", lease)
+                .field("attempt", attempt)
+                .field("workload", workload)
+                .field("nbest", nbest)
+                .finish(),
+            MasterMessage::Cancel {
+                job_id,
+                lease,
+                reason,
+            } => f
+                .debug_struct("Cancel")
+                .field("job_id", job_id)
+                .field("lease", lease)
+                .field("reason", reason)
+                .finish(),
+            MasterMessage::Ack {
+                job_id,
+                lease,
+                accepted,
+                reason,
+            } => f
+                .debug_struct("Ack")
+                .field("job_id", job_id)
+                .field("lease", lease)
+                .field("accepted", accepted)
+                .field("reason", reason)
+                .finish(),
+            MasterMessage::Error { code, message } => f
+                .debug_struct("Error")
+                .field("code", code)
+                .field("message", message)
+                .finish(),
+            MasterMessage::Shutdown { reason } => {
+                f.debug_struct("Shutdown").field("reason", reason).finish()
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientCommand::Hello {
+                protocol,
+                token,
+                client,
+            } => f
+                .debug_struct("Hello")
+                .field("protocol", protocol)
+                .field("token", &redact(token))
+                .field("client", client)
+                .finish(),
+            ClientCommand::Subscribe => f.write_str("Subscribe"),
+            ClientCommand::Submit { yaml, filename } => f
+                .debug_struct("Submit")
+                .field("yaml", &format_args!("<{} bytes>", yaml.len()))
+                .field("filename", filename)
+                .finish(),
+            ClientCommand::Status => f.write_str("Status"),
+            ClientCommand::Results { job_ids } => {
+                f.debug_struct("Results").field("job_ids", job_ids).finish()
+            }
+            ClientCommand::Cancel { job_id } => {
+                f.debug_struct("Cancel").field("job_id", job_id).finish()
+            }
+            ClientCommand::Retry { job_id } => {
+                f.debug_struct("Retry").field("job_id", job_id).finish()
+            }
+            ClientCommand::Shutdown => f.write_str("Shutdown"),
+        }
+    }
+}
+
+/// The JSON Schema (draft 2020-12) of every message of this protocol version,
+/// as committed in `docs/protocol.schema.json`. The root is an `anyOf` over the
+/// four message unions, one per direction and role; each is also a named
+/// definition (`WorkerMessage`, `MasterMessage`, `ClientRequest`,
+/// `ServerMessage`) to validate one direction only.
+#[cfg(feature = "schema")]
+pub fn json_schema() -> serde_json::Value {
+    use serde_json::{json, Value};
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let roots = [
+        (
+            generator.subschema_for::<WorkerMessage>(),
+            "worker → master, on /ws/worker",
+        ),
+        (
+            generator.subschema_for::<MasterMessage>(),
+            "master → worker, on /ws/worker",
+        ),
+        (
+            generator.subschema_for::<ClientRequest>(),
+            "client → master, on /ws/client",
+        ),
+        (
+            generator.subschema_for::<ServerMessage>(),
+            "master → client, on /ws/client",
+        ),
+    ];
+    let any_of: Vec<Value> = roots
+        .into_iter()
+        .map(|(schema, what)| {
+            let mut value = schema.to_value();
+            if let Some(object) = value.as_object_mut() {
+                object.insert("description".into(), Value::String(what.into()));
+            }
+            value
+        })
+        .collect();
+    let definitions = generator.take_definitions(true);
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": format!("tunefleet wire protocol, version {PROTOCOL_VERSION}"),
+        "description": "Every message is one WebSocket text frame holding one JSON object. \
+            Generated from shared/src/protocol.rs; do not edit by hand (see docs/PROTOCOL.md).",
+        "x-protocol-version": PROTOCOL_VERSION,
+        "anyOf": any_of,
+        "$defs": Value::Object(definitions),
+    })
 }
 
 #[cfg(test)]
@@ -513,6 +780,88 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn debug_output_never_shows_secrets() {
+        let hello = WorkerHello {
+            protocol: 1,
+            worker_id: "w".into(),
+            name: "n".into(),
+            target: Target::of_kind("llvm"),
+            backend: "sim".into(),
+            tvm_version: None,
+            secret: Some("join-secret-1".into()),
+        };
+        let texts = [
+            format!("{hello:?}"),
+            format!("{:?}", WorkerMessage::Register(hello.clone())),
+            format!(
+                "{:?}",
+                WorkerMessage::RequestJob {
+                    token: "sess-token-2".into()
+                }
+            ),
+            format!(
+                "{:?}",
+                WorkerMessage::JobFailed {
+                    token: "sess-token-2".into(),
+                    job_id: "j".into(),
+                    lease: 1,
+                    error: "e".into()
+                }
+            ),
+            format!(
+                "{:?}",
+                MasterMessage::Registered {
+                    token: "sess-token-2".into(),
+                    session: "w1".into(),
+                    matching_jobs: 0
+                }
+            ),
+            format!(
+                "{:?}",
+                ClientRequest {
+                    id: 1,
+                    command: ClientCommand::Hello {
+                        protocol: 1,
+                        token: Some("admin-token-3".into()),
+                        client: None
+                    }
+                }
+            ),
+        ];
+        for text in texts {
+            assert!(text.contains("<redacted>"), "{text}");
+            for secret in ["join-secret-1", "sess-token-2", "admin-token-3"] {
+                assert!(!text.contains(secret), "{text}");
+            }
+        }
+        let submit = ClientCommand::Submit {
+            yaml: "x".repeat(1000),
+            filename: None,
+        };
+        assert!(format!("{submit:?}").contains("<1000 bytes>"));
+    }
+
+    #[test]
+    fn shutdown_is_an_admin_command_with_a_reply() {
+        let req: ClientRequest = serde_json::from_str(r#"{"id":9,"type":"shutdown"}"#).unwrap();
+        assert_eq!(req.command, ClientCommand::Shutdown);
+        assert!(req.command.needs_admin());
+        assert_eq!(req.command.name(), "shutdown");
+        let reply = ServerMessage::Reply {
+            id: 9,
+            body: ReplyBody::ShuttingDown,
+        };
+        assert_eq!(
+            serde_json::to_value(&reply).unwrap(),
+            serde_json::json!({"type": "reply", "id": 9, "body": {"kind": "shutting_down"}})
+        );
+        assert_eq!(
+            serde_json::to_value(ErrorCode::RateLimited).unwrap(),
+            serde_json::json!("rate_limited")
+        );
     }
 
     #[test]

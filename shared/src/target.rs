@@ -31,6 +31,25 @@ pub enum TargetError {
     Unparseable(String, String),
 }
 
+/// A JSON object with a non-empty string `kind` and any other TVM target
+/// attributes.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Target {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Target".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A TVM target as a JSON object: a string `kind` plus any TVM target attributes (e.g. {\"kind\": \"llvm\", \"num-cores\": 2}).",
+            "type": "object",
+            "properties": {"kind": {"type": "string", "minLength": 1}},
+            "required": ["kind"],
+            "additionalProperties": true
+        })
+    }
+}
+
 impl TryFrom<Map<String, Value>> for Target {
     type Error = TargetError;
     fn try_from(map: Map<String, Value>) -> Result<Self, TargetError> {

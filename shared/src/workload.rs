@@ -164,6 +164,7 @@ const WORKLOAD_KEYS: [&str; 7] = [
 
 /// `C[m, n] = A[m, k] · B[k, n]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MatmulShape {
     pub m: u32,
     pub n: u32,
@@ -172,6 +173,7 @@ pub struct MatmulShape {
 
 /// `C[b, m, n] = A[b, m, k] · B[b, k, n]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BatchMatmulShape {
     pub batch: u32,
     pub m: u32,
@@ -181,6 +183,7 @@ pub struct BatchMatmulShape {
 
 /// `Y[batch, out] = X[batch, in] · W[out, in]ᵀ`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DenseShape {
     pub batch: u32,
     pub in_features: u32,
@@ -190,6 +193,7 @@ pub struct DenseShape {
 /// A 2-D convolution; the layout (NCHW or NHWC) is given by the [`Op`] variant.
 /// Pairs are `[height, width]`; padding is symmetric.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Conv2dShape {
     pub batch: u32,
     pub in_channels: u32,
@@ -204,6 +208,7 @@ pub struct Conv2dShape {
 
 /// A depthwise 2-D convolution in NCHW: `channels * multiplier` output channels.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DepthwiseConv2dShape {
     pub batch: u32,
     pub channels: u32,
@@ -272,6 +277,7 @@ fn conv_output_size(
 /// The operator of a workload. On the wire it is flattened into the workload
 /// object: `"op": "matmul", "shape": {...}` or `"op": "tvmscript", "tvmscript": "..."`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "op")]
 pub enum Op {
     #[serde(rename = "matmul")]
@@ -373,6 +379,7 @@ impl Op {
 /// `{"name":"mm128","op":"matmul","shape":{"m":128,"n":128,"k":128},"dtype":"float32","target":{"kind":"llvm"},"trials":64}`
 /// or `{"name":"f","op":"tvmscript","tvmscript":"...","dtype":"float32","target":{...},"trials":64}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Workload {
     pub name: String,
     #[serde(flatten)]

@@ -1,7 +1,24 @@
-//! The tunefleet web dashboard.
+//! The tunefleet web dashboard: a Yew/WASM app that `tunefleet serve` serves
+//! at `/` and that talks to the master over the same WebSocket protocol as
+//! the CLI (`/ws/client`), with the message types of `tunefleet-shared`.
 //!
-//! A stub for now: the Yew/WASM dashboard is its own issue. The crate exists so
-//! the workspace layout is final and `shared` is already proven to compile for
-//! every consumer.
+//! Everything that decides something is plain Rust that also compiles
+//! natively, so `cargo test -p web` tests it on the host:
+//! - [`model`]: the state reducer for the pub/sub stream and the protocol
+//!   session (hello, subscribe, replies, reconnect backoff);
+//! - [`upload`]: workload files checked in the browser with the master's parser;
+//! - [`chart`], [`format`]: the tuning curve's geometry and text formatting.
+//!
+//! The browser part (`app`, wasm32 only) renders that state and moves frames
+//! between the WebSocket and [`model::Session`]. Build it with
+//! `scripts/build-web.sh` (bundle in `web/dist/`).
+
+pub mod chart;
+pub mod format;
+pub mod model;
+pub mod upload;
+
+#[cfg(target_arch = "wasm32")]
+mod app;
 
 pub use tunefleet_shared::protocol::PROTOCOL_VERSION;

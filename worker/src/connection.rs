@@ -12,15 +12,20 @@
 //! [`Connection::recv`] call in its `select!` at all times, also while a job runs.
 //! `recv` is cancel-safe (the stream keeps its own buffer), which is what makes
 //! that `select!` correct.
+//!
+//! TLS: `wss://` URLs are opened with rustls, trusting the public web roots or,
+//! with `--ca-cert`, only the given CA ([`tls_connector`]).
 
 use futures_util::{SinkExt, StreamExt};
 use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 use tunefleet_shared::protocol::{MasterMessage, WorkerMessage};
 
 /// How long closing waits for the master's side of the close handshake.
@@ -60,6 +65,55 @@ impl ConnectionError {
     pub fn is_recoverable(&self) -> bool {
         matches!(self, ConnectionError::Decode(_))
     }
+
+    /// The TLS failure behind this error, if it is one (an untrusted
+    /// certificate, a master that does not speak TLS).
+    pub fn tls_error(&self) -> Option<&rustls::Error> {
+        match self {
+            ConnectionError::WebSocket(tungstenite::Error::Io(e)) => {
+                e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The connector for `wss://`: trusts the certificates in `ca_cert` (PEM) if
+/// given, else the public web roots (Mozilla's list, built in). Errors name
+/// the file and what is wrong with it.
+pub fn tls_connector(ca_cert: Option<&Path>) -> Result<Connector, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_cert {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("cannot read CA certificate {}: {e}", path.display()))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| {
+                    format!("invalid PEM in CA certificate {}: {e}", path.display())
+                })?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("unusable CA certificate in {}: {e}", path.display()))?;
+            }
+            if roots.is_empty() {
+                return Err(format!(
+                    "no certificate (-----BEGIN CERTIFICATE-----) in {}",
+                    path.display()
+                ));
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS setup: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Connector::Rustls(Arc::new(config)))
 }
 
 /// A worker's WebSocket to the master, speaking whole protocol messages.
@@ -69,10 +123,15 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Opens the WebSocket (`url` already ends in `/ws/worker`).
-    pub async fn connect(url: &str) -> Result<Connection, ConnectionError> {
+    /// Opens the WebSocket (`url` already ends in `/ws/worker`); `tls` is
+    /// used for `wss://` URLs (see [`tls_connector`]).
+    pub async fn connect(
+        url: &str,
+        tls: Option<&Connector>,
+    ) -> Result<Connection, ConnectionError> {
         // Messages are small and latency-sensitive (acks, assigns): no Nagle.
-        let (ws, _response) = tokio_tungstenite::connect_async_with_config(url, None, true).await?;
+        let (ws, _response) =
+            tokio_tungstenite::connect_async_tls_with_config(url, None, true, tls.cloned()).await?;
         Ok(Connection { ws, close: None })
     }
 

@@ -10,13 +10,20 @@ use std::time::Duration;
 use tunefleet_shared::target::Target;
 use tunefleet_worker::{run_worker, Backend, Backoff, SimBackend, WorkerConfig};
 
+// No `Debug`: it holds the join secret.
 /// Tunes jobs for a tunefleet master.
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 #[command(name = "tunefleet-worker", version)]
 struct Cli {
-    /// Master URL, e.g. ws://127.0.0.1:18871 (the worker connects to <URL>/ws/worker).
+    /// Master URL, e.g. ws://127.0.0.1:18871, or wss://HOST:PORT for a master
+    /// serving TLS (the worker connects to <URL>/ws/worker).
     #[arg(long)]
     server: String,
+
+    /// For wss://: trust the CA certificate(s) in this PEM file (a private CA or
+    /// the master's self-signed certificate) instead of the public web roots.
+    #[arg(long, value_name = "PEM", env = "TUNEFLEET_CA_CERT")]
+    ca_cert: Option<PathBuf>,
 
     /// What this machine compiles for: a TVM target as JSON
     /// ('{"kind":"llvm","num-cores":2}') or as a legacy string ('llvm -num-cores=2').
@@ -67,7 +74,8 @@ struct Cli {
     #[arg(long)]
     name: Option<String>,
 
-    /// Join secret, if the master was started with one.
+    /// Join secret, if the master was started with one. Prefer the
+    /// environment variable: command lines are visible to other users.
     #[arg(long, env = "TUNEFLEET_WORKER_SECRET", hide_env_values = true)]
     worker_secret: Option<String>,
 
@@ -204,13 +212,24 @@ fn main() -> ExitCode {
 }
 
 fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
+    let env = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // At `trace` the WebSocket libraries log whole frames, and frames carry the
+    // join secret and the session token: never below `debug` for them.
+    let no_frames = Targets::new()
+        .with_default(LevelFilter::TRACE)
+        .with_target("tungstenite", LevelFilter::DEBUG)
+        .with_target("tokio_tungstenite", LevelFilter::DEBUG);
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal()),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with(env)
+        .with(no_frames)
         .init();
 }
 
@@ -234,6 +253,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         },
         max_jobs: cli.max_jobs,
         worker_id: None,
+        ca_cert: cli.ca_cert.clone().filter(|p| !p.as_os_str().is_empty()),
     };
     let stats = run_worker(config, shutdown_signal()).await?;
     tracing::info!(?stats, "worker stopped");

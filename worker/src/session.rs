@@ -17,15 +17,16 @@ use crate::backend::{
     progress_channel, Backend, JobSpec, ProgressUpdate, ProgressWatch, TuneError,
 };
 use crate::backoff::Backoff;
-use crate::connection::{CloseInfo, Connection, ConnectionError};
+use crate::connection::{tls_connector, CloseInfo, Connection, ConnectionError};
 use std::fmt;
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite;
+use tokio_tungstenite::{tungstenite, Connector};
 use tracing::{debug, error, info, warn};
 use tunefleet_shared::protocol::{
     close_code, ErrorCode, JobId, JobResult, Lease, MasterMessage, WorkerHello, WorkerMessage,
@@ -39,7 +40,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Everything one worker needs. See [`WorkerConfig::new`] for the defaults.
 #[derive(Clone)]
 pub struct WorkerConfig {
-    /// Master base URL (`ws://host:port`); `/ws/worker` is appended unless present.
+    /// Master base URL (`ws://host:port` or `wss://host:port`); `/ws/worker`
+    /// is appended unless present.
     pub server: String,
     pub target: Target,
     /// Shown in the master's UI; need not be unique.
@@ -53,6 +55,9 @@ pub struct WorkerConfig {
     /// Stable identity of this worker across reconnects; `None` picks a fresh
     /// UUID v4 for this [`run_worker`] call.
     pub worker_id: Option<String>,
+    /// For `wss://`: a PEM file with the CA certificate(s) to trust instead of
+    /// the public web roots (a private CA, or a self-signed master certificate).
+    pub ca_cert: Option<PathBuf>,
 }
 
 impl WorkerConfig {
@@ -72,6 +77,7 @@ impl WorkerConfig {
             backoff: Backoff::default(),
             max_jobs: None,
             worker_id: None,
+            ca_cert: None,
         }
     }
 }
@@ -87,6 +93,7 @@ impl fmt::Debug for WorkerConfig {
             .field("backoff", &self.backoff)
             .field("max_jobs", &self.max_jobs)
             .field("worker_id", &self.worker_id)
+            .field("ca_cert", &self.ca_cert)
             .finish()
     }
 }
@@ -126,34 +133,38 @@ pub enum WorkerError {
     ProtocolMismatch { ours: u32, reason: String },
     #[error("the master refused this worker: {0}")]
     Unauthorized(String),
+    /// The CA file cannot be used, or the master's certificate is not trusted.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// The worker endpoint for a master base URL: `ws://h:p` and `ws://h:p/` become
-/// `ws://h:p/ws/worker`, which is also accepted as is. `http://` is taken as `ws://`.
+/// `ws://h:p/ws/worker`, which is also accepted as is. `http://` is taken as
+/// `ws://`, `https://` as `wss://` (TLS).
 pub fn worker_url(server: &str) -> Result<String, WorkerError> {
     let invalid = |reason: &str| WorkerError::InvalidServerUrl {
         url: server.to_string(),
         reason: reason.to_string(),
     };
     let trimmed = server.trim().trim_end_matches('/');
-    let rest = if let Some(rest) = trimmed.strip_prefix("ws://") {
-        rest
+    let (scheme, rest) = if let Some(rest) = trimmed.strip_prefix("ws://") {
+        ("ws", rest)
     } else if let Some(rest) = trimmed.strip_prefix("http://") {
-        rest
-    } else if trimmed.starts_with("wss://") || trimmed.starts_with("https://") {
-        return Err(invalid(
-            "TLS is not supported by this worker build; use ws:// (e.g. through an SSH tunnel)",
-        ));
+        ("ws", rest)
+    } else if let Some(rest) = trimmed.strip_prefix("wss://") {
+        ("wss", rest)
+    } else if let Some(rest) = trimmed.strip_prefix("https://") {
+        ("wss", rest)
     } else {
-        return Err(invalid("expected ws://HOST:PORT"));
+        return Err(invalid("expected ws://HOST:PORT or wss://HOST:PORT"));
     };
     if rest.is_empty() || rest.starts_with('/') {
         return Err(invalid("no host"));
     }
     if rest.ends_with("/ws/worker") {
-        Ok(format!("ws://{rest}"))
+        Ok(format!("{scheme}://{rest}"))
     } else {
-        Ok(format!("ws://{rest}/ws/worker"))
+        Ok(format!("{scheme}://{rest}/ws/worker"))
     }
 }
 
@@ -168,6 +179,11 @@ pub async fn run_worker(
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, WorkerError> {
     let url = worker_url(&config.server)?;
+    let tls = if url.starts_with("wss://") {
+        Some(tls_connector(config.ca_cert.as_deref()).map_err(WorkerError::Tls)?)
+    } else {
+        None
+    };
     let worker_id = config
         .worker_id
         .clone()
@@ -179,6 +195,7 @@ pub async fn run_worker(
     let mut worker = Worker {
         config,
         url,
+        tls,
         worker_id,
         running: None,
         pending: Vec::new(),
@@ -191,6 +208,8 @@ pub async fn run_worker(
 struct Worker {
     config: WorkerConfig,
     url: String,
+    /// For `wss://` URLs.
+    tls: Option<Connector>,
     worker_id: String,
     running: Option<RunningJob>,
     /// Finished jobs waiting for the master's `ack`, oldest first.
@@ -373,12 +392,16 @@ impl Worker {
     }
 
     async fn connect_and_register(&mut self) -> Result<(Connection, String), Attempt> {
-        let mut conn =
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, Connection::connect(&self.url)).await {
-                Err(_) => return Err(Attempt::Retry("timed out opening the WebSocket".into())),
-                Ok(Err(e)) => return Err(connect_failure(e)),
-                Ok(Ok(conn)) => conn,
-            };
+        let mut conn = match tokio::time::timeout(
+            HANDSHAKE_TIMEOUT,
+            Connection::connect(&self.url, self.tls.as_ref()),
+        )
+        .await
+        {
+            Err(_) => return Err(Attempt::Retry("timed out opening the WebSocket".into())),
+            Ok(Err(e)) => return Err(connect_failure(e)),
+            Ok(Ok(conn)) => conn,
+        };
         if let Err(e) = conn.send(&WorkerMessage::Register(self.hello())).await {
             return Err(Attempt::Retry(format!("sending register: {e}")));
         }
@@ -756,6 +779,33 @@ fn millis(d: Duration) -> u64 {
 }
 
 fn connect_failure(e: ConnectionError) -> Attempt {
+    // Certificates and protocols do not fix themselves: stop with a clear reason.
+    match e.tls_error() {
+        Some(tls @ rustls::Error::InvalidCertificate(_))
+            if tls.to_string().contains("CaUsedAsEndEntity") =>
+        {
+            return Attempt::Fatal(WorkerError::Tls(format!(
+                "the master's certificate is a CA certificate ({tls}); the master must serve a \
+                 leaf certificate (basicConstraints CA:FALSE, e.g. openssl req -x509 ... -addext \
+                 basicConstraints=critical,CA:FALSE), signed by the CA given with --ca-cert or \
+                 self-signed"
+            )))
+        }
+        Some(tls @ rustls::Error::InvalidCertificate(_)) => {
+            return Attempt::Fatal(WorkerError::Tls(format!(
+                "the master's certificate is not trusted ({tls}); for a self-signed certificate \
+                 or a private CA pass --ca-cert FILE (or set TUNEFLEET_CA_CERT) with the CA \
+                 certificate in PEM"
+            )))
+        }
+        Some(tls @ rustls::Error::InvalidMessage(_)) => {
+            return Attempt::Fatal(WorkerError::Tls(format!(
+                "TLS handshake failed ({tls}); is the master serving TLS (serve --tls-cert)? \
+                 Use ws:// for a master without TLS"
+            )))
+        }
+        _ => {}
+    }
     if let ConnectionError::WebSocket(tungstenite::Error::Http(response)) = &e {
         let status = response.status();
         if status.as_u16() == 401 || status.as_u16() == 403 {

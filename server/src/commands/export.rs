@@ -17,6 +17,9 @@ use super::{emit, plural, ConnectArgs};
 use anyhow::Context;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use tunefleet_shared::export::{
+    metaschedule_database, METASCHEDULE_RECORD_FILE, METASCHEDULE_WORKLOAD_FILE,
+};
 use tunefleet_shared::protocol::JobView;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,11 +60,11 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
         let db = metaschedule_database(&jobs)?;
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        write_atomically(&dir.join("database_workload.json"), db.workloads.as_bytes())?;
         write_atomically(
-            &dir.join("database_tuning_record.json"),
-            db.records.as_bytes(),
+            &dir.join(METASCHEDULE_WORKLOAD_FILE),
+            db.workloads.as_bytes(),
         )?;
+        write_atomically(&dir.join(METASCHEDULE_RECORD_FILE), db.records.as_bytes())?;
         eprintln!(
             "exported {} ({}) to {} as a MetaSchedule database{}",
             plural(db.jobs, "job", "jobs"),
@@ -104,68 +107,6 @@ pub fn render(format: ExportFormat, jobs: &[JobView]) -> anyhow::Result<String> 
             anyhow::bail!("the metaschedule format is a directory: use --out DIR")
         }
     }
-}
-
-/// The two files of a MetaSchedule JSON database, as text.
-#[derive(Debug, Default, PartialEq)]
-pub struct MetascheduleDb {
-    /// `database_workload.json`: one `[structural_hash, base64_json]` per line.
-    pub workloads: String,
-    /// `database_tuning_record.json`: one `[workload_index, record]` per line.
-    pub records: String,
-    pub jobs: usize,
-    pub record_count: usize,
-    pub skipped: usize,
-}
-
-/// Builds the database from the jobs' stored best records. Workloads that
-/// appear in several jobs (same structure, different targets) are written once.
-pub fn metaschedule_database(jobs: &[JobView]) -> anyhow::Result<MetascheduleDb> {
-    let mut db = MetascheduleDb::default();
-    let mut index: Vec<String> = Vec::new();
-    for job in jobs {
-        let workload = job
-            .result
-            .as_ref()
-            .and_then(|r| r.extra.get("workload"))
-            .filter(|w| w.as_array().is_some_and(|a| a.len() == 2));
-        let records: Vec<&serde_json::Value> = job
-            .records
-            .iter()
-            .map(|r| &r.record)
-            .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
-            .collect();
-        let Some(workload) = workload.filter(|_| !records.is_empty()) else {
-            db.skipped += 1;
-            continue;
-        };
-        let line = serde_json::to_string(workload)?;
-        let i = match index.iter().position(|w| *w == line) {
-            Some(i) => i,
-            None => {
-                index.push(line);
-                index.len() - 1
-            }
-        };
-        for record in records {
-            db.records
-                .push_str(&serde_json::to_string(&serde_json::json!([i, record]))?);
-            db.records.push('\n');
-            db.record_count += 1;
-        }
-        db.jobs += 1;
-    }
-    if db.jobs == 0 {
-        anyhow::bail!(
-            "no job has MetaSchedule records to export ({} without: only jobs tuned by the tvm backend have them)",
-            plural(db.skipped, "job", "jobs")
-        );
-    }
-    for line in index {
-        db.workloads.push_str(&line);
-        db.workloads.push('\n');
-    }
-    Ok(db)
 }
 
 /// Writes `data` to a temporary file beside `path`, then renames it over `path`.
@@ -220,57 +161,5 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
         let err = write_atomically(&dir.path().join("missing/out.csv"), b"x").unwrap_err();
         assert!(err.to_string().contains("missing/out.csv"), "{err}");
-    }
-
-    fn tuned(id: &str, workload: serde_json::Value, latencies: &[f64]) -> JobView {
-        let mut j = job(id, JobState::Done);
-        j.records = latencies
-            .iter()
-            .map(|l| tunefleet_shared::protocol::TuningRecord {
-                latency_s: *l,
-                record: serde_json::json!([{"insts": []}, [l], {"kind": "llvm"}, []]),
-            })
-            .collect();
-        j.result = Some(tunefleet_shared::protocol::ResultMeta {
-            trials: 8,
-            wall_time_s: 1.0,
-            worker: "w".into(),
-            backend: "tvm".into(),
-            tvm_version: Some("0.27.0.post1".into()),
-            gflops: None,
-            extra: serde_json::json!({ "workload": workload }),
-        });
-        j
-    }
-
-    #[test]
-    fn metaschedule_database_indexes_shared_workloads_and_skips_sim_jobs() {
-        let w1 = serde_json::json!(["123", "AAAA"]);
-        let w2 = serde_json::json!(["456", "BBBB"]);
-        let jobs = vec![
-            tuned("a", w1.clone(), &[1e-3, 2e-3]),
-            job("sim", JobState::Done),
-            tuned("b", w2.clone(), &[5e-4]),
-            tuned("c", w1.clone(), &[3e-3]),
-        ];
-        let db = metaschedule_database(&jobs).unwrap();
-        assert_eq!((db.jobs, db.record_count, db.skipped), (3, 4, 1));
-        let workloads: Vec<serde_json::Value> = db
-            .workloads
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(workloads, vec![w1, w2]);
-        let indexes: Vec<u64> = db
-            .records
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).unwrap()[0]
-                    .as_u64()
-                    .unwrap()
-            })
-            .collect();
-        assert_eq!(indexes, vec![0, 0, 1, 0]);
-        assert!(metaschedule_database(&[job("sim", JobState::Done)]).is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! The client subcommands of the `tunefleet` binary, one module each (as in
-//! mini-redis): `submit`, `watch`, `status`, `results`, `export`.
+//! mini-redis): `submit`, `watch`, `status`, `results`, `export`, `shutdown`.
 //!
 //! Each module defines a clap `XArgs` and `pub async fn run(args: XArgs)`. They
 //! talk to the master only through [`crate::client::Client`], so everything
@@ -15,14 +15,23 @@
 //! (submit needs it; the read-only commands send it when given, so they also
 //! work against a master without public read). It is never printed: clap is
 //! told to hide the environment value, and [`ConnectArgs`]'s `Debug` redacts it.
+//!
+//! # TLS
+//! `--server wss://HOST:PORT` connects over TLS. The master's certificate must
+//! be signed by a public CA, or by the CA in `--ca-cert FILE` /
+//! `TUNEFLEET_CA_CERT` (for a self-signed certificate, the certificate itself).
 
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, ConnectOptions};
 use std::fmt;
+use std::path::PathBuf;
 use tunefleet_shared::protocol::{ErrorCode, JobView};
+// Shared with the web dashboard, which exports the same files in the browser.
+pub use tunefleet_shared::export::{csv_field, csv_line, format_latency, job_gflops};
 
 pub mod export;
 pub mod import_lorien;
 pub mod results;
+pub mod shutdown;
 pub mod status;
 pub mod submit;
 pub mod watch;
@@ -45,6 +54,10 @@ pub struct ConnectArgs {
         hide_env_values = true
     )]
     pub token: Option<String>,
+    /// For wss://: trust the CA certificate(s) in this PEM file (a private CA or
+    /// the master's self-signed certificate) instead of the public web roots.
+    #[arg(long, value_name = "PEM", env = "TUNEFLEET_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
 }
 
 impl fmt::Debug for ConnectArgs {
@@ -52,6 +65,7 @@ impl fmt::Debug for ConnectArgs {
         f.debug_struct("ConnectArgs")
             .field("server", &self.server)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("ca_cert", &self.ca_cert)
             .finish()
     }
 }
@@ -65,9 +79,20 @@ impl ConnectArgs {
     /// Connects and performs the handshake, with a hint about the token when
     /// the master refuses one that was not given.
     pub async fn connect(&self) -> Result<Client, anyhow::Error> {
-        Client::connect(&self.server, self.token())
-            .await
-            .map_err(|e| self.explain(e))
+        self.try_connect().await.map_err(|e| self.explain(e))
+    }
+
+    /// Connects and performs the handshake, keeping the [`ClientError`] (for
+    /// callers that retry on [`ClientError::is_retryable`]).
+    pub async fn try_connect(&self) -> Result<Client, ClientError> {
+        Client::connect_with(&self.server, self.token(), &self.options()).await
+    }
+
+    /// The connection options given on the command line.
+    pub fn options(&self) -> ConnectOptions {
+        ConnectOptions {
+            ca_cert: self.ca_cert.clone().filter(|p| !p.as_os_str().is_empty()),
+        }
     }
 
     /// Turns a client error into an `anyhow::Error`, adding how to pass a
@@ -143,6 +168,8 @@ pub enum ClientCli {
     Export(export::ExportArgs),
     /// Convert a Lorien workload file into a tunefleet workload file.
     ImportLorien(import_lorien::ImportLorienArgs),
+    /// Stop the master gracefully, as SIGTERM does (admin token).
+    Shutdown(shutdown::ShutdownArgs),
 }
 
 impl ClientCli {
@@ -154,6 +181,7 @@ impl ClientCli {
             ClientCli::Results(args) => results::run(args).await,
             ClientCli::Export(args) => export::run(args).await,
             ClientCli::ImportLorien(args) => import_lorien::run(args).await,
+            ClientCli::Shutdown(args) => shutdown::run(args).await,
         }
     }
 }
@@ -170,31 +198,6 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// `12.3 µs`, `4.567 ms`, `1.234 s`: the unit that keeps 3–4 significant digits.
-pub fn format_latency(seconds: f64) -> String {
-    if !seconds.is_finite() || seconds < 0.0 {
-        return "-".into();
-    }
-    if seconds < 1e-3 {
-        format!("{:.1} µs", seconds * 1e6)
-    } else if seconds < 1.0 {
-        format!("{:.3} ms", seconds * 1e3)
-    } else {
-        format!("{seconds:.3} s")
-    }
-}
-
-/// Achieved GFLOP/s: what the worker reported, else computed from the
-/// workload's flop count and the best latency.
-pub fn job_gflops(job: &JobView) -> Option<f64> {
-    if let Some(g) = job.result.as_ref().and_then(|r| r.gflops) {
-        return g.is_finite().then_some(g);
-    }
-    let latency = job.best_latency_s?;
-    let flops = job.workload.flops()?;
-    (latency > 0.0 && latency.is_finite()).then(|| flops / latency / 1e9)
-}
-
 /// The operator name of a job's workload (`matmul`, `conv2d`, ...).
 pub fn job_op(job: &JobView) -> String {
     job.workload.op_name().to_string()
@@ -209,30 +212,6 @@ pub fn job_shape(job: &JobView) -> String {
 /// the master's order, which is the file's.
 pub fn sort_jobs(jobs: &mut [JobView]) {
     jobs.sort_by_key(|job| job.created_at);
-}
-
-/// One CSV field (RFC 4180): quoted when it holds a comma, quote, CR/LF or
-/// leading/trailing space, with quotes doubled.
-pub fn csv_field(value: &str) -> String {
-    let needs_quotes = value.contains([',', '"', '\n', '\r'])
-        || value.starts_with(char::is_whitespace)
-        || value.ends_with(char::is_whitespace);
-    if needs_quotes {
-        format!("\"{}\"", value.replace('"', "\"\""))
-    } else {
-        value.to_owned()
-    }
-}
-
-/// One CSV line (CRLF-free: `\n` line ends).
-pub fn csv_line<S: AsRef<str>>(fields: &[S]) -> String {
-    let mut line = fields
-        .iter()
-        .map(|f| csv_field(f.as_ref()))
-        .collect::<Vec<_>>()
-        .join(",");
-    line.push('\n');
-    line
 }
 
 /// Column alignment for [`render_table`].
@@ -291,25 +270,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn latency_uses_a_readable_unit() {
-        assert_eq!(format_latency(12.34e-6), "12.3 µs");
-        assert_eq!(format_latency(4.5678e-3), "4.568 ms");
-        assert_eq!(format_latency(1.5), "1.500 s");
-        assert_eq!(format_latency(f64::NAN), "-");
-    }
-
-    #[test]
-    fn csv_fields_are_quoted_only_when_needed() {
-        assert_eq!(csv_field("plain"), "plain");
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
-        assert_eq!(csv_field(" pad"), "\" pad\"");
-        assert_eq!(csv_field(""), "");
-        assert_eq!(csv_line(&["a", "b,c", ""]), "a,\"b,c\",\n");
-    }
-
-    #[test]
     fn table_columns_align_by_chars() {
         let header = [("NAME", Align::Left), ("BEST", Align::Right)];
         let rows = vec![
@@ -325,6 +285,7 @@ mod tests {
         let args = ConnectArgs {
             server: DEFAULT_SERVER.into(),
             token: Some("hunter2".into()),
+            ca_cert: None,
         };
         let text = format!("{args:?}");
         assert!(!text.contains("hunter2"));
@@ -367,5 +328,18 @@ mod tests {
             parse(&["tunefleet", "status", "--json", "--server", "ws://h:1"]),
             ClientCli::Status(_)
         ));
+        match parse(&[
+            "tunefleet",
+            "shutdown",
+            "--server",
+            "wss://h:1",
+            "--ca-cert",
+            "ca.pem",
+        ]) {
+            ClientCli::Shutdown(a) => {
+                assert_eq!(a.connect.ca_cert.as_deref(), Some("ca.pem".as_ref()))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

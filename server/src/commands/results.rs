@@ -11,26 +11,12 @@
 //! against an unchanged master print identical output.
 
 use super::{
-    csv_line, emit, format_latency, job_gflops, job_op, job_shape, render_table, sort_jobs, Align,
-    ConnectArgs,
+    emit, format_latency, job_gflops, job_op, render_table, sort_jobs, Align, ConnectArgs,
 };
 use tunefleet_shared::protocol::JobView;
 
-/// Columns of the CSV output, in order.
-pub const CSV_HEADER: [&str; 12] = [
-    "job_id",
-    "name",
-    "op",
-    "shape",
-    "dtype",
-    "state",
-    "attempts",
-    "worker",
-    "best_latency_s",
-    "gflops",
-    "trials_done",
-    "trials_total",
-];
+// The CSV and JSON forms are shared with the web dashboard's downloads.
+pub use tunefleet_shared::export::{to_csv, CSV_HEADER};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ResultsFormat {
@@ -85,36 +71,7 @@ pub async fn fetch(connect: &ConnectArgs, job_ids: &[String]) -> anyhow::Result<
 
 /// Pretty JSON array of the job views, with a final newline.
 pub fn to_json(jobs: &[JobView]) -> anyhow::Result<String> {
-    let mut text = serde_json::to_string_pretty(jobs)?;
-    text.push('\n');
-    Ok(text)
-}
-
-/// CSV with [`CSV_HEADER`]; empty fields for unknown values.
-pub fn to_csv(jobs: &[JobView]) -> String {
-    let mut out = csv_line(&CSV_HEADER);
-    for job in jobs {
-        let row = [
-            job.job_id.clone(),
-            job.name.clone(),
-            job_op(job),
-            job_shape(job),
-            job.workload.dtype.clone(),
-            job.state.to_string(),
-            job.attempts.to_string(),
-            job.worker.clone().unwrap_or_default(),
-            job.best_latency_s
-                .map(|l| l.to_string())
-                .unwrap_or_default(),
-            job_gflops(job)
-                .map(|g| format!("{g:.3}"))
-                .unwrap_or_default(),
-            job.trials_done.to_string(),
-            job.trials_total.to_string(),
-        ];
-        out.push_str(&csv_line(&row));
-    }
-    out
+    Ok(tunefleet_shared::export::to_json(jobs))
 }
 
 /// Aligned columns, or a one-line note when there are no jobs.
@@ -186,20 +143,6 @@ mod tests {
         assert_eq!(arr[0]["records"].as_array().unwrap().len(), 1);
         assert!(arr[1]["best_latency_s"].is_null());
         assert!(arr[1]["name"].is_string());
-    }
-
-    #[test]
-    fn csv_has_the_header_and_quotes_names() {
-        let text = to_csv(&jobs());
-        let mut lines = text.lines();
-        assert_eq!(lines.next().unwrap(), CSV_HEADER.join(","));
-        let row = lines.next().unwrap();
-        assert!(row.starts_with("aa,\"mm, \"\"big\"\"\","), "{row}");
-        assert!(row.contains(",done,1,gpu-1,0.000025,"), "{row}");
-        assert!(row.ends_with(",16,16"), "{row}");
-        let queued = lines.next().unwrap();
-        assert!(queued.contains(",queued,1,,,,0,16"), "{queued}");
-        assert_eq!(lines.next(), None);
     }
 
     #[test]

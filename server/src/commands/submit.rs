@@ -203,6 +203,7 @@ mod tests {
         let connect = ConnectArgs {
             server: "ws://h:1".into(),
             token: Some("t".into()),
+            ca_cert: None,
         };
         let err = ClientError::Server {
             code: tunefleet_shared::protocol::ErrorCode::InvalidWorkload,

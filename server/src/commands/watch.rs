@@ -177,7 +177,7 @@ async fn reconnect(args: &WatchArgs, display: &mut Display) -> anyhow::Result<Cl
     let give_up = Instant::now() + limit;
     let mut delay = FIRST_BACKOFF;
     loop {
-        match Client::connect(&args.connect.server, args.connect.token()).await {
+        match args.connect.try_connect().await {
             Ok(client) => {
                 display.note("reconnected");
                 return Ok(client);

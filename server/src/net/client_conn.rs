@@ -5,6 +5,12 @@
 //! broadcast channel, so the core never waits for a subscriber; a subscriber
 //! that falls more than the buffer behind is sent a fresh snapshot (with the
 //! current `seq`) instead of the events it missed, and carries on from there.
+//!
+//! Every frame after `hello` is counted against `--max-requests-per-second`
+//! ([`RequestLimiter`]): over the rate a request is answered `rate_limited`
+//! without being executed, and a client that keeps flooding is closed with
+//! 1008. `shutdown` (admin) notifies `serve`, which stops the master as on
+//! SIGTERM after the reply has gone out.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +24,7 @@ use tunefleet_shared::protocol::{
 use tunefleet_shared::secrets_equal;
 use tunefleet_shared::workload::{parse_workload_file, MAX_WORKLOAD_FILE_BYTES};
 
+use super::limits::{RequestLimiter, Verdict};
 use super::{AppState, Connection, Frame};
 use crate::core::{Command, Published};
 use crate::scheduler::CommandError;
@@ -27,7 +34,7 @@ const MAX_BAD_MESSAGES: u32 = 16;
 
 pub async fn run(mut conn: Connection, state: AppState) {
     let _alive = state.alive.clone();
-    let Some(role) = handshake(&mut conn, &state).await else {
+    let Some((role, client_name)) = handshake(&mut conn, &state).await else {
         return;
     };
     let mut shutdown = state.shutdown.clone();
@@ -36,55 +43,79 @@ pub async fn run(mut conn: Connection, state: AppState) {
     let mut bad_messages = 0;
     let mut ping = tokio::time::interval(state.config.heartbeat_interval);
     let mut last_ping = Instant::now();
+    let mut limiter = RequestLimiter::new(state.config.max_requests_per_second, Instant::now());
 
     loop {
         tokio::select! {
-            frame = conn.recv() => match frame {
-                Frame::Text(text) => match serde_json::from_str::<ClientRequest>(&text) {
-                    Err(e) => {
+            frame = conn.recv() => {
+                if matches!(frame, Frame::Text(_) | Frame::Binary) {
+                    let verdict = limiter.check(Instant::now());
+                    if verdict != Verdict::Allow {
+                        let id = match &frame {
+                            Frame::Text(text) => request_id(text),
+                            _ => None,
+                        };
+                        let rate = state.config.max_requests_per_second;
+                        let message = format!(
+                            "rate limited: this master allows {rate} requests per second per connection \
+                             (bursts of {}); the request was not executed, slow down",
+                            2 * rate
+                        );
+                        let _ = conn.send(&error(id, ErrorCode::RateLimited, message)).await;
+                        if verdict == Verdict::Close {
+                            warn!("client closed for flooding: requests far over the rate limit");
+                            conn.close(close_code::POLICY, "request rate limit exceeded").await;
+                            return;
+                        }
+                        continue;
+                    }
+                }
+                match frame {
+                    Frame::Text(text) => match serde_json::from_str::<ClientRequest>(&text) {
+                        Err(e) => {
+                            bad_messages += 1;
+                            let id = request_id(&text);
+                            let _ = conn.send(&error(id, ErrorCode::BadRequest, format!("invalid request: {e}"))).await;
+                            if bad_messages >= MAX_BAD_MESSAGES {
+                                conn.close(close_code::POLICY, "too many invalid requests").await;
+                                return;
+                            }
+                        }
+                        Ok(request) => {
+                            bad_messages = 0;
+                            let subscribe = matches!(request.command, ClientCommand::Subscribe);
+                            if subscribe && events.is_none() {
+                                // Subscribe before taking the snapshot so no event falls between them.
+                                events = Some(state.core.events.subscribe());
+                            }
+                            let reply = handle(request, role, &client_name, &state).await;
+                            if conn.send(&reply).await.is_err() {
+                                return;
+                            }
+                            if subscribe && matches!(reply, ServerMessage::Reply { .. }) {
+                                match send_snapshot(&mut conn, &state).await {
+                                    Some(seq) => last_seq = seq,
+                                    None => return,
+                                }
+                            }
+                        }
+                    },
+                    Frame::Binary => {
                         bad_messages += 1;
-                        let id = serde_json::from_str::<serde_json::Value>(&text).ok()
-                            .and_then(|v| v.get("id").and_then(|i| i.as_u64()));
-                        let _ = conn.send(&error(id, ErrorCode::BadRequest, format!("invalid request: {e}"))).await;
+                        let _ = conn.send(&error(None, ErrorCode::BadRequest, "binary frames are not supported; send JSON text".into())).await;
                         if bad_messages >= MAX_BAD_MESSAGES {
                             conn.close(close_code::POLICY, "too many invalid requests").await;
                             return;
                         }
                     }
-                    Ok(request) => {
-                        bad_messages = 0;
-                        let subscribe = matches!(request.command, ClientCommand::Subscribe);
-                        if subscribe && events.is_none() {
-                            // Subscribe before taking the snapshot so no event falls between them.
-                            events = Some(state.core.events.subscribe());
-                        }
-                        let reply = handle(request, role, &state).await;
-                        if conn.send(&reply).await.is_err() {
-                            return;
-                        }
-                        if subscribe && matches!(reply, ServerMessage::Reply { .. }) {
-                            match send_snapshot(&mut conn, &state).await {
-                                Some(seq) => last_seq = seq,
-                                None => return,
-                            }
-                        }
-                    }
-                },
-                Frame::Binary => {
-                    bad_messages += 1;
-                    let _ = conn.send(&error(None, ErrorCode::BadRequest, "binary frames are not supported; send JSON text".into())).await;
-                    if bad_messages >= MAX_BAD_MESSAGES {
-                        conn.close(close_code::POLICY, "too many invalid requests").await;
+                    Frame::Control => {}
+                    Frame::Closed { .. } | Frame::Error(_) => return,
+                    Frame::TooBig => {
+                        let limit = conn.max_message_bytes();
+                        warn!("client sent a message over the {limit}-byte limit; closing");
+                        conn.close(close_code::TOO_BIG, &format!("message over the {limit}-byte limit")).await;
                         return;
                     }
-                }
-                Frame::Control => {}
-                Frame::Closed { .. } | Frame::Error(_) => return,
-                Frame::TooBig => {
-                    let limit = conn.max_message_bytes();
-                    warn!("client sent a message over the {limit}-byte limit; closing");
-                    conn.close(close_code::TOO_BIG, &format!("message over the {limit}-byte limit")).await;
-                    return;
                 }
             },
             event = next_event(&mut events) => match event {
@@ -146,7 +177,7 @@ async fn send_snapshot(conn: &mut Connection, state: &AppState) -> Option<u64> {
     Some(seq)
 }
 
-async fn handshake(conn: &mut Connection, state: &AppState) -> Option<Role> {
+async fn handshake(conn: &mut Connection, state: &AppState) -> Option<(Role, String)> {
     let frame = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.recv()).await {
         Ok(frame) => frame,
         Err(_) => {
@@ -225,7 +256,7 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<Role> {
         Some(t) if secrets_equal(&t, &state.config.admin_token) => Role::Admin,
         Some(_) => {
             warn!(
-                client = client.as_deref().unwrap_or("?"),
+                client = %client_name(client.as_deref()),
                 "client refused: wrong token"
             );
             let reason = "unauthorized: wrong token";
@@ -254,7 +285,7 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<Role> {
         }
     };
     debug!(
-        client = client.as_deref().unwrap_or("?"),
+        client = %client_name(client.as_deref()),
         ?role,
         "client connected"
     );
@@ -267,10 +298,39 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<Role> {
         },
     };
     conn.send(&welcome).await.ok()?;
-    Some(role)
+    Some((role, client_name(client.as_deref())))
 }
 
-async fn handle(request: ClientRequest, role: Role, state: &AppState) -> ServerMessage {
+/// The client's self-chosen name for the log: printable, at most 64 chars.
+fn client_name(name: Option<&str>) -> String {
+    let name: String = name
+        .unwrap_or("?")
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "?".into()
+    } else {
+        name
+    }
+}
+
+/// The `id` of a request that did not parse (or was not parsed), if it has one.
+fn request_id(text: &str) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct IdOnly {
+        id: Option<u64>,
+    }
+    serde_json::from_str::<IdOnly>(text).ok().and_then(|v| v.id)
+}
+
+async fn handle(
+    request: ClientRequest,
+    role: Role,
+    client_name: &str,
+    state: &AppState,
+) -> ServerMessage {
     let id = request.id;
     if request.command.needs_admin() && role != Role::Admin {
         return error(
@@ -319,6 +379,19 @@ async fn handle(request: ClientRequest, role: Role, state: &AppState) -> ServerM
             let parsed =
                 tokio::task::spawn_blocking(move || parse_workload_file(&yaml, &name)).await;
             let workloads = match parsed {
+                Ok(Ok(workloads)) if workloads.len() > state.config.max_workloads_per_upload => {
+                    let max = state.config.max_workloads_per_upload;
+                    info!(file = %filename, count = workloads.len(), max, "submission refused: too many workloads");
+                    return error(
+                        Some(id),
+                        ErrorCode::TooLarge,
+                        format!(
+                            "{filename}: {} workloads is over this master's limit of {max} per upload \
+                             (serve --max-workloads-per-upload); split the file",
+                            workloads.len()
+                        ),
+                    );
+                }
                 Ok(Ok(workloads)) => workloads,
                 Ok(Err(errors)) => {
                     info!(file = %filename, "submission refused: invalid workload file");
@@ -362,6 +435,14 @@ async fn handle(request: ClientRequest, role: Role, state: &AppState) -> ServerM
                 Some(Err(e)) => return command_error(id, e),
                 None => return gone(),
             }
+        }
+        ClientCommand::Shutdown => {
+            // `serve` stops accepting and tells every connection, this one
+            // included, only after this task has sent the reply: the shutdown
+            // notice reaches us through the same select loop.
+            warn!(client = %client_name, "shutdown requested by an admin client");
+            state.stop.notify_one();
+            ReplyBody::ShuttingDown
         }
     };
     ServerMessage::Reply { id, body }

@@ -4,28 +4,42 @@
 //! checks what only the connection can know (the handshake, the token bound
 //! to this socket, frame sizes, liveness), and forwards the rest to the core.
 //! Each socket has its own task; a slow or hostile peer can only stall itself.
+//!
+//! Before a socket is upgraded the master checks what the HTTP request shows:
+//! the `Origin` ([`origin`]) and the number of open connections
+//! (`--max-connections`). Refusals are plain HTTP answers (403, 503), logged
+//! with the peer's address.
 
 mod client_conn;
 mod connection;
+pub mod limits;
+pub mod origin;
+pub mod tls;
 mod worker_conn;
 
+use std::fmt;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::State;
-use axum::response::{Html, IntoResponse};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tower_http::services::{ServeDir, ServeFile};
+use tracing::warn;
 
 use crate::core::CoreHandle;
 pub use connection::{Connection, Frame};
+pub use origin::OriginPolicy;
 
 /// What the connection tasks need to know about the master's settings.
-#[derive(Clone, Debug)]
+/// `Debug` redacts the admin token and the worker secret.
+#[derive(Clone)]
 pub struct NetConfig {
     pub heartbeat_interval: Duration,
     pub heartbeat_timeout: Duration,
@@ -34,6 +48,38 @@ pub struct NetConfig {
     pub worker_secret: Option<String>,
     pub max_message_bytes: usize,
     pub web_dir: Option<PathBuf>,
+    /// Who may open a WebSocket from a browser besides the master's own origin.
+    pub origins: OriginPolicy,
+    /// Workloads one `submit` may carry.
+    pub max_workloads_per_upload: usize,
+    /// Requests per second per client connection (0: unlimited).
+    pub max_requests_per_second: u32,
+    /// Messages per second per worker connection, progress excepted (0: unlimited).
+    pub max_worker_messages_per_second: u32,
+}
+
+impl fmt::Debug for NetConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NetConfig")
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("heartbeat_timeout", &self.heartbeat_timeout)
+            .field("admin_token", &"<redacted>")
+            .field("public_read", &self.public_read)
+            .field(
+                "worker_secret",
+                &self.worker_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("web_dir", &self.web_dir)
+            .field("origins", &self.origins)
+            .field("max_workloads_per_upload", &self.max_workloads_per_upload)
+            .field("max_requests_per_second", &self.max_requests_per_second)
+            .field(
+                "max_worker_messages_per_second",
+                &self.max_worker_messages_per_second,
+            )
+            .finish()
+    }
 }
 
 #[derive(Clone)]
@@ -44,6 +90,10 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Held by every connection task; shutdown waits until all are dropped.
     pub alive: mpsc::Sender<()>,
+    /// One permit per open WebSocket (`--max-connections`).
+    pub connections: Arc<Semaphore>,
+    /// Notified by an admin's `shutdown` request; `serve` then stops as on SIGTERM.
+    pub stop: Arc<Notify>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -71,16 +121,65 @@ async fn no_dashboard() -> impl IntoResponse {
     )
 }
 
-async fn worker_upgrade(ws: WebSocketUpgrade, State(state): State<AppState>) -> impl IntoResponse {
-    let max = state.config.max_message_bytes;
-    ws.max_message_size(max)
-        .max_frame_size(max)
-        .on_upgrade(move |socket| worker_conn::run(Connection::new(socket, max), state))
+/// Checks what can be checked before the upgrade: the `Origin` and the
+/// connection limit. The permit is held for the life of the connection.
+fn admit(
+    endpoint: &str,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    state: &AppState,
+) -> Result<OwnedSemaphorePermit, (StatusCode, String)> {
+    if let Err(reason) = state.config.origins.check(headers) {
+        warn!(%peer, endpoint, "{reason}");
+        return Err((StatusCode::FORBIDDEN, reason));
+    }
+    match state.connections.clone().try_acquire_owned() {
+        Ok(permit) => Ok(permit),
+        Err(_) => {
+            warn!(%peer, endpoint, "connection refused: --max-connections reached");
+            Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many connections: the master's --max-connections limit is reached; retry later"
+                    .into(),
+            ))
+        }
+    }
 }
 
-async fn client_upgrade(ws: WebSocketUpgrade, State(state): State<AppState>) -> impl IntoResponse {
+async fn worker_upgrade(
+    ws: WebSocketUpgrade,
+    headers: HeaderMap,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    State(state): State<AppState>,
+) -> Response {
+    let permit = match admit("/ws/worker", &headers, peer, &state) {
+        Ok(permit) => permit,
+        Err(refusal) => return refusal.into_response(),
+    };
     let max = state.config.max_message_bytes;
     ws.max_message_size(max)
         .max_frame_size(max)
-        .on_upgrade(move |socket| client_conn::run(Connection::new(socket, max), state))
+        .on_upgrade(move |socket| async move {
+            let _permit = permit;
+            worker_conn::run(Connection::new(socket, max), state).await
+        })
+}
+
+async fn client_upgrade(
+    ws: WebSocketUpgrade,
+    headers: HeaderMap,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    State(state): State<AppState>,
+) -> Response {
+    let permit = match admit("/ws/client", &headers, peer, &state) {
+        Ok(permit) => permit,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let max = state.config.max_message_bytes;
+    ws.max_message_size(max)
+        .max_frame_size(max)
+        .on_upgrade(move |socket| async move {
+            let _permit = permit;
+            client_conn::run(Connection::new(socket, max), state).await
+        })
 }

@@ -4,6 +4,12 @@
 //! message whose token differs (a stolen or stale one) is refused here and
 //! never reaches the scheduler. When the socket ends for any reason the core
 //! is told at once, which recycles the worker's job to the front of the queue.
+//!
+//! Rate: `progress` reaches the core at most once per
+//! [`PROGRESS_INTERVAL`] (the latest report wins; a held-back one is sent when
+//! the interval is over or just before the worker's next other message), and
+//! other messages beyond `--max-worker-messages-per-second` are not refused but
+//! read more slowly (see [`super::limits`]).
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +20,7 @@ use tunefleet_shared::protocol::{
 };
 use tunefleet_shared::secrets_equal;
 
+use super::limits::{TokenBucket, PROGRESS_INTERVAL};
 use super::{AppState, Connection, Frame};
 use crate::core::{Command, Outbound, WorkerInput};
 use crate::scheduler::{session_label, LeaveKind, ProgressReport};
@@ -88,6 +95,10 @@ pub async fn run(mut conn: Connection, state: AppState) {
     let mut last_ping = Instant::now();
     let mut bad_messages = 0;
     let mut kind = LeaveKind::Lost;
+    let mut bucket = TokenBucket::per_second(config.max_worker_messages_per_second, Instant::now());
+    // The latest progress report not yet forwarded, and when the next may go.
+    let mut held_progress: Option<WorkerInput> = None;
+    let mut next_progress = tokio::time::Instant::now();
 
     let reason: String = loop {
         tokio::select! {
@@ -105,7 +116,30 @@ pub async fn run(mut conn: Connection, state: AppState) {
                     Ok(msg) => {
                         bad_messages = 0;
                         match to_input(msg, &token) {
+                            Ok(input @ WorkerInput::Progress(_)) => {
+                                let now = tokio::time::Instant::now();
+                                if now < next_progress {
+                                    held_progress = Some(input);
+                                    continue;
+                                }
+                                next_progress = now + PROGRESS_INTERVAL;
+                                if !state.core.send(Command::Worker { session, input }).await {
+                                    break "master core stopped".into();
+                                }
+                            }
                             Ok(input) => {
+                                // Backpressure: over the rate, this socket is simply read later.
+                                let wait = bucket.wait(Instant::now());
+                                if !wait.is_zero() {
+                                    tokio::time::sleep(wait).await;
+                                }
+                                bucket.try_take(Instant::now());
+                                // A held-back progress report goes first, keeping the order.
+                                if let Some(progress) = held_progress.take() {
+                                    if !state.core.send(Command::Worker { session, input: progress }).await {
+                                        break "master core stopped".into();
+                                    }
+                                }
                                 if !state.core.send(Command::Worker { session, input }).await {
                                     break "master core stopped".into();
                                 }
@@ -151,6 +185,14 @@ pub async fn run(mut conn: Connection, state: AppState) {
                     break reason;
                 }
                 None => break "master core stopped".into(),
+            },
+            _ = tokio::time::sleep_until(next_progress), if held_progress.is_some() => {
+                next_progress = tokio::time::Instant::now() + PROGRESS_INTERVAL;
+                if let Some(input) = held_progress.take() {
+                    if !state.core.send(Command::Worker { session, input }).await {
+                        break "master core stopped".into();
+                    }
+                }
             },
             _ = check.tick() => {
                 let silent = conn.last_seen.elapsed();

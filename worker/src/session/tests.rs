@@ -170,7 +170,9 @@ fn worker_url_appends_the_endpoint_once() {
     assert_eq!(ok("ws://h:1/ws/worker/"), "ws://h:1/ws/worker");
     assert_eq!(ok(" http://h:1 "), "ws://h:1/ws/worker");
     assert_eq!(ok("ws://h/prefix"), "ws://h/prefix/ws/worker");
-    for bad in ["", "h:1", "ws://", "ws:///x", "wss://h:1", "https://h"] {
+    assert_eq!(ok("wss://h:1"), "wss://h:1/ws/worker");
+    assert_eq!(ok("https://h/"), "wss://h/ws/worker");
+    for bad in ["", "h:1", "ws://", "ws:///x", "wss://", "ftp://h"] {
         assert!(worker_url(bad).is_err(), "{bad}");
     }
 }

@@ -1,0 +1,170 @@
+//! Thin wrappers over the browser APIs the app uses: the WebSocket, session
+//! and local storage, downloads, the clock and the theme attribute.
+
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use web_sys::{CloseEvent, MessageEvent, WebSocket};
+use yew::Callback;
+
+use super::Theme;
+
+const TOKEN_KEY: &str = "tunefleet.token";
+const THEME_KEY: &str = "tunefleet.theme";
+
+/// `ws://HOST/ws/client` (or `wss://` on an https page): the master that
+/// served the page.
+pub fn client_url() -> String {
+    let location = gloo::utils::window().location();
+    let scheme = match location.protocol().as_deref() {
+        Ok("https:") => "wss",
+        _ => "ws",
+    };
+    let host = location.host().unwrap_or_default();
+    format!("{scheme}://{host}/ws/client")
+}
+
+/// A WebSocket and its event handlers (dropped together).
+pub struct Socket {
+    ws: WebSocket,
+    _on_open: Closure<dyn FnMut()>,
+    _on_message: Closure<dyn FnMut(MessageEvent)>,
+    _on_close: Closure<dyn FnMut(CloseEvent)>,
+}
+
+impl Socket {
+    pub fn open(
+        url: &str,
+        on_open: Callback<()>,
+        on_text: Callback<String>,
+        on_close: Callback<(u16, String)>,
+    ) -> Result<Socket, String> {
+        let ws = WebSocket::new(url).map_err(|e| format!("{e:?}"))?;
+        let open = Closure::<dyn FnMut()>::new(move || on_open.emit(()));
+        let message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+            // The master only sends text; a binary frame would be a bug there.
+            if let Some(text) = e.data().as_string() {
+                on_text.emit(text);
+            }
+        });
+        let close = Closure::<dyn FnMut(CloseEvent)>::new(move |e: CloseEvent| {
+            on_close.emit((e.code(), e.reason()))
+        });
+        ws.set_onopen(Some(open.as_ref().unchecked_ref()));
+        ws.set_onmessage(Some(message.as_ref().unchecked_ref()));
+        ws.set_onclose(Some(close.as_ref().unchecked_ref()));
+        Ok(Socket {
+            ws,
+            _on_open: open,
+            _on_message: message,
+            _on_close: close,
+        })
+    }
+
+    pub fn send(&self, text: &str) {
+        // A send on a closing socket fails; its close event follows.
+        let _ = self.ws.send_with_str(text);
+    }
+
+    /// Closes without telling anyone (the app has moved on to a new socket).
+    pub fn close(self) {
+        self.ws.set_onopen(None);
+        self.ws.set_onmessage(None);
+        self.ws.set_onclose(None);
+        let _ = self.ws.close_with_code(1000);
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        // The closures die with us; make sure the socket no longer calls them.
+        self.ws.set_onopen(None);
+        self.ws.set_onmessage(None);
+        self.ws.set_onclose(None);
+    }
+}
+
+fn session_storage() -> Option<web_sys::Storage> {
+    gloo::utils::window().session_storage().ok().flatten()
+}
+
+fn local_storage() -> Option<web_sys::Storage> {
+    gloo::utils::window().local_storage().ok().flatten()
+}
+
+/// The admin token of this tab (session storage: gone when the tab closes).
+pub fn stored_token() -> Option<String> {
+    session_storage()?
+        .get_item(TOKEN_KEY)
+        .ok()
+        .flatten()
+        .filter(|t| !t.is_empty())
+}
+
+pub fn store_token(token: Option<&str>) {
+    if let Some(storage) = session_storage() {
+        let _ = match token {
+            Some(t) => storage.set_item(TOKEN_KEY, t),
+            None => storage.remove_item(TOKEN_KEY),
+        };
+    }
+}
+
+/// The theme `boot.js` applied (from `?theme=` or the saved choice).
+pub fn current_theme() -> Theme {
+    let root = gloo::utils::document().document_element();
+    match root.and_then(|r| r.get_attribute("data-theme")).as_deref() {
+        Some("dark") => Theme::Dark,
+        Some("light") => Theme::Light,
+        _ => Theme::Auto,
+    }
+}
+
+pub fn apply_theme(theme: Theme) {
+    if let Some(root) = gloo::utils::document().document_element() {
+        let _ = match theme {
+            Theme::Auto => root.remove_attribute("data-theme"),
+            t => root.set_attribute("data-theme", t.name()),
+        };
+    }
+    if let Some(storage) = local_storage() {
+        let _ = storage.set_item(THEME_KEY, theme.name());
+    }
+}
+
+/// Milliseconds since the epoch (the browser's clock).
+pub fn now_ms() -> u64 {
+    js_sys::Date::now() as u64
+}
+
+/// `Date.getTimezoneOffset()`: UTC minus local time, in minutes.
+pub fn tz_offset_min() -> i64 {
+    js_sys::Date::new_0().get_timezone_offset() as i64
+}
+
+/// Saves `text` as a file called `name` through a temporary object URL.
+pub fn download(name: &str, mime: &str, text: &str) -> Result<(), String> {
+    let err = |e: JsValue| format!("{e:?}");
+    let parts = js_sys::Array::of1(&JsValue::from_str(text));
+    let options = web_sys::BlobPropertyBag::new();
+    options.set_type(mime);
+    let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options).map_err(err)?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(err)?;
+    let document = gloo::utils::document();
+    let anchor: web_sys::HtmlAnchorElement = document
+        .create_element("a")
+        .map_err(err)?
+        .dyn_into()
+        .map_err(|_| "not an anchor".to_string())?;
+    anchor.set_href(&url);
+    anchor.set_download(name);
+    let body = gloo::utils::body();
+    body.append_child(&anchor).map_err(err)?;
+    anchor.click();
+    anchor.remove();
+    // Revoke once the browser has started the download.
+    gloo::timers::callback::Timeout::new(10_000, move || {
+        let _ = web_sys::Url::revoke_object_url(&url);
+    })
+    .forget();
+    Ok(())
+}

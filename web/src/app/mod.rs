@@ -1,0 +1,536 @@
+//! The browser side: one Yew component that owns the WebSocket, feeds its
+//! frames to [`Session`], and renders the state (`view.rs`).
+//!
+//! Nothing polls: the page renders when a frame arrives (batched per 30 ms so
+//! a burst of progress events costs one render) or when the user does
+//! something. When the socket drops, the page keeps the last state on screen,
+//! marked stale, reconnects with backoff and replaces the state with the
+//! snapshot of the new subscription.
+
+mod browser;
+mod view;
+
+use std::collections::HashSet;
+
+use gloo::file::callbacks::FileReader;
+use gloo::timers::callback::Timeout;
+use tunefleet_shared::export::{self, METASCHEDULE_RECORD_FILE, METASCHEDULE_WORKLOAD_FILE};
+use tunefleet_shared::protocol::{ClientCommand, JobId, Role};
+use wasm_bindgen::prelude::*;
+use yew::prelude::*;
+
+use crate::model::{CloseAction, Effect, Session, Sort, SortKey, StateFilter};
+use crate::upload::{self, Checked};
+use browser::Socket;
+
+/// Jobs table rows rendered at first (and added per "show more").
+const PAGE_ROWS: usize = 200;
+/// Files larger than this are not copied into the text area.
+const MAX_EDITABLE_BYTES: usize = 512 * 1024;
+
+#[wasm_bindgen(start)]
+pub fn start() {
+    let document = gloo::utils::document();
+    if let Some(boot) = document.get_element_by_id("boot") {
+        boot.remove();
+    }
+    match document.get_element_by_id("app") {
+        Some(root) => {
+            yew::Renderer::<App>::with_root(root).render();
+        }
+        None => {
+            yew::Renderer::<App>::new().render();
+        }
+    }
+}
+
+/// Light, dark, or what the system says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Theme {
+    Auto,
+    Light,
+    Dark,
+}
+
+impl Theme {
+    fn next(self) -> Theme {
+        match self {
+            Theme::Auto => Theme::Dark,
+            Theme::Dark => Theme::Light,
+            Theme::Light => Theme::Auto,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Theme::Auto => "auto",
+            Theme::Light => "light",
+            Theme::Dark => "dark",
+        }
+    }
+}
+
+/// The result of the last submit, for the upload box.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SubmitOutcome {
+    Accepted {
+        summary: String,
+        new_names: Vec<String>,
+        duplicate_names: Vec<String>,
+    },
+    Rejected(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Download {
+    Json,
+    Csv,
+    Metaschedule,
+}
+
+pub enum Msg {
+    // The socket, tagged with its generation so late callbacks of an old one are ignored.
+    Opened(u64),
+    Frame(u64, String),
+    Closed(u64, u16, String),
+    Flush,
+    Reconnect,
+    // Token
+    TokenInput(String),
+    SignIn,
+    SignOut,
+    // Upload
+    UploadText(String),
+    FilePicked(web_sys::File),
+    FileLoaded(String, Result<String, String>),
+    Dragging(bool),
+    Submit,
+    ClearUpload,
+    // Fleet
+    Filter(StateFilter),
+    Search(String),
+    SortBy(SortKey),
+    ShowMore,
+    Select(Option<JobId>),
+    Cancel(JobId),
+    Retry(JobId),
+    Download(Download),
+    ToggleTheme,
+    DismissNotice(u64),
+}
+
+pub struct Notice {
+    id: u64,
+    text: String,
+    error: bool,
+}
+
+pub struct App {
+    session: Session,
+    socket: Option<Socket>,
+    generation: u64,
+    retry: Option<Timeout>,
+    /// Frames received since the last render.
+    inbox: Vec<String>,
+    flush: Option<Timeout>,
+    token: Option<String>,
+    token_input: String,
+    // Upload box
+    upload_text: String,
+    upload_name: String,
+    /// Set when the loaded file is too big to show in the text area.
+    upload_hidden_bytes: Option<usize>,
+    checked: Checked,
+    submit_outcome: Option<SubmitOutcome>,
+    reader: Option<FileReader>,
+    dragging: bool,
+    // Fleet views
+    filter: StateFilter,
+    search: String,
+    sort: Sort,
+    limit: usize,
+    selected: Option<JobId>,
+    notices: Vec<Notice>,
+    next_notice: u64,
+    theme: Theme,
+}
+
+impl App {
+    fn connect(&mut self, ctx: &Context<Self>) {
+        self.retry = None;
+        if let Some(old) = self.socket.take() {
+            old.close();
+        }
+        self.generation += 1;
+        let generation = self.generation;
+        self.session.connecting();
+        let link = ctx.link();
+        let socket = Socket::open(
+            &browser::client_url(),
+            link.callback(move |()| Msg::Opened(generation)),
+            link.callback(move |text| Msg::Frame(generation, text)),
+            link.callback(move |(code, reason)| Msg::Closed(generation, code, reason)),
+        );
+        match socket {
+            Ok(socket) => self.socket = Some(socket),
+            Err(e) => {
+                // Not even a socket object (bad URL): treat as a failed attempt.
+                ctx.link().send_message(Msg::Closed(generation, 1006, e));
+            }
+        }
+    }
+
+    fn send(&self, frame: String) {
+        if let Some(socket) = &self.socket {
+            socket.send(&frame);
+        }
+    }
+
+    fn notice(&mut self, ctx: &Context<Self>, text: String, error: bool) {
+        self.next_notice += 1;
+        let id = self.next_notice;
+        self.notices.push(Notice { id, text, error });
+        if self.notices.len() > 4 {
+            self.notices.remove(0);
+        }
+        let link = ctx.link().clone();
+        Timeout::new(if error { 12_000 } else { 5_000 }, move || {
+            link.send_message(Msg::DismissNotice(id))
+        })
+        .forget();
+    }
+
+    fn known_ids(&self) -> HashSet<&str> {
+        self.session
+            .fleet
+            .jobs()
+            .iter()
+            .map(|j| j.job_id.as_str())
+            .collect()
+    }
+
+    fn recheck(&mut self) {
+        self.checked = upload::check(&self.upload_text, &self.upload_name, &self.known_ids());
+    }
+
+    fn handle_effects(&mut self, ctx: &Context<Self>, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Send(frame) => self.send(frame),
+                Effect::Submitted(report) => {
+                    let name_of = |id: &String| -> String {
+                        if let Checked::Valid { rows, .. } = &self.checked {
+                            if let Some(row) = rows.iter().find(|r| &r.job_id == id) {
+                                return row.name.clone();
+                            }
+                        }
+                        match self.session.fleet.job(id) {
+                            Some(job) => job.name.clone(),
+                            None => crate::format::short_id(id).to_string(),
+                        }
+                    };
+                    let outcome = SubmitOutcome::Accepted {
+                        summary: upload::submit_summary(
+                            report.new_jobs.len(),
+                            report.duplicates.len(),
+                        ),
+                        new_names: report.new_jobs.iter().map(name_of).collect(),
+                        duplicate_names: report.duplicates.iter().map(name_of).collect(),
+                    };
+                    self.submit_outcome = Some(outcome);
+                    self.upload_text.clear();
+                    self.upload_hidden_bytes = None;
+                    self.checked = Checked::Empty;
+                }
+                Effect::SubmitRejected(message) => {
+                    self.submit_outcome = Some(SubmitOutcome::Rejected(message))
+                }
+                Effect::Notice { text, error } => self.notice(ctx, text, error),
+            }
+        }
+    }
+
+    fn download(&mut self, ctx: &Context<Self>, what: Download) {
+        let jobs = self.session.fleet.jobs();
+        let result = match what {
+            Download::Json => browser::download(
+                "tunefleet-results.json",
+                "application/json",
+                &export::to_json(jobs),
+            ),
+            Download::Csv => {
+                browser::download("tunefleet-results.csv", "text/csv", &export::to_csv(jobs))
+            }
+            Download::Metaschedule => match export::metaschedule_database(jobs) {
+                Ok(db) => browser::download(
+                    METASCHEDULE_WORKLOAD_FILE,
+                    "application/json",
+                    &db.workloads,
+                )
+                .and_then(|()| {
+                    browser::download(METASCHEDULE_RECORD_FILE, "application/json", &db.records)
+                })
+                .map(|()| {
+                    if db.skipped > 0 {
+                        let text = format!(
+                            "MetaSchedule database: {} jobs exported, {} without MetaSchedule records skipped",
+                            db.jobs, db.skipped
+                        );
+                        self.notice(ctx, text, false);
+                    }
+                }),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        if let Err(e) = result {
+            self.notice(ctx, format!("download failed: {e}"), true);
+        }
+    }
+}
+
+impl Component for App {
+    type Message = Msg;
+    type Properties = ();
+
+    fn create(ctx: &Context<Self>) -> Self {
+        let mut app = App {
+            session: Session::new(),
+            socket: None,
+            generation: 0,
+            retry: None,
+            inbox: Vec::new(),
+            flush: None,
+            token: browser::stored_token(),
+            token_input: String::new(),
+            upload_text: String::new(),
+            upload_name: "pasted.yaml".into(),
+            upload_hidden_bytes: None,
+            checked: Checked::Empty,
+            submit_outcome: None,
+            reader: None,
+            dragging: false,
+            filter: StateFilter::All,
+            search: String::new(),
+            sort: Sort::default(),
+            limit: PAGE_ROWS,
+            selected: None,
+            notices: Vec::new(),
+            next_notice: 0,
+            theme: browser::current_theme(),
+        };
+        app.connect(ctx);
+        app
+    }
+
+    fn update(&mut self, ctx: &Context<Self>, msg: Msg) -> bool {
+        match msg {
+            Msg::Opened(generation) => {
+                if generation != self.generation {
+                    return false;
+                }
+                let hello = self.session.opened(self.token.as_deref());
+                self.send(hello);
+                true
+            }
+            Msg::Frame(generation, text) => {
+                if generation != self.generation {
+                    return false;
+                }
+                self.inbox.push(text);
+                if self.flush.is_none() {
+                    let link = ctx.link().clone();
+                    self.flush = Some(Timeout::new(30, move || link.send_message(Msg::Flush)));
+                }
+                false
+            }
+            Msg::Flush => {
+                self.flush = None;
+                let had_jobs = self.session.fleet.jobs().len();
+                for frame in std::mem::take(&mut self.inbox) {
+                    let effects = self.session.received(&frame);
+                    self.handle_effects(ctx, effects);
+                }
+                if self.session.fleet.jobs().len() != had_jobs {
+                    // The duplicate marks of the preview depend on the known jobs.
+                    if self.checked.is_valid() {
+                        self.recheck();
+                    }
+                }
+                true
+            }
+            Msg::Closed(generation, code, reason) => {
+                if generation != self.generation {
+                    return false;
+                }
+                // Frames that arrived before the close still count.
+                for frame in std::mem::take(&mut self.inbox) {
+                    let effects = self.session.received(&frame);
+                    self.handle_effects(ctx, effects);
+                }
+                self.flush = None;
+                self.socket = None;
+                let (action, effects) = self.session.closed(code, &reason);
+                self.handle_effects(ctx, effects);
+                if matches!(self.session.link(), crate::model::Link::NeedsToken { .. }) {
+                    // A refused token is not worth keeping for the next load.
+                    browser::store_token(None);
+                    self.token = None;
+                }
+                if let CloseAction::Reconnect { delay_ms } = action {
+                    let jitter = (js_sys::Math::random() * 0.2 * delay_ms as f64) as u64;
+                    let link = ctx.link().clone();
+                    self.retry = Some(Timeout::new((delay_ms + jitter) as u32, move || {
+                        link.send_message(Msg::Reconnect)
+                    }));
+                }
+                true
+            }
+            Msg::Reconnect => {
+                self.connect(ctx);
+                true
+            }
+            Msg::TokenInput(text) => {
+                self.token_input = text;
+                false
+            }
+            Msg::SignIn => {
+                let token = self.token_input.trim().to_string();
+                if token.is_empty() {
+                    return false;
+                }
+                browser::store_token(Some(&token));
+                self.token = Some(token);
+                self.token_input.clear();
+                self.session = Session::new();
+                self.connect(ctx);
+                true
+            }
+            Msg::SignOut => {
+                browser::store_token(None);
+                self.token = None;
+                self.session = Session::new();
+                self.connect(ctx);
+                true
+            }
+            Msg::UploadText(text) => {
+                self.upload_text = text;
+                self.upload_name = "pasted.yaml".into();
+                self.upload_hidden_bytes = None;
+                self.submit_outcome = None;
+                self.recheck();
+                true
+            }
+            Msg::FilePicked(file) => {
+                let name = file.name();
+                let link = ctx.link().clone();
+                let gloo_file = gloo::file::File::from(file);
+                self.reader = Some(gloo::file::callbacks::read_as_text(
+                    &gloo_file,
+                    move |result| {
+                        link.send_message(Msg::FileLoaded(name, result.map_err(|e| e.to_string())))
+                    },
+                ));
+                self.dragging = false;
+                true
+            }
+            Msg::FileLoaded(name, result) => {
+                self.reader = None;
+                self.submit_outcome = None;
+                match result {
+                    Ok(text) => {
+                        self.upload_hidden_bytes =
+                            (text.len() > MAX_EDITABLE_BYTES).then_some(text.len());
+                        self.upload_text = text;
+                        self.upload_name = name;
+                        self.recheck();
+                    }
+                    Err(e) => self.notice(ctx, format!("cannot read {name}: {e}"), true),
+                }
+                true
+            }
+            Msg::Dragging(on) => {
+                let changed = self.dragging != on;
+                self.dragging = on;
+                changed
+            }
+            Msg::Submit => {
+                if let Checked::Valid { yaml, .. } = &self.checked {
+                    let command = ClientCommand::Submit {
+                        yaml: yaml.clone(),
+                        filename: Some(self.upload_name.clone()),
+                    };
+                    if let Some(frame) = self.session.request(command) {
+                        self.submit_outcome = None;
+                        self.send(frame);
+                    }
+                }
+                true
+            }
+            Msg::ClearUpload => {
+                self.upload_text.clear();
+                self.upload_hidden_bytes = None;
+                self.checked = Checked::Empty;
+                self.submit_outcome = None;
+                true
+            }
+            Msg::Filter(filter) => {
+                self.filter = filter;
+                self.limit = PAGE_ROWS;
+                true
+            }
+            Msg::Search(text) => {
+                self.search = text;
+                self.limit = PAGE_ROWS;
+                true
+            }
+            Msg::SortBy(key) => {
+                self.sort = self.sort.clicked(key);
+                true
+            }
+            Msg::ShowMore => {
+                self.limit += PAGE_ROWS;
+                true
+            }
+            Msg::Select(job) => {
+                self.selected = job;
+                true
+            }
+            Msg::Cancel(job_id) => {
+                if let Some(frame) = self.session.request(ClientCommand::Cancel { job_id }) {
+                    self.send(frame);
+                }
+                false
+            }
+            Msg::Retry(job_id) => {
+                if let Some(frame) = self.session.request(ClientCommand::Retry { job_id }) {
+                    self.send(frame);
+                }
+                false
+            }
+            Msg::Download(what) => {
+                self.download(ctx, what);
+                true
+            }
+            Msg::ToggleTheme => {
+                self.theme = self.theme.next();
+                browser::apply_theme(self.theme);
+                true
+            }
+            Msg::DismissNotice(id) => {
+                let before = self.notices.len();
+                self.notices.retain(|n| n.id != id);
+                before != self.notices.len()
+            }
+        }
+    }
+
+    fn view(&self, ctx: &Context<Self>) -> Html {
+        view::page(self, ctx)
+    }
+}
+
+impl App {
+    fn is_admin(&self) -> bool {
+        self.session.role() == Some(Role::Admin)
+    }
+}

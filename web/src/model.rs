@@ -1,0 +1,1369 @@
+//! The dashboard's view-model: what the page knows about the fleet and the
+//! connection, and how every message from the master changes it.
+//!
+//! Plain Rust, no browser types, so it runs (and is tested) natively. The
+//! browser part ([`crate::app`]) only moves frames between the WebSocket and
+//! [`Session`] and renders the state.
+//!
+//! - [`Fleet`] is the state reducer for the pub/sub stream: a `snapshot`
+//!   replaces everything (never merged, so a resync cannot duplicate rows),
+//!   `event`s replace one job (by `job_id`) or worker (by `session`).
+//! - [`Session`] is the client side of the protocol on one socket after
+//!   another: `hello` with the token, `subscribe`, request ids and their
+//!   replies, and what to do when the socket closes.
+
+use std::collections::HashMap;
+
+use tunefleet_shared::protocol::{
+    close_code, ClientCommand, ClientRequest, ErrorCode, FleetEvent, FleetSnapshot, JobId,
+    JobState, JobView, Millis, ReplyBody, Role, ServerMessage, SubmitReport, WorkerView,
+    PROTOCOL_VERSION,
+};
+
+/// Everything the master told us about jobs and workers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fleet {
+    /// Ordered like the master's `results`: `created_at`, then name, then id.
+    jobs: Vec<JobView>,
+    index: HashMap<JobId, usize>,
+    /// Live workers, ordered by `connected_at` then session.
+    workers: Vec<WorkerView>,
+    /// `seq` of the last snapshot or event applied; `None` before the first snapshot.
+    seq: Option<u64>,
+    /// Snapshots applied so far (1 after the first subscribe; more after resyncs).
+    pub snapshots: u64,
+}
+
+/// What [`Fleet::apply_event`] made of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventOutcome {
+    Applied,
+    /// Older than the state we have (or before any snapshot): ignored.
+    Stale,
+    /// Applied, but events were missed before it: ask for a fresh snapshot.
+    Gap,
+}
+
+fn job_order(a: &JobView, b: &JobView) -> std::cmp::Ordering {
+    (a.created_at, &a.name, &a.job_id).cmp(&(b.created_at, &b.name, &b.job_id))
+}
+
+impl Fleet {
+    pub fn jobs(&self) -> &[JobView] {
+        &self.jobs
+    }
+
+    pub fn workers(&self) -> &[WorkerView] {
+        &self.workers
+    }
+
+    pub fn seq(&self) -> Option<u64> {
+        self.seq
+    }
+
+    /// True once a snapshot arrived (the tables show data, not a placeholder).
+    pub fn synced(&self) -> bool {
+        self.seq.is_some()
+    }
+
+    pub fn job(&self, job_id: &str) -> Option<&JobView> {
+        self.index.get(job_id).map(|&i| &self.jobs[i])
+    }
+
+    pub fn worker_by_session(&self, session: &str) -> Option<&WorkerView> {
+        self.workers.iter().find(|w| w.session == session)
+    }
+
+    /// Replaces the whole state with a snapshot.
+    pub fn apply_snapshot(&mut self, seq: u64, snapshot: FleetSnapshot) {
+        let FleetSnapshot {
+            mut jobs,
+            mut workers,
+        } = snapshot;
+        // The master sends each job once; should it not, the last copy wins
+        // rather than showing two rows.
+        let mut seen = HashMap::with_capacity(jobs.len());
+        for (i, job) in jobs.iter().enumerate() {
+            seen.insert(job.job_id.clone(), i);
+        }
+        let mut i = 0;
+        jobs.retain(|job| {
+            let keep = seen.get(&job.job_id) == Some(&i);
+            i += 1;
+            keep
+        });
+        jobs.sort_by(job_order);
+        let mut sessions = std::collections::HashSet::new();
+        workers.reverse();
+        workers.retain(|w| sessions.insert(w.session.clone()));
+        workers.sort_by(|a, b| (a.connected_at, &a.session).cmp(&(b.connected_at, &b.session)));
+        self.jobs = jobs;
+        self.workers = workers;
+        self.reindex();
+        self.seq = Some(seq);
+        self.snapshots += 1;
+    }
+
+    /// Applies one event of the stream.
+    pub fn apply_event(&mut self, seq: u64, event: FleetEvent) -> EventOutcome {
+        let outcome = match self.seq {
+            None => return EventOutcome::Stale,
+            Some(last) if seq <= last => return EventOutcome::Stale,
+            Some(last) if seq == last + 1 => EventOutcome::Applied,
+            Some(_) => EventOutcome::Gap,
+        };
+        self.seq = Some(seq);
+        match event {
+            FleetEvent::JobUpdated { job } => self.upsert_job(*job),
+            FleetEvent::WorkerJoined { worker } | FleetEvent::WorkerUpdated { worker } => {
+                self.upsert_worker(*worker)
+            }
+            FleetEvent::WorkerLeft { session, .. } => self.workers.retain(|w| w.session != session),
+        }
+        outcome
+    }
+
+    fn upsert_job(&mut self, job: JobView) {
+        match self.index.get(&job.job_id) {
+            Some(&i) if job_order(&self.jobs[i], &job).is_eq() => self.jobs[i] = job,
+            Some(&i) => {
+                self.jobs[i] = job;
+                self.jobs.sort_by(job_order);
+                self.reindex();
+            }
+            None => {
+                let at = self
+                    .jobs
+                    .partition_point(|j| job_order(j, &job) == std::cmp::Ordering::Less);
+                self.jobs.insert(at, job);
+                self.reindex();
+            }
+        }
+    }
+
+    fn upsert_worker(&mut self, worker: WorkerView) {
+        match self
+            .workers
+            .iter_mut()
+            .find(|w| w.session == worker.session)
+        {
+            Some(slot) => *slot = worker,
+            None => {
+                let key = (worker.connected_at, worker.session.clone());
+                let at = self
+                    .workers
+                    .partition_point(|w| (w.connected_at, w.session.clone()) < key);
+                self.workers.insert(at, worker);
+            }
+        }
+    }
+
+    fn reindex(&mut self) {
+        self.index = self
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| (j.job_id.clone(), i))
+            .collect();
+    }
+
+    /// The fleet-wide numbers behind the overall progress bar.
+    pub fn overall(&self, now: Millis) -> Overall {
+        overall(&self.jobs, now)
+    }
+}
+
+/// The overall progress bar's numbers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overall {
+    pub total: usize,
+    pub queued: usize,
+    /// Assigned or running.
+    pub running: usize,
+    pub done: usize,
+    pub failed: usize,
+    pub cancelled: usize,
+    /// 0–100: finished jobs count whole, in-flight ones by their trials.
+    pub percent: f64,
+    /// Width shares (0–100) of done and of failed + cancelled jobs in the bar.
+    pub done_share: f64,
+    pub failed_share: f64,
+    /// Estimated time until every open job is finished.
+    pub eta_ms: Option<u64>,
+}
+
+impl Overall {
+    pub fn finished(&self) -> usize {
+        self.done + self.failed + self.cancelled
+    }
+}
+
+fn trials_fraction(job: &JobView) -> f64 {
+    if job.trials_total == 0 {
+        0.0
+    } else {
+        (f64::from(job.trials_done) / f64::from(job.trials_total)).clamp(0.0, 1.0)
+    }
+}
+
+/// Computes [`Overall`] for `jobs` at master time `now`.
+///
+/// ETA: trials still to run for the open jobs, divided by the trial rate
+/// measured since the oldest open job was created (done jobs finished since
+/// then count with all their trials, in-flight ones with the trials done).
+pub fn overall(jobs: &[JobView], now: Millis) -> Overall {
+    let mut o = Overall {
+        total: jobs.len(),
+        ..Overall::default()
+    };
+    let mut progress = 0.0;
+    for job in jobs {
+        match job.state {
+            JobState::Queued => o.queued += 1,
+            JobState::Assigned | JobState::Running => o.running += 1,
+            JobState::Done => o.done += 1,
+            JobState::Failed => o.failed += 1,
+            JobState::Cancelled => o.cancelled += 1,
+        }
+        progress += if job.state.is_terminal() {
+            1.0
+        } else {
+            trials_fraction(job)
+        };
+    }
+    if o.total > 0 {
+        let total = o.total as f64;
+        o.percent = (progress / total * 100.0).clamp(0.0, 100.0);
+        o.done_share = o.done as f64 / total * 100.0;
+        o.failed_share = (o.failed + o.cancelled) as f64 / total * 100.0;
+    }
+    o.eta_ms = eta_ms(jobs, now);
+    o
+}
+
+fn eta_ms(jobs: &[JobView], now: Millis) -> Option<u64> {
+    let open: Vec<&JobView> = jobs.iter().filter(|j| !j.state.is_terminal()).collect();
+    let window = open.iter().map(|j| j.created_at).min()?;
+    let mut trials_run = 0u64;
+    let mut first_start: Option<Millis> = None;
+    for job in jobs {
+        let counted = match job.state {
+            JobState::Done => job.finished_at.is_some_and(|f| f >= window),
+            s => s.is_in_flight(),
+        };
+        if !counted {
+            continue;
+        }
+        trials_run += u64::from(if job.state == JobState::Done {
+            job.trials_total.max(job.trials_done)
+        } else {
+            job.trials_done
+        });
+        if let Some(start) = job.started_at {
+            first_start = Some(first_start.map_or(start, |f: Millis| f.min(start)));
+        }
+    }
+    let start = first_start?.max(window);
+    let elapsed = now.saturating_sub(start).max(1000);
+    if trials_run == 0 {
+        return None;
+    }
+    let remaining: u64 = open
+        .iter()
+        .map(|j| u64::from(j.trials_total.saturating_sub(j.trials_done)))
+        .sum();
+    Some((remaining as f64 * elapsed as f64 / trials_run as f64).round() as u64)
+}
+
+// ---------------------------------------------------------------------------
+// Jobs table: filter and sort
+// ---------------------------------------------------------------------------
+
+/// The state filter chips above the jobs table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StateFilter {
+    #[default]
+    All,
+    Queued,
+    /// Assigned or running.
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl StateFilter {
+    pub const ALL: [StateFilter; 6] = [
+        StateFilter::All,
+        StateFilter::Queued,
+        StateFilter::Running,
+        StateFilter::Done,
+        StateFilter::Failed,
+        StateFilter::Cancelled,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            StateFilter::All => "all",
+            StateFilter::Queued => "queued",
+            StateFilter::Running => "running",
+            StateFilter::Done => "done",
+            StateFilter::Failed => "failed",
+            StateFilter::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn matches(self, state: JobState) -> bool {
+        match self {
+            StateFilter::All => true,
+            StateFilter::Queued => state == JobState::Queued,
+            StateFilter::Running => state.is_in_flight(),
+            StateFilter::Done => state == JobState::Done,
+            StateFilter::Failed => state == JobState::Failed,
+            StateFilter::Cancelled => state == JobState::Cancelled,
+        }
+    }
+
+    /// How many of `overall`'s jobs the chip selects.
+    pub fn count(self, o: &Overall) -> usize {
+        match self {
+            StateFilter::All => o.total,
+            StateFilter::Queued => o.queued,
+            StateFilter::Running => o.running,
+            StateFilter::Done => o.done,
+            StateFilter::Failed => o.failed,
+            StateFilter::Cancelled => o.cancelled,
+        }
+    }
+}
+
+/// Sortable columns of the jobs table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortKey {
+    /// Submission order (the master's).
+    #[default]
+    Created,
+    Name,
+    Op,
+    State,
+    Attempts,
+    Worker,
+    Progress,
+    Best,
+    Gflops,
+}
+
+/// Current sort of the jobs table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sort {
+    pub key: SortKey,
+    pub descending: bool,
+}
+
+impl Sort {
+    /// Clicking a header: the same column flips direction, another starts ascending.
+    pub fn clicked(self, key: SortKey) -> Sort {
+        if self.key == key {
+            Sort {
+                key,
+                descending: !self.descending,
+            }
+        } else {
+            Sort {
+                key,
+                descending: false,
+            }
+        }
+    }
+}
+
+fn state_rank(state: JobState) -> u8 {
+    // Most interesting first: what is happening, then waiting, then finished.
+    match state {
+        JobState::Running => 0,
+        JobState::Assigned => 1,
+        JobState::Queued => 2,
+        JobState::Failed => 3,
+        JobState::Done => 4,
+        JobState::Cancelled => 5,
+    }
+}
+
+fn cmp_opt_f64(a: Option<f64>, b: Option<f64>) -> std::cmp::Ordering {
+    // Unknown values last in ascending order.
+    match (a, b) {
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    }
+}
+
+/// The rows of the jobs table: those matching `filter` and whose name, op or
+/// id contains `search` (case-insensitive), in `sort` order (ties in
+/// submission order).
+pub fn visible_jobs<'a>(
+    jobs: &'a [JobView],
+    filter: StateFilter,
+    search: &str,
+    sort: Sort,
+) -> Vec<&'a JobView> {
+    let needle = search.trim().to_lowercase();
+    let mut rows: Vec<&JobView> = jobs
+        .iter()
+        .filter(|j| filter.matches(j.state))
+        .filter(|j| {
+            needle.is_empty()
+                || j.name.to_lowercase().contains(&needle)
+                || j.workload.op_name().contains(&needle)
+                || j.job_id.starts_with(&needle)
+        })
+        .collect();
+    use tunefleet_shared::export::job_gflops;
+    rows.sort_by(|a, b| {
+        let primary = match sort.key {
+            SortKey::Created => std::cmp::Ordering::Equal,
+            SortKey::Name => a.name.to_lowercase().cmp(&b.name.to_lowercase()),
+            SortKey::Op => a.workload.op_name().cmp(b.workload.op_name()),
+            SortKey::State => state_rank(a.state).cmp(&state_rank(b.state)),
+            SortKey::Attempts => a.attempts.cmp(&b.attempts),
+            SortKey::Worker => a.worker.cmp(&b.worker),
+            SortKey::Progress => trials_fraction(a).total_cmp(&trials_fraction(b)),
+            SortKey::Best => cmp_opt_f64(a.best_latency_s, b.best_latency_s),
+            SortKey::Gflops => cmp_opt_f64(job_gflops(a), job_gflops(b)),
+        };
+        let primary = if sort.descending {
+            primary.reverse()
+        } else {
+            primary
+        };
+        primary.then_with(|| job_order(a, b))
+    });
+    rows
+}
+
+// ---------------------------------------------------------------------------
+// The connection: protocol session
+// ---------------------------------------------------------------------------
+
+/// The connection as the page shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Link {
+    /// Opening the socket / waiting for `welcome` (attempt 0 is the first).
+    Connecting { attempt: u32 },
+    /// Subscribed and (after the snapshot) live.
+    Live { role: Role },
+    /// The socket closed; the page retries after `delay_ms`.
+    Retrying {
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
+    /// The master refused the token (or wants one): waits for the user.
+    NeedsToken { reason: String },
+    /// The master speaks another protocol version: retrying cannot help.
+    Incompatible { reason: String },
+}
+
+impl Link {
+    pub fn is_live(&self) -> bool {
+        matches!(self, Link::Live { .. })
+    }
+
+    pub fn role(&self) -> Option<Role> {
+        match self {
+            Link::Live { role } => Some(*role),
+            _ => None,
+        }
+    }
+}
+
+/// Reconnect delay after `attempt` failed attempts in a row: 0.5 s doubling
+/// to at most 10 s (the page adds up to 20 % jitter).
+pub fn backoff_ms(attempt: u32) -> u64 {
+    (500u64 << attempt.min(5)).min(10_000)
+}
+
+/// A request waiting for its reply.
+#[derive(Clone, Debug, PartialEq)]
+enum Pending {
+    Hello,
+    Subscribe,
+    Submit,
+    Cancel(JobId),
+    Retry(JobId),
+}
+
+/// What the page must do after a message or a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Send this text frame.
+    Send(String),
+    /// The master accepted a workload file.
+    Submitted(SubmitReport),
+    /// The master refused a workload file (its message lists every problem).
+    SubmitRejected(String),
+    /// A cancel or retry went through, or not: a line for the notice area.
+    Notice { text: String, error: bool },
+}
+
+/// What to do after the socket closed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CloseAction {
+    Reconnect {
+        delay_ms: u64,
+    },
+    /// Wait for the user (token needed, or incompatible master).
+    Wait,
+}
+
+/// The protocol state of the page, across reconnects.
+#[derive(Debug, Default)]
+pub struct Session {
+    pub fleet: Fleet,
+    link: Option<Link>,
+    next_id: u64,
+    pending: HashMap<u64, Pending>,
+    /// Failed connection attempts since the last `welcome`.
+    failures: u32,
+    /// The reason the master gave last (`shutdown`, an `error` before close).
+    last_reason: Option<String>,
+    /// A snapshot arrived on the current socket: the state on screen is current.
+    fresh: bool,
+}
+
+fn short_id(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}
+
+impl Session {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn link(&self) -> Link {
+        self.link.clone().unwrap_or(Link::Connecting { attempt: 0 })
+    }
+
+    pub fn role(&self) -> Option<Role> {
+        self.link().role()
+    }
+
+    /// Live and synced: the state on screen is the master's current state.
+    pub fn live(&self) -> bool {
+        self.fresh && self.link().is_live()
+    }
+
+    /// The page is about to open a socket.
+    pub fn connecting(&mut self) {
+        self.fresh = false;
+        self.link = Some(Link::Connecting {
+            attempt: self.failures,
+        });
+        self.last_reason = None;
+    }
+
+    fn frame(&mut self, command: ClientCommand, pending: Pending) -> String {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.pending.insert(id, pending);
+        serde_json::to_string(&ClientRequest { id, command }).unwrap_or_default()
+    }
+
+    /// The socket is open: the `hello` to send.
+    pub fn opened(&mut self, token: Option<&str>) -> String {
+        let token = token.map(str::trim).filter(|t| !t.is_empty());
+        self.frame(
+            ClientCommand::Hello {
+                protocol: PROTOCOL_VERSION,
+                token: token.map(str::to_owned),
+                client: Some("tunefleet-web".into()),
+            },
+            Pending::Hello,
+        )
+    }
+
+    /// A request from the user (submit, cancel, retry); `None` when the page
+    /// is not connected (the buttons are disabled then anyway).
+    pub fn request(&mut self, command: ClientCommand) -> Option<String> {
+        if !self.link().is_live() {
+            return None;
+        }
+        let pending = match &command {
+            ClientCommand::Submit { .. } => Pending::Submit,
+            ClientCommand::Cancel { job_id } => Pending::Cancel(job_id.clone()),
+            ClientCommand::Retry { job_id } => Pending::Retry(job_id.clone()),
+            ClientCommand::Subscribe => Pending::Subscribe,
+            _ => return None,
+        };
+        Some(self.frame(command, pending))
+    }
+
+    /// Whether a submit is waiting for its reply.
+    pub fn submitting(&self) -> bool {
+        self.pending.values().any(|p| *p == Pending::Submit)
+    }
+
+    /// One text frame from the master.
+    pub fn received(&mut self, text: &str) -> Vec<Effect> {
+        let msg: ServerMessage = match serde_json::from_str(text) {
+            Ok(m) => m,
+            // A newer master may send more; nothing we can do with it.
+            Err(_) => return Vec::new(),
+        };
+        let mut effects = Vec::new();
+        match msg {
+            ServerMessage::Reply { id, body } => {
+                let pending = self.pending.remove(&id);
+                match (pending, body) {
+                    (Some(Pending::Hello), ReplyBody::Welcome { role, .. }) => {
+                        self.failures = 0;
+                        self.link = Some(Link::Live { role });
+                        let frame = self.frame(ClientCommand::Subscribe, Pending::Subscribe);
+                        effects.push(Effect::Send(frame));
+                    }
+                    (_, ReplyBody::Submitted(report)) => effects.push(Effect::Submitted(report)),
+                    (_, ReplyBody::Cancelled { job_id }) => effects.push(Effect::Notice {
+                        text: format!("cancelled {}", self.job_label(&job_id)),
+                        error: false,
+                    }),
+                    (_, ReplyBody::Retried { job_id }) => effects.push(Effect::Notice {
+                        text: format!("{} is queued again", self.job_label(&job_id)),
+                        error: false,
+                    }),
+                    _ => {}
+                }
+            }
+            ServerMessage::Error { id, code, message } => {
+                let pending = id.and_then(|id| self.pending.remove(&id));
+                match pending {
+                    Some(Pending::Hello) => {
+                        self.last_reason = Some(message.clone());
+                        if code == ErrorCode::Unauthorized {
+                            self.link = Some(Link::NeedsToken { reason: message });
+                        } else if code == ErrorCode::ProtocolMismatch {
+                            self.link = Some(Link::Incompatible { reason: message });
+                        }
+                    }
+                    Some(Pending::Submit) => effects.push(Effect::SubmitRejected(message)),
+                    Some(Pending::Cancel(job)) | Some(Pending::Retry(job)) => {
+                        effects.push(Effect::Notice {
+                            text: format!("{}: {message}", self.job_label(&job)),
+                            error: true,
+                        })
+                    }
+                    _ => effects.push(Effect::Notice {
+                        text: message,
+                        error: true,
+                    }),
+                }
+            }
+            ServerMessage::Snapshot { seq, snapshot } => {
+                self.fleet.apply_snapshot(seq, snapshot);
+                self.fresh = true;
+            }
+            ServerMessage::Event { seq, event } => {
+                if self.fleet.apply_event(seq, event) == EventOutcome::Gap {
+                    let frame = self.frame(ClientCommand::Subscribe, Pending::Subscribe);
+                    effects.push(Effect::Send(frame));
+                }
+            }
+            ServerMessage::Shutdown { reason } => {
+                self.last_reason = Some(format!("master shutting down: {reason}"))
+            }
+        }
+        effects
+    }
+
+    fn job_label(&self, job_id: &str) -> String {
+        match self.fleet.job(job_id) {
+            Some(job) => format!("job {}", job.name),
+            None => format!("job {}", short_id(job_id)),
+        }
+    }
+
+    /// The socket closed (or failed to open). The fleet state stays on
+    /// screen (marked stale by the link) until the next snapshot replaces it.
+    pub fn closed(&mut self, code: u16, reason: &str) -> (CloseAction, Vec<Effect>) {
+        self.fresh = false;
+        let mut effects = Vec::new();
+        for (_, pending) in self.pending.drain() {
+            if pending == Pending::Submit {
+                effects.push(Effect::SubmitRejected(
+                    "the connection closed before the master answered; check the jobs table \
+                     before submitting again (a repeated file only creates duplicates' skips)"
+                        .into(),
+                ));
+            }
+        }
+        let reason = if !reason.is_empty() {
+            reason.to_string()
+        } else if let Some(r) = self.last_reason.take() {
+            r
+        } else {
+            match code {
+                1006 => "connection lost".into(),
+                1001 => "master going away".into(),
+                c => format!("closed ({c})"),
+            }
+        };
+        match (code, self.link.take()) {
+            (close_code::UNAUTHORIZED, _) | (_, Some(Link::NeedsToken { .. })) => {
+                self.link = Some(Link::NeedsToken { reason });
+                (CloseAction::Wait, effects)
+            }
+            (close_code::PROTOCOL_MISMATCH, _) | (_, Some(Link::Incompatible { .. })) => {
+                self.link = Some(Link::Incompatible { reason });
+                (CloseAction::Wait, effects)
+            }
+            _ => {
+                let delay_ms = backoff_ms(self.failures);
+                self.failures = self.failures.saturating_add(1);
+                self.link = Some(Link::Retrying {
+                    attempt: self.failures,
+                    delay_ms,
+                    reason,
+                });
+                (CloseAction::Reconnect { delay_ms }, effects)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tunefleet_shared::protocol::{ProgressPoint, ResultMeta};
+    use tunefleet_shared::target::Target;
+    use tunefleet_shared::workload::parse_workload_file;
+
+    pub(crate) fn job(id: &str, name: &str, created_at: Millis, state: JobState) -> JobView {
+        let yaml = format!(
+            "target: {{kind: llvm}}\ntrials: 10\nworkloads:\n  - name: {name}\n    op: matmul\n    shape: {{m: 64, n: 64, k: {}}}\n",
+            created_at + 1
+        );
+        let workload = parse_workload_file(&yaml, "t.yaml").unwrap().remove(0);
+        JobView {
+            job_id: id.into(),
+            name: name.into(),
+            workload,
+            state,
+            attempts: 1,
+            worker: None,
+            trials_done: 0,
+            trials_total: 10,
+            best_latency_s: None,
+            records: vec![],
+            history: vec![],
+            errors: vec![],
+            result: None,
+            created_at,
+            updated_at: created_at,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    fn worker(session: &str, connected_at: Millis) -> WorkerView {
+        WorkerView {
+            session: session.into(),
+            worker_id: format!("id-{session}"),
+            name: format!("w-{session}"),
+            target: Target::of_kind("llvm"),
+            backend: "sim".into(),
+            tvm_version: None,
+            current_job: None,
+            jobs_done: 0,
+            connected_at,
+        }
+    }
+
+    fn snapshot(jobs: Vec<JobView>, workers: Vec<WorkerView>) -> FleetSnapshot {
+        FleetSnapshot { jobs, workers }
+    }
+
+    fn job_event(job: JobView) -> FleetEvent {
+        FleetEvent::JobUpdated { job: Box::new(job) }
+    }
+
+    fn names(fleet: &Fleet) -> Vec<&str> {
+        fleet.jobs().iter().map(|j| j.name.as_str()).collect()
+    }
+
+    #[test]
+    fn events_before_the_first_snapshot_are_ignored() {
+        let mut fleet = Fleet::default();
+        let out = fleet.apply_event(1, job_event(job("a", "a", 1, JobState::Queued)));
+        assert_eq!(out, EventOutcome::Stale);
+        assert!(fleet.jobs().is_empty());
+        assert!(!fleet.synced());
+    }
+
+    #[test]
+    fn events_replace_jobs_by_id_and_keep_submission_order() {
+        let mut fleet = Fleet::default();
+        fleet.apply_snapshot(
+            10,
+            snapshot(
+                vec![
+                    job("b", "second", 2, JobState::Queued),
+                    job("a", "first", 1, JobState::Queued),
+                ],
+                vec![],
+            ),
+        );
+        assert_eq!(names(&fleet), ["first", "second"]);
+        let mut running = job("b", "second", 2, JobState::Running);
+        running.trials_done = 4;
+        assert_eq!(
+            fleet.apply_event(11, job_event(running.clone())),
+            EventOutcome::Applied
+        );
+        // Identical consecutive events are harmless.
+        assert_eq!(
+            fleet.apply_event(12, job_event(running)),
+            EventOutcome::Applied
+        );
+        assert_eq!(fleet.jobs().len(), 2);
+        assert_eq!(fleet.job("b").unwrap().state, JobState::Running);
+        assert_eq!(fleet.job("b").unwrap().trials_done, 4);
+        // A new job lands in created_at order.
+        fleet.apply_event(13, job_event(job("c", "between", 1, JobState::Queued)));
+        assert_eq!(names(&fleet), ["between", "first", "second"]);
+        assert_eq!(fleet.job("a").unwrap().name, "first");
+        assert_eq!(fleet.seq(), Some(13));
+    }
+
+    #[test]
+    fn stale_events_are_dropped_and_gaps_reported() {
+        let mut fleet = Fleet::default();
+        fleet.apply_snapshot(
+            5,
+            snapshot(vec![job("a", "a", 1, JobState::Running)], vec![]),
+        );
+        // An event the snapshot already includes must not roll the job back.
+        let out = fleet.apply_event(5, job_event(job("a", "a", 1, JobState::Queued)));
+        assert_eq!(out, EventOutcome::Stale);
+        assert_eq!(fleet.job("a").unwrap().state, JobState::Running);
+        let out = fleet.apply_event(8, job_event(job("a", "a", 1, JobState::Done)));
+        assert_eq!(out, EventOutcome::Gap);
+        assert_eq!(fleet.job("a").unwrap().state, JobState::Done);
+    }
+
+    #[test]
+    fn a_snapshot_replaces_instead_of_merging() {
+        let mut fleet = Fleet::default();
+        fleet.apply_snapshot(
+            3,
+            snapshot(
+                vec![
+                    job("a", "a", 1, JobState::Running),
+                    job("gone", "gone", 2, JobState::Queued),
+                ],
+                vec![worker("s1", 1), worker("s2", 2)],
+            ),
+        );
+        fleet.apply_event(4, job_event(job("x", "x", 3, JobState::Queued)));
+        // Resync (new connection or lagging subscriber): seq may even go back
+        // (a restarted master counts from 0 again).
+        fleet.apply_snapshot(
+            0,
+            snapshot(
+                vec![
+                    job("a", "a", 1, JobState::Done),
+                    job("x", "x", 3, JobState::Queued),
+                    job("a", "a", 1, JobState::Done),
+                ],
+                vec![worker("s3", 5)],
+            ),
+        );
+        assert_eq!(names(&fleet), ["a", "x"]);
+        assert_eq!(fleet.job("a").unwrap().state, JobState::Done);
+        assert!(fleet.job("gone").is_none());
+        let sessions: Vec<&str> = fleet.workers().iter().map(|w| w.session.as_str()).collect();
+        assert_eq!(sessions, ["s3"]);
+        assert_eq!(fleet.snapshots, 2);
+        // Events continue from the new seq.
+        assert_eq!(
+            fleet.apply_event(1, job_event(job("x", "x", 3, JobState::Running))),
+            EventOutcome::Applied
+        );
+    }
+
+    #[test]
+    fn workers_join_update_and_leave_by_session() {
+        let mut fleet = Fleet::default();
+        fleet.apply_snapshot(0, snapshot(vec![], vec![worker("s2", 20)]));
+        let join = |w: WorkerView| FleetEvent::WorkerJoined {
+            worker: Box::new(w),
+        };
+        fleet.apply_event(1, join(worker("s1", 10)));
+        fleet.apply_event(2, join(worker("s3", 30)));
+        let mut busy = worker("s1", 10);
+        busy.current_job = Some("a".into());
+        fleet.apply_event(
+            3,
+            FleetEvent::WorkerUpdated {
+                worker: Box::new(busy),
+            },
+        );
+        let sessions: Vec<&str> = fleet.workers().iter().map(|w| w.session.as_str()).collect();
+        assert_eq!(sessions, ["s1", "s2", "s3"]);
+        assert_eq!(
+            fleet
+                .worker_by_session("s1")
+                .unwrap()
+                .current_job
+                .as_deref(),
+            Some("a")
+        );
+        fleet.apply_event(
+            4,
+            FleetEvent::WorkerLeft {
+                session: "s2".into(),
+                reason: "killed".into(),
+            },
+        );
+        assert_eq!(fleet.workers().len(), 2);
+        assert!(fleet.worker_by_session("s2").is_none());
+    }
+
+    #[test]
+    fn overall_counts_and_weights_in_flight_jobs_by_trials() {
+        let mut running = job("r", "r", 1, JobState::Running);
+        running.trials_done = 5;
+        let jobs = vec![
+            job("d", "d", 1, JobState::Done),
+            job("f", "f", 1, JobState::Failed),
+            running,
+            job("q", "q", 1, JobState::Queued),
+        ];
+        let o = overall(&jobs, 0);
+        assert_eq!(
+            (o.total, o.done, o.failed, o.running, o.queued),
+            (4, 1, 1, 1, 1)
+        );
+        assert_eq!(o.finished(), 2);
+        assert!((o.percent - 62.5).abs() < 1e-9, "{}", o.percent);
+        assert!((o.done_share - 25.0).abs() < 1e-9);
+        assert!((o.failed_share - 25.0).abs() < 1e-9);
+        let all_done = vec![job("d", "d", 1, JobState::Done)];
+        let o = overall(&all_done, 0);
+        assert_eq!(o.percent, 100.0);
+        assert_eq!(o.eta_ms, None);
+        assert_eq!(overall(&[], 0).percent, 0.0);
+    }
+
+    #[test]
+    fn eta_extrapolates_the_trial_rate_since_the_open_jobs_were_created() {
+        // Created at t=0; one job of 10 trials done at t=10 s, one running
+        // with 5 of 10, two queued: 25 trials left at 15 trials / 10 s.
+        let mut done = job("d", "d", 0, JobState::Done);
+        done.trials_done = 10;
+        done.started_at = Some(0);
+        done.finished_at = Some(8_000);
+        let mut running = job("r", "r", 0, JobState::Running);
+        running.trials_done = 5;
+        running.started_at = Some(8_000);
+        let jobs = vec![
+            done,
+            running,
+            job("q1", "q1", 0, JobState::Queued),
+            job("q2", "q2", 0, JobState::Queued),
+        ];
+        let o = overall(&jobs, 10_000);
+        assert_eq!(o.eta_ms, Some(16_667)); // 25 trials at 1.5 trials/s
+                                            // Nothing started yet: no estimate.
+        let o = overall(&[job("q", "q", 0, JobState::Queued)], 10_000);
+        assert_eq!(o.eta_ms, None);
+        // Old jobs finished before the open ones were created do not count.
+        let mut old = job("o", "o", 0, JobState::Done);
+        old.started_at = Some(0);
+        old.finished_at = Some(1_000);
+        let o = overall(&[old, job("q", "q", 5_000, JobState::Queued)], 10_000);
+        assert_eq!(o.eta_ms, None);
+    }
+
+    #[test]
+    fn jobs_filter_search_and_sort() {
+        let mut a = job("aa11", "alpha", 1, JobState::Done);
+        a.best_latency_s = Some(3e-3);
+        let mut b = job("bb22", "Beta", 2, JobState::Running);
+        b.best_latency_s = Some(1e-3);
+        b.trials_done = 5;
+        let c = job("cc33", "gamma", 3, JobState::Queued);
+        let mut d = job("dd44", "delta", 4, JobState::Assigned);
+        d.attempts = 2;
+        let jobs = vec![a, b, c, d];
+        let ids = |rows: Vec<&JobView>| rows.iter().map(|j| j.job_id.clone()).collect::<Vec<_>>();
+        let all = visible_jobs(&jobs, StateFilter::All, "", Sort::default());
+        assert_eq!(ids(all), ["aa11", "bb22", "cc33", "dd44"]);
+        let running = visible_jobs(&jobs, StateFilter::Running, "", Sort::default());
+        assert_eq!(ids(running), ["bb22", "dd44"]);
+        let by_name = Sort::default().clicked(SortKey::Name);
+        assert_eq!(
+            ids(visible_jobs(&jobs, StateFilter::All, "", by_name)),
+            ["aa11", "bb22", "dd44", "cc33"]
+        );
+        let by_name_desc = by_name.clicked(SortKey::Name);
+        assert!(by_name_desc.descending);
+        assert_eq!(
+            ids(visible_jobs(&jobs, StateFilter::All, "", by_name_desc)),
+            ["cc33", "dd44", "bb22", "aa11"]
+        );
+        // Unknown latencies last, ascending.
+        let best = Sort::default().clicked(SortKey::Best);
+        assert_eq!(
+            ids(visible_jobs(&jobs, StateFilter::All, "", best)),
+            ["bb22", "aa11", "cc33", "dd44"]
+        );
+        let by_state = Sort::default().clicked(SortKey::State);
+        assert_eq!(
+            ids(visible_jobs(&jobs, StateFilter::All, "", by_state)),
+            ["bb22", "dd44", "cc33", "aa11"]
+        );
+        assert_eq!(
+            ids(visible_jobs(
+                &jobs,
+                StateFilter::All,
+                "BET",
+                Sort::default()
+            )),
+            ["bb22"]
+        );
+        assert_eq!(
+            ids(visible_jobs(&jobs, StateFilter::All, "cc", Sort::default())),
+            ["cc33"]
+        );
+        assert_eq!(
+            visible_jobs(&jobs, StateFilter::All, "matmul", Sort::default()).len(),
+            4
+        );
+    }
+
+    fn reply(id: u64, body: serde_json::Value) -> String {
+        serde_json::json!({"type": "reply", "id": id, "body": body}).to_string()
+    }
+
+    fn sent(effects: &[Effect]) -> Vec<serde_json::Value> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Send(text) => Some(serde_json::from_str(text).unwrap()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn snapshot_frame(seq: u64, jobs: Vec<JobView>) -> String {
+        serde_json::to_string(&ServerMessage::Snapshot {
+            seq,
+            snapshot: snapshot(jobs, vec![]),
+        })
+        .unwrap()
+    }
+
+    fn event_frame(seq: u64, job: JobView) -> String {
+        serde_json::to_string(&ServerMessage::Event {
+            seq,
+            event: job_event(job),
+        })
+        .unwrap()
+    }
+
+    /// hello → welcome → subscribe → snapshot, as the page does it.
+    fn connect(session: &mut Session, token: Option<&str>, role: &str) {
+        session.connecting();
+        let hello: serde_json::Value = serde_json::from_str(&session.opened(token)).unwrap();
+        assert_eq!(hello["type"], "hello");
+        assert_eq!(hello["protocol"], PROTOCOL_VERSION);
+        let id = hello["id"].as_u64().unwrap();
+        let effects = session.received(&reply(
+            id,
+            serde_json::json!({"kind": "welcome", "server_version": "0.1.0", "protocol": 1, "role": role}),
+        ));
+        let frames = sent(&effects);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0]["type"], "subscribe");
+        let sub_id = frames[0]["id"].as_u64().unwrap();
+        assert!(session
+            .received(&reply(sub_id, serde_json::json!({"kind": "subscribed"})))
+            .is_empty());
+    }
+
+    #[test]
+    fn session_handshake_sends_the_token_and_subscribes() {
+        let mut session = Session::new();
+        assert_eq!(session.link(), Link::Connecting { attempt: 0 });
+        session.connecting();
+        let hello: serde_json::Value =
+            serde_json::from_str(&session.opened(Some(" secret "))).unwrap();
+        assert_eq!(hello["token"], "secret");
+        assert_eq!(hello["client"], "tunefleet-web");
+        let no_token: serde_json::Value = serde_json::from_str(&session.opened(Some(""))).unwrap();
+        assert!(no_token["token"].is_null());
+
+        let mut session = Session::new();
+        connect(&mut session, Some("t"), "admin");
+        assert_eq!(session.role(), Some(Role::Admin));
+        assert!(!session.fleet.synced());
+        assert!(!session.live(), "not live before the snapshot");
+        session.received(&snapshot_frame(7, vec![job("a", "a", 1, JobState::Queued)]));
+        assert!(session.fleet.synced());
+        assert!(session.live());
+        session.received(&event_frame(8, job("a", "a", 1, JobState::Running)));
+        assert_eq!(session.fleet.job("a").unwrap().state, JobState::Running);
+    }
+
+    #[test]
+    fn a_gap_in_the_event_stream_resubscribes() {
+        let mut session = Session::new();
+        connect(&mut session, None, "read");
+        session.received(&snapshot_frame(1, vec![job("a", "a", 1, JobState::Queued)]));
+        let effects = session.received(&event_frame(3, job("a", "a", 1, JobState::Running)));
+        let frames = sent(&effects);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0]["type"], "subscribe");
+    }
+
+    #[test]
+    fn reconnect_resyncs_from_a_fresh_snapshot_without_duplicates() {
+        let mut session = Session::new();
+        connect(&mut session, Some("t"), "admin");
+        session.received(&snapshot_frame(
+            4,
+            vec![
+                job("a", "a", 1, JobState::Running),
+                job("b", "b", 2, JobState::Queued),
+            ],
+        ));
+        // The master restarts: the socket drops with 1006.
+        let (action, _) = session.closed(1006, "");
+        assert_eq!(action, CloseAction::Reconnect { delay_ms: 500 });
+        match session.link() {
+            Link::Retrying {
+                attempt, reason, ..
+            } => {
+                assert_eq!(attempt, 1);
+                assert_eq!(reason, "connection lost");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The old rows stay visible while disconnected, marked not live.
+        assert_eq!(session.fleet.jobs().len(), 2);
+        assert!(!session.live());
+        // The first retry fails too: the delay doubles.
+        session.connecting();
+        assert_eq!(session.link(), Link::Connecting { attempt: 1 });
+        let (action, _) = session.closed(1006, "");
+        assert_eq!(action, CloseAction::Reconnect { delay_ms: 1000 });
+        // The second one works; the new master's seq starts again at 0.
+        connect(&mut session, Some("t"), "admin");
+        assert!(session.link().is_live());
+        assert!(!session.live(), "stale until the new snapshot");
+        session.received(&snapshot_frame(
+            0,
+            vec![
+                job("a", "a", 1, JobState::Queued),
+                job("b", "b", 2, JobState::Queued),
+            ],
+        ));
+        assert_eq!(session.fleet.jobs().len(), 2);
+        assert_eq!(session.fleet.job("a").unwrap().state, JobState::Queued);
+        session.received(&event_frame(1, job("a", "a", 1, JobState::Running)));
+        assert_eq!(session.fleet.jobs().len(), 2);
+        assert_eq!(session.fleet.job("a").unwrap().state, JobState::Running);
+        // After a good connection, the backoff starts from the beginning.
+        let (action, _) = session.closed(1001, "");
+        assert_eq!(action, CloseAction::Reconnect { delay_ms: 500 });
+    }
+
+    #[test]
+    fn shutdown_reason_is_shown_while_retrying() {
+        let mut session = Session::new();
+        connect(&mut session, None, "read");
+        session.received(r#"{"type":"shutdown","reason":"SIGTERM"}"#);
+        session.closed(1001, "");
+        match session.link() {
+            Link::Retrying { reason, .. } => assert!(reason.contains("SIGTERM"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refused_token_waits_for_the_user() {
+        let mut session = Session::new();
+        session.connecting();
+        let hello: serde_json::Value =
+            serde_json::from_str(&session.opened(Some("wrong"))).unwrap();
+        let id = hello["id"].as_u64().unwrap();
+        session.received(
+            &serde_json::json!({"type": "error", "id": id, "code": "unauthorized", "message": "unauthorized: wrong token"})
+                .to_string(),
+        );
+        let (action, _) = session.closed(close_code::UNAUTHORIZED, "");
+        assert_eq!(action, CloseAction::Wait);
+        assert_eq!(
+            session.link(),
+            Link::NeedsToken {
+                reason: "unauthorized: wrong token".into()
+            }
+        );
+        // Protocol mismatch: nothing to retry either.
+        let mut session = Session::new();
+        session.connecting();
+        session.opened(None);
+        let (action, _) = session.closed(close_code::PROTOCOL_MISMATCH, "protocol 2 expected");
+        assert_eq!(action, CloseAction::Wait);
+        assert!(matches!(session.link(), Link::Incompatible { .. }));
+    }
+
+    #[test]
+    fn submit_cancel_and_retry_replies_reach_the_page() {
+        let mut session = Session::new();
+        assert_eq!(
+            session.request(ClientCommand::Cancel { job_id: "a".into() }),
+            None,
+            "nothing is sent while disconnected"
+        );
+        connect(&mut session, Some("t"), "admin");
+        session.received(&snapshot_frame(
+            1,
+            vec![job("aaaa1111", "mm", 1, JobState::Queued)],
+        ));
+
+        let frame = session
+            .request(ClientCommand::Submit {
+                yaml: "workloads: []".into(),
+                filename: Some("x.yaml".into()),
+            })
+            .unwrap();
+        assert!(session.submitting());
+        let id = serde_json::from_str::<serde_json::Value>(&frame).unwrap()["id"]
+            .as_u64()
+            .unwrap();
+        let effects = session.received(&reply(
+            id,
+            serde_json::json!({"kind": "submitted", "new_jobs": ["x"], "duplicates": ["y", "z"]}),
+        ));
+        assert_eq!(
+            effects,
+            [Effect::Submitted(SubmitReport {
+                new_jobs: vec!["x".into()],
+                duplicates: vec!["y".into(), "z".into()],
+            })]
+        );
+        assert!(!session.submitting());
+
+        let frame = session
+            .request(ClientCommand::Submit {
+                yaml: "bad".into(),
+                filename: None,
+            })
+            .unwrap();
+        let id = serde_json::from_str::<serde_json::Value>(&frame).unwrap()["id"]
+            .as_u64()
+            .unwrap();
+        let effects = session.received(
+            &serde_json::json!({"type": "error", "id": id, "code": "invalid_workload", "message": "x.yaml:1: nope"})
+                .to_string(),
+        );
+        assert_eq!(effects, [Effect::SubmitRejected("x.yaml:1: nope".into())]);
+
+        let frame = session
+            .request(ClientCommand::Cancel {
+                job_id: "aaaa1111".into(),
+            })
+            .unwrap();
+        let id = serde_json::from_str::<serde_json::Value>(&frame).unwrap()["id"]
+            .as_u64()
+            .unwrap();
+        let effects = session.received(&reply(
+            id,
+            serde_json::json!({"kind": "cancelled", "job_id": "aaaa1111"}),
+        ));
+        assert_eq!(
+            effects,
+            [Effect::Notice {
+                text: "cancelled job mm".into(),
+                error: false
+            }]
+        );
+        let frame = session
+            .request(ClientCommand::Retry {
+                job_id: "aaaa1111".into(),
+            })
+            .unwrap();
+        let id = serde_json::from_str::<serde_json::Value>(&frame).unwrap()["id"]
+            .as_u64()
+            .unwrap();
+        let effects = session.received(
+            &serde_json::json!({"type": "error", "id": id, "code": "invalid_state", "message": "job is queued"})
+                .to_string(),
+        );
+        assert_eq!(
+            effects,
+            [Effect::Notice {
+                text: "job mm: job is queued".into(),
+                error: true
+            }]
+        );
+
+        // A submit in flight when the socket drops is reported, not forgotten.
+        session.request(ClientCommand::Submit {
+            yaml: "y".into(),
+            filename: None,
+        });
+        let (_, effects) = session.closed(1006, "");
+        assert!(matches!(effects.as_slice(), [Effect::SubmitRejected(_)]));
+        assert!(!session.submitting());
+    }
+
+    #[test]
+    fn garbage_frames_are_ignored() {
+        let mut session = Session::new();
+        assert!(session.received("not json").is_empty());
+        assert!(session.received(r#"{"type":"future_thing"}"#).is_empty());
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_ten_seconds() {
+        let delays: Vec<u64> = (0..8).map(backoff_ms).collect();
+        assert_eq!(
+            delays,
+            [500, 1000, 2000, 4000, 8000, 10_000, 10_000, 10_000]
+        );
+        assert_eq!(backoff_ms(u32::MAX), 10_000);
+    }
+
+    #[test]
+    fn job_history_and_result_survive_updates() {
+        let mut fleet = Fleet::default();
+        fleet.apply_snapshot(
+            0,
+            snapshot(vec![job("a", "a", 1, JobState::Running)], vec![]),
+        );
+        let mut done = job("a", "a", 1, JobState::Done);
+        done.history = vec![
+            ProgressPoint {
+                trials: 2,
+                best_latency_s: 2e-3,
+            },
+            ProgressPoint {
+                trials: 10,
+                best_latency_s: 1e-3,
+            },
+        ];
+        done.result = Some(ResultMeta {
+            trials: 10,
+            wall_time_s: 1.0,
+            worker: "w".into(),
+            backend: "sim".into(),
+            tvm_version: None,
+            gflops: Some(3.0),
+            extra: serde_json::Value::Null,
+        });
+        fleet.apply_event(1, job_event(done.clone()));
+        assert_eq!(fleet.job("a"), Some(&done));
+    }
+}
