@@ -23,18 +23,19 @@ mod real_tvm {
     use tunefleet_shared::protocol::JobState;
     use tunefleet_tests::*;
 
-    const WORKLOADS: &str = "\
-    target: {kind: llvm, num-cores: 2}
-    trials: 8
-    workloads:
-      - name: mm64
-        op: matmul
-        shape: {m: 64, n: 64, k: 64}
-      - name: conv-small
-        op: conv2d_nchw
-        shape: {batch: 1, in_channels: 16, height: 14, width: 14, out_channels: 16,
-                kernel: [3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1]}
-    ";
+    // Written line by line: an indented multi-line literal would shift the YAML.
+    const WORKLOADS: &str = concat!(
+        "target: {kind: llvm, num-cores: 2}\n",
+        "trials: 8\n",
+        "workloads:\n",
+        "  - name: mm64\n",
+        "    op: matmul\n",
+        "    shape: {m: 64, n: 64, k: 64}\n",
+        "  - name: conv-small\n",
+        "    op: conv2d_nchw\n",
+        "    shape: {batch: 1, in_channels: 16, height: 14, width: 14, out_channels: 16,\n",
+        "            kernel: [3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1]}\n",
+    );
 
     fn python() -> String {
         repo_root().join(".venv/bin/python").display().to_string()
