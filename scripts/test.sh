@@ -22,4 +22,14 @@ cargo clippy --workspace --all-targets --features tunefleet-worker/tvm,tunefleet
 cargo clippy -p web --target wasm32-unknown-unknown -- -D warnings   # the browser-only code
 
 echo "== cargo test (workspace, with the tvm feature)"
-cargo test --workspace --features tunefleet-worker/tvm,tunefleet-tests/tvm
+log=$(mktemp)
+set +e
+cargo test --workspace --features tunefleet-worker/tvm,tunefleet-tests/tvm 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# cargo's last line is a doc-test binary's "0 passed"; print the real totals.
+totals=$(grep -E '^test result: ' "$log" | awk '{p += $4; f += $6} END {printf "%d passed, %d failed", p, f}')
+rm -f "$log"
+echo
+echo "$totals"
+exit "$status"
