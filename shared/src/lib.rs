@@ -7,6 +7,7 @@ pub mod lorien;
 pub mod protocol;
 pub mod target;
 pub mod workload;
+mod yaml_tree;
 
 /// Constant-time comparison for secrets and tokens: the time taken does not
 /// depend on where the first differing byte is.

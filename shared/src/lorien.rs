@@ -84,11 +84,10 @@ use crate::workload::{
     WorkloadErrors, DEFAULT_DTYPE, DTYPES, MAX_DIM, MAX_REPORTED_ERRORS, MAX_TRIALS,
     MAX_WORKLOADS_PER_FILE, MAX_WORKLOAD_FILE_BYTES, MAX_YAML_DEPTH,
 };
-use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
+use crate::yaml_tree::{Node, Yaml};
 use serde_json::Value;
 use std::collections::HashSet;
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 
 /// The tag every Lorien workload string starts with.
 pub const TAG_PREFIX: &str = "!!python/object:";
@@ -158,14 +157,14 @@ pub fn is_lorien_file(text: &str) -> bool {
 
 /// The `workload` list of a parsed top level, if there is one.
 fn workload_list(doc: &Node) -> Option<&[Node]> {
-    let Y::Map(entries) = &doc.value else {
+    let Yaml::Map(entries) = &doc.value else {
         return None;
     };
     let (_, list) = entries
         .iter()
         .find(|(k, _)| k.as_str() == Some("workload"))?;
     match &list.value {
-        Y::Seq(items) => Some(items),
+        Yaml::Seq(items) => Some(items),
         _ => None,
     }
 }
@@ -303,7 +302,7 @@ fn top_level_list<'a>(errs: &mut Errors<'_>, doc: &'a Node) -> Option<&'a [Node]
     const EXPECTED: &str =
         "expected a Lorien workload file: a mapping with `workload:`, a list of \
                             '!!python/object:...Workload {...}' strings";
-    let Y::Map(entries) = &doc.value else {
+    let Yaml::Map(entries) = &doc.value else {
         let msg = format!("{EXPECTED}; got {}", describe(doc));
         errs.at(doc, "", msg);
         return None;
@@ -323,8 +322,8 @@ fn top_level_list<'a>(errs: &mut Errors<'_>, doc: &'a Node) -> Option<&'a [Node]
         return None;
     };
     match &list.value {
-        Y::Seq(items) if !items.is_empty() => Some(items),
-        Y::Seq(_) | Y::Null => {
+        Yaml::Seq(items) if !items.is_empty() => Some(items),
+        Yaml::Seq(_) | Yaml::Null => {
             errs.at(
                 key,
                 "workload",
@@ -381,7 +380,7 @@ fn convert_item(item: &Node, trials: u32) -> Result<(Workload, String), Vec<Prob
             )]);
         }
     };
-    let Y::Map(entries) = &mapping.value else {
+    let Yaml::Map(entries) = &mapping.value else {
         return Err(vec![problem(
             "",
             format!(
@@ -490,7 +489,7 @@ fn convert_item(item: &Node, trials: u32) -> Result<(Workload, String), Vec<Prob
             None
         }
         Some(node) => match &node.value {
-            Y::Seq(items) => Some(items.as_slice()),
+            Yaml::Seq(items) => Some(items.as_slice()),
             _ => {
                 problems.push(problem(
                     "args",
@@ -649,7 +648,7 @@ impl Args<'_, '_> {
         let node = self.args.get(index)?;
         let rank = layout.split(',').count();
         let items = match &node.value {
-            Y::Seq(items) if items.len() == 3 && items[0].as_str() == Some("TENSOR") => items,
+            Yaml::Seq(items) if items.len() == 3 && items[0].as_str() == Some("TENSOR") => items,
             _ => {
                 let msg = format!(
                     "the {what} must be a tensor [TENSOR, {layout}, dtype], got {}",
@@ -661,10 +660,10 @@ impl Args<'_, '_> {
         };
         let mut ok = true;
         let dims: Vec<i128> = match &items[1].value {
-            Y::Seq(dims) => dims
+            Yaml::Seq(dims) => dims
                 .iter()
                 .map(|d| match d.value {
-                    Y::Int(v) => v,
+                    Yaml::Int(v) => v,
                     _ => {
                         ok = false;
                         0
@@ -713,8 +712,8 @@ impl Args<'_, '_> {
     fn ints(&mut self, index: usize, what: &str, min: u32) -> Option<Vec<u32>> {
         let node = self.args.get(index)?;
         let values: Vec<&Node> = match &node.value {
-            Y::Int(_) => vec![node],
-            Y::Seq(items) => items.iter().collect(),
+            Yaml::Int(_) => vec![node],
+            Yaml::Seq(items) => items.iter().collect(),
             _ => {
                 let msg = format!("{what} must be integers, got {}", describe(node));
                 self.fail(index, msg);
@@ -724,7 +723,7 @@ impl Args<'_, '_> {
         let mut out = Vec::with_capacity(values.len());
         for v in values {
             let checked = match v.value {
-                Y::Int(i) => in_range(i, min),
+                Yaml::Int(i) => in_range(i, min),
                 _ => Err(format!("must be an integer, got {}", describe(v))),
             };
             match checked {
@@ -786,7 +785,7 @@ impl Args<'_, '_> {
     /// An optional dtype argument (`out_dtype`): a string or null.
     fn opt_dtype(&mut self, index: usize) {
         if let Some(node) = self.args.get(index) {
-            if !matches!(node.value, Y::Str(_) | Y::Null) {
+            if !matches!(node.value, Yaml::Str(_) | Yaml::Null) {
                 let msg = format!("out_dtype must be a dtype or null, got {}", describe(node));
                 self.fail(index, msg);
             }
@@ -796,8 +795,8 @@ impl Args<'_, '_> {
     /// An optional boolean argument; `default` when absent or null.
     fn opt_bool(&mut self, index: usize, what: &str, default: bool) -> bool {
         match self.args.get(index).map(|n| &n.value) {
-            None | Some(Y::Null) => default,
-            Some(Y::Bool(b)) => *b,
+            None | Some(Yaml::Null) => default,
+            Some(Yaml::Bool(b)) => *b,
             Some(_) => {
                 let msg = format!(
                     "{what} must be true or false, got {}",
@@ -968,9 +967,9 @@ impl Args<'_, '_> {
         let data = self.tensor(0, "data", "[M, K]");
         let weight = self.tensor(1, "weight", "[N, K]");
         if let Some(bias) = self.args.get(2) {
-            let is_tensor = matches!(&bias.value, Y::Seq(items)
+            let is_tensor = matches!(&bias.value, Yaml::Seq(items)
                 if items.first().and_then(Node::as_str) == Some("TENSOR"));
-            if !is_tensor && !matches!(bias.value, Y::Null) {
+            if !is_tensor && !matches!(bias.value, Yaml::Null) {
                 let msg = format!("the bias must be a tensor or null, got {}", describe(bias));
                 self.fail(2, msg);
             }
@@ -1052,11 +1051,11 @@ impl Args<'_, '_> {
         }
         if let Some(node) = self.args.get(2) {
             match &node.value {
-                Y::Null => {}
-                Y::Seq(items)
+                Yaml::Null => {}
+                Yaml::Seq(items)
                     if items.len() == 3
                         && items.iter().zip([ab, m, n]).all(
-                            |(d, want)| matches!(d.value, Y::Int(v) if v == i128::from(want)),
+                            |(d, want)| matches!(d.value, Yaml::Int(v) if v == i128::from(want)),
                         ) => {}
                 _ => {
                     let msg = format!(
@@ -1141,17 +1140,17 @@ fn quote(s: &str) -> String {
 
 fn describe(node: &Node) -> String {
     match &node.value {
-        Y::Null => "null".into(),
-        Y::Bool(b) => b.to_string(),
-        Y::Int(i) => i.to_string(),
-        Y::Float(x) => format!("{x:?}"),
-        Y::Str(s) => quote(s),
-        Y::Seq(items) => {
+        Yaml::Null => "null".into(),
+        Yaml::Bool(b) => b.to_string(),
+        Yaml::Int(i) => i.to_string(),
+        Yaml::Float(x) => format!("{x:?}"),
+        Yaml::Str(s) => quote(s),
+        Yaml::Seq(items) => {
             let ints: Option<Vec<String>> = items
                 .iter()
                 .take(9)
                 .map(|n| match n.value {
-                    Y::Int(i) => Some(i.to_string()),
+                    Yaml::Int(i) => Some(i.to_string()),
                     _ => None,
                 })
                 .collect();
@@ -1160,7 +1159,7 @@ fn describe(node: &Node) -> String {
                 _ => format!("a list of {} item(s)", items.len()),
             }
         }
-        Y::Map(_) => "a mapping".into(),
+        Yaml::Map(_) => "a mapping".into(),
     }
 }
 
@@ -1245,29 +1244,7 @@ impl<'f> Errors<'f> {
 
 /// Same budget as the workload parser: deep nesting and alias bombs fail fast.
 fn yaml_options() -> serde_saphyr::Options {
-    serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_depth: MAX_YAML_DEPTH,
-            flow_nesting_limit: MAX_YAML_DEPTH,
-            max_nodes: 600_000,
-            max_events: 1_500_000,
-            max_documents: 1,
-            max_total_scalar_bytes: MAX_WORKLOAD_FILE_BYTES,
-            max_aliases: 10_000,
-            max_anchors: 10_000,
-            max_merge_keys: 10_000,
-            max_recorded_anchor_events: 200_000,
-            max_recorded_anchor_bytes: MAX_WORKLOAD_FILE_BYTES,
-        },
-        alias_limits: serde_saphyr::alias_limits! {
-            max_total_replayed_events: 200_000,
-            max_replay_stack_depth: 16,
-        },
-        strict_booleans: true,
-        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::AsString,
-        with_snippet: false,
-        crop_radius: 0,
-    }
+    crate::yaml_tree::options(1)
 }
 
 enum YamlProblem {
@@ -1319,116 +1296,6 @@ fn yaml_error_message(err: &serde_saphyr::Error) -> YamlProblem {
         )),
         _ if message.trim().is_empty() => YamlProblem::Syntax("syntax error".into()),
         _ => YamlProblem::Syntax(message),
-    }
-}
-
-/// A YAML node and where it starts (1-based; 0 when unknown).
-#[derive(Debug)]
-struct Node {
-    value: Y,
-    line: usize,
-    column: usize,
-}
-
-#[derive(Debug)]
-enum Y {
-    Null,
-    Bool(bool),
-    Int(i128),
-    Float(f64),
-    Str(String),
-    Seq(Vec<Node>),
-    Map(Vec<(Node, Node)>),
-}
-
-impl Node {
-    fn as_str(&self) -> Option<&str> {
-        match &self.value {
-            Y::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let spanned = serde_saphyr::Spanned::<Y>::deserialize(deserializer)?;
-        let loc = spanned.referenced;
-        Ok(Node {
-            value: spanned.value,
-            line: usize::try_from(loc.line()).unwrap_or(0),
-            column: usize::try_from(loc.column()).unwrap_or(0),
-        })
-    }
-}
-
-impl<'de> Deserialize<'de> for Y {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(YVisitor)
-    }
-}
-
-struct YVisitor;
-
-impl<'de> Visitor<'de> for YVisitor {
-    type Value = Y;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any YAML value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Y, E> {
-        Ok(Y::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Y, E> {
-        Ok(Y::Int(v.into()))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Y, E> {
-        Ok(Y::Int(v.into()))
-    }
-    fn visit_i128<E>(self, v: i128) -> Result<Y, E> {
-        Ok(Y::Int(v))
-    }
-    fn visit_u128<E>(self, v: u128) -> Result<Y, E> {
-        Ok(Y::Int(i128::try_from(v).unwrap_or(i128::MAX)))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Y, E> {
-        Ok(Y::Float(v))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Y, E> {
-        Ok(Y::Str(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Y, E> {
-        Ok(Y::Str(v))
-    }
-    fn visit_bytes<E>(self, v: &[u8]) -> Result<Y, E> {
-        Ok(Y::Str(String::from_utf8_lossy(v).into_owned()))
-    }
-    fn visit_unit<E>(self) -> Result<Y, E> {
-        Ok(Y::Null)
-    }
-    fn visit_none<E>(self) -> Result<Y, E> {
-        Ok(Y::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Y, D::Error> {
-        d.deserialize_any(YVisitor)
-    }
-    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Y, D::Error> {
-        d.deserialize_any(YVisitor)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Y, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element::<Node>()? {
-            items.push(item);
-        }
-        Ok(Y::Seq(items))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Y, A::Error> {
-        let mut entries = Vec::new();
-        while let Some(key) = map.next_key::<Node>()? {
-            let value = map.next_value::<Node>()?;
-            entries.push((key, value));
-        }
-        Ok(Y::Map(entries))
     }
 }
 

@@ -104,7 +104,7 @@
 //! is normalised only in line endings and trailing whitespace.
 
 use crate::target::Target;
-use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use crate::yaml_tree::{Node, Yaml};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -947,126 +947,6 @@ fn geometry_problems(op: &Op) -> Vec<(Option<&'static str>, String)> {
     out
 }
 
-// ---------------------------------------------------------------------------
-// A YAML tree with positions
-// ---------------------------------------------------------------------------
-
-/// A YAML node and where it starts (1-based line and column; 0 when unknown).
-#[derive(Debug)]
-struct Node {
-    value: Yaml,
-    line: usize,
-    column: usize,
-}
-
-#[derive(Debug)]
-enum Yaml {
-    Null,
-    Bool(bool),
-    Int(i128),
-    Float(f64),
-    Str(String),
-    Seq(Vec<Node>),
-    Map(Vec<(Node, Node)>),
-}
-
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let spanned = serde_saphyr::Spanned::<Yaml>::deserialize(deserializer)?;
-        let loc = spanned.referenced;
-        Ok(Node {
-            value: spanned.value,
-            line: usize::try_from(loc.line()).unwrap_or(0),
-            column: usize::try_from(loc.column()).unwrap_or(0),
-        })
-    }
-}
-
-impl<'de> Deserialize<'de> for Yaml {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(YamlVisitor)
-    }
-}
-
-struct YamlVisitor;
-
-impl<'de> Visitor<'de> for YamlVisitor {
-    type Value = Yaml;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any YAML value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Yaml, E> {
-        Ok(Yaml::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Yaml, E> {
-        Ok(Yaml::Int(v.into()))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Yaml, E> {
-        Ok(Yaml::Int(v.into()))
-    }
-    fn visit_i128<E>(self, v: i128) -> Result<Yaml, E> {
-        Ok(Yaml::Int(v))
-    }
-    fn visit_u128<E>(self, v: u128) -> Result<Yaml, E> {
-        Ok(Yaml::Int(i128::try_from(v).unwrap_or(i128::MAX)))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Yaml, E> {
-        Ok(Yaml::Float(v))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Yaml, E> {
-        Ok(Yaml::Str(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Yaml, E> {
-        Ok(Yaml::Str(v))
-    }
-    fn visit_bytes<E>(self, v: &[u8]) -> Result<Yaml, E> {
-        Ok(Yaml::Str(String::from_utf8_lossy(v).into_owned()))
-    }
-    fn visit_unit<E>(self) -> Result<Yaml, E> {
-        Ok(Yaml::Null)
-    }
-    fn visit_none<E>(self) -> Result<Yaml, E> {
-        Ok(Yaml::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Yaml, D::Error> {
-        d.deserialize_any(YamlVisitor)
-    }
-    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Yaml, D::Error> {
-        d.deserialize_any(YamlVisitor)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Yaml, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element::<Node>()? {
-            items.push(item);
-        }
-        Ok(Yaml::Seq(items))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Yaml, A::Error> {
-        let mut entries = Vec::new();
-        while let Some(key) = map.next_key::<Node>()? {
-            let value = map.next_value::<Node>()?;
-            entries.push((key, value));
-        }
-        Ok(Yaml::Map(entries))
-    }
-}
-
-impl Node {
-    fn line(&self) -> Option<usize> {
-        (self.line > 0).then_some(self.line)
-    }
-    fn column(&self) -> Option<usize> {
-        (self.column > 0).then_some(self.column)
-    }
-    fn as_str(&self) -> Option<&str> {
-        match &self.value {
-            Yaml::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-}
-
 /// How a value is shown in "got ..." messages.
 fn describe(node: &Node) -> String {
     match &node.value {
@@ -1375,30 +1255,7 @@ pub fn parse_workload_file(text: &str, filename: &str) -> Result<Vec<Workload>, 
 }
 
 fn yaml_options() -> serde_saphyr::Options {
-    serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_depth: MAX_YAML_DEPTH,
-            flow_nesting_limit: MAX_YAML_DEPTH,
-            max_nodes: 600_000,
-            max_events: 1_500_000,
-            max_documents: 256,
-            max_total_scalar_bytes: MAX_WORKLOAD_FILE_BYTES,
-            max_aliases: 10_000,
-            max_anchors: 10_000,
-            max_merge_keys: 10_000,
-            max_recorded_anchor_events: 200_000,
-            max_recorded_anchor_bytes: MAX_WORKLOAD_FILE_BYTES,
-        },
-        alias_limits: serde_saphyr::alias_limits! {
-            max_total_replayed_events: 200_000,
-            max_replay_stack_depth: 16,
-        },
-        // `n`, `y`, `no`, `on` ... stay strings: `n` is a matmul dimension.
-        strict_booleans: true,
-        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::AsString,
-        with_snippet: false,
-        crop_radius: 0,
-    }
+    crate::yaml_tree::options(256)
 }
 
 fn report_yaml_error(ctx: &mut Ctx<'_>, err: &serde_saphyr::Error) {
