@@ -79,10 +79,11 @@
 //! nothing here panics or does I/O: this module is compiled to wasm32 too.
 
 use crate::target::Target;
+use crate::workload::Ctx as Errors;
 use crate::workload::{
-    BatchMatmulShape, Conv2dShape, DenseShape, DepthwiseConv2dShape, Op, Workload, WorkloadError,
-    WorkloadErrors, DEFAULT_DTYPE, DTYPES, MAX_DIM, MAX_REPORTED_ERRORS, MAX_TRIALS,
-    MAX_WORKLOADS_PER_FILE, MAX_WORKLOAD_FILE_BYTES, MAX_YAML_DEPTH,
+    BatchMatmulShape, Conv2dShape, DenseShape, DepthwiseConv2dShape, Op, Workload, WorkloadErrors,
+    DEFAULT_DTYPE, DTYPES, MAX_DIM, MAX_TRIALS, MAX_WORKLOADS_PER_FILE, MAX_WORKLOAD_FILE_BYTES,
+    MAX_YAML_DEPTH,
 };
 use crate::yaml_tree::{Node, Yaml};
 use serde_json::Value;
@@ -1167,77 +1168,6 @@ fn describe(node: &Node) -> String {
 // Errors
 // ---------------------------------------------------------------------------
 
-struct Errors<'f> {
-    file: &'f str,
-    errors: Vec<WorkloadError>,
-    dropped: usize,
-}
-
-impl<'f> Errors<'f> {
-    fn new(file: &'f str) -> Self {
-        Errors {
-            file,
-            errors: Vec::new(),
-            dropped: 0,
-        }
-    }
-
-    fn push(
-        &mut self,
-        line: Option<usize>,
-        column: Option<usize>,
-        field: Option<String>,
-        message: String,
-    ) {
-        if self.errors.len() >= MAX_REPORTED_ERRORS {
-            self.dropped += 1;
-            return;
-        }
-        self.errors.push(WorkloadError {
-            file: self.file.to_string(),
-            line,
-            column,
-            field,
-            message,
-        });
-    }
-
-    fn at(&mut self, node: &Node, field: &str, message: String) {
-        let field = (!field.is_empty()).then(|| field.to_string());
-        self.push(
-            (node.line > 0).then_some(node.line),
-            (node.column > 0).then_some(node.column),
-            field,
-            message,
-        );
-    }
-
-    fn is_empty(&self) -> bool {
-        self.errors.is_empty() && self.dropped == 0
-    }
-
-    fn finish<T>(mut self, value: T) -> Result<T, WorkloadErrors> {
-        if self.is_empty() {
-            return Ok(value);
-        }
-        if self.dropped > 0 {
-            self.errors.push(WorkloadError {
-                file: self.file.to_string(),
-                line: None,
-                column: None,
-                field: None,
-                message: format!(
-                    "{} more error(s) not shown (only the first {MAX_REPORTED_ERRORS} are reported)",
-                    self.dropped
-                ),
-            });
-        }
-        Err(WorkloadErrors {
-            errors: self.errors,
-        })
-    }
-}
-
 // ---------------------------------------------------------------------------
 // YAML reading (data only: tags are not interpreted)
 // ---------------------------------------------------------------------------
@@ -1523,7 +1453,7 @@ fn double_quoted(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::parse_workload_file;
+    use crate::workload::{parse_workload_file, WorkloadError, MAX_REPORTED_ERRORS};
     use proptest::prelude::*;
 
     const SAMPLE: &str = include_str!("../../examples/lorien/workloads.yaml");

@@ -1044,14 +1044,28 @@ fn did_you_mean(word: &str, candidates: &[&str]) -> String {
 // Parsing
 // ---------------------------------------------------------------------------
 
-struct Ctx<'f> {
+/// Collects located errors for one file, up to [`MAX_REPORTED_ERRORS`], and
+/// reports them in file order. Shared by every reader of YAML input.
+pub(crate) struct Ctx<'f> {
     file: &'f str,
     errors: Vec<WorkloadError>,
     dropped: usize,
 }
 
-impl Ctx<'_> {
-    fn push(
+impl<'f> Ctx<'f> {
+    pub(crate) fn new(file: &'f str) -> Self {
+        Ctx {
+            file,
+            errors: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.errors.is_empty() && self.dropped == 0
+    }
+
+    pub(crate) fn push(
         &mut self,
         line: Option<usize>,
         column: Option<usize>,
@@ -1072,7 +1086,7 @@ impl Ctx<'_> {
     }
 
     /// An error located at `node`.
-    fn at(&mut self, node: &Node, field: &str, message: String) {
+    pub(crate) fn at(&mut self, node: &Node, field: &str, message: String) {
         let field = (!field.is_empty()).then(|| field.to_string());
         self.push(node.line(), node.column(), field, message);
     }
@@ -1081,8 +1095,8 @@ impl Ctx<'_> {
         self.errors.len() + self.dropped
     }
 
-    fn finish<T>(mut self, value: T) -> Result<T, WorkloadErrors> {
-        if self.errors.is_empty() && self.dropped == 0 {
+    pub(crate) fn finish<T>(mut self, value: T) -> Result<T, WorkloadErrors> {
+        if self.is_empty() {
             return Ok(value);
         }
         // Report in file order (checks run field by field, not line by line).
@@ -1210,11 +1224,7 @@ struct FileState {
 /// `filename` is only used in error messages. Returns every workload in file
 /// order, or every problem found.
 pub fn parse_workload_file(text: &str, filename: &str) -> Result<Vec<Workload>, WorkloadErrors> {
-    let mut ctx = Ctx {
-        file: filename,
-        errors: Vec::new(),
-        dropped: 0,
-    };
+    let mut ctx = Ctx::new(filename);
     if text.len() > MAX_WORKLOAD_FILE_BYTES {
         ctx.push(
             None,
