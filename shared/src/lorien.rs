@@ -79,7 +79,7 @@
 //! nothing here panics or does I/O: this module is compiled to wasm32 too.
 
 use crate::target::Target;
-use crate::workload::Ctx as Errors;
+use crate::workload::{path_key, quote_at_most, Ctx as Errors};
 use crate::workload::{
     BatchMatmulShape, Conv2dShape, DenseShape, DepthwiseConv2dShape, Op, Workload, WorkloadErrors,
     DEFAULT_DTYPE, DTYPES, MAX_DIM, MAX_TRIALS, MAX_WORKLOADS_PER_FILE, MAX_WORKLOAD_FILE_BYTES,
@@ -1114,29 +1114,17 @@ fn dtype_suffix(dtype: &str) -> String {
     }
 }
 
+/// Characters of user text quoted in this importer's messages.
+const QUOTE_CHARS: usize = 60;
+
 /// A key as it appears in a field path.
 fn field_key(key: &str) -> String {
-    let simple = !key.is_empty()
-        && key.len() <= 64
-        && key
-            .chars()
-            .all(|c| c.is_alphanumeric() || c == '_' || c == '-');
-    if simple {
-        key.to_string()
-    } else {
-        quote(key)
-    }
+    path_key(key, QUOTE_CHARS)
 }
 
 /// `"text"` with escapes, shortened to about 60 characters.
 fn quote(s: &str) -> String {
-    const MAX: usize = 60;
-    if s.chars().count() <= MAX {
-        format!("{s:?}")
-    } else {
-        let short: String = s.chars().take(MAX).collect();
-        format!("{short:?}…")
-    }
+    quote_at_most(s, QUOTE_CHARS)
 }
 
 fn describe(node: &Node) -> String {

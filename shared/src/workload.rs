@@ -960,19 +960,32 @@ fn describe(node: &Node) -> String {
     }
 }
 
+/// Characters of user text quoted in this parser's messages.
+const QUOTE_CHARS: usize = 40;
+
 /// `"text"` with escapes, shortened to about 40 characters.
 fn quote_text(s: &str) -> String {
-    const MAX: usize = 40;
-    if s.chars().count() <= MAX {
+    quote_at_most(s, QUOTE_CHARS)
+}
+
+/// `"text"` with escapes, shortened to `max` characters.
+pub(crate) fn quote_at_most(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
         format!("{s:?}")
     } else {
-        let short: String = s.chars().take(MAX).collect();
+        let short: String = s.chars().take(max).collect();
         format!("{short:?}…")
     }
 }
 
 /// A map key as it appears in a field path.
 fn key_for_path(key: &str) -> String {
+    path_key(key, QUOTE_CHARS)
+}
+
+/// A map key as it appears in a field path: bare when simple, else quoted
+/// (shortened to `max` characters).
+pub(crate) fn path_key(key: &str, max: usize) -> String {
     let simple = !key.is_empty()
         && key.len() <= 64
         && key
@@ -981,7 +994,7 @@ fn key_for_path(key: &str) -> String {
     if simple {
         key.to_string()
     } else {
-        quote_text(key)
+        quote_at_most(key, max)
     }
 }
 
