@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use tunefleet_server::client::Client;
 
+pub mod raw;
+
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
 /// Directory holding the workspace's built binaries (target/debug).

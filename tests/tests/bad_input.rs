@@ -1,51 +1,16 @@
 //! Bad input of every kind gets a clear error, and the master keeps serving
 //! and loses nothing. Raw WebSocket peers play the misbehaving parties.
 
-use std::time::Duration;
-
-use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use futures_util::SinkExt;
+use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
 use tunefleet_server::client::{Client, ClientError};
 use tunefleet_shared::protocol::{ErrorCode, JobState};
+use tunefleet_tests::raw::{self, next, send, Ws};
 use tunefleet_tests::*;
 
-type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
-
 async fn raw(master: &Master, path: &str) -> Ws {
-    let (ws, _) = connect_async(format!("{}{path}", master.url()))
-        .await
-        .expect("connect");
-    ws
-}
-
-async fn send(ws: &mut Ws, value: Value) {
-    ws.send(Message::Text(value.to_string().into()))
-        .await
-        .expect("send");
-}
-
-/// Next JSON message, or `Err((code, reason))` when the master closes.
-async fn next(ws: &mut Ws) -> Result<Value, (u16, String)> {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
-            .await
-            .expect("master answers within 10 s");
-        match msg {
-            Some(Ok(Message::Text(t))) => {
-                return Ok(serde_json::from_str(&t).expect("master sends JSON"))
-            }
-            Some(Ok(Message::Close(frame))) => {
-                return Err(frame
-                    .map(|f| (u16::from(f.code), f.reason.to_string()))
-                    .unwrap_or((1005, String::new())))
-            }
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err((0, e.to_string())),
-            None => return Err((0, "ended".into())),
-        }
-    }
+    raw::connect(&format!("{}{path}", master.url())).await
 }
 
 async fn register(ws: &mut Ws, worker_id: &str) -> String {

@@ -11,50 +11,16 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{self, Message};
-use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
 use tunefleet_server::client::{Client, ClientError};
 use tunefleet_shared::protocol::{ErrorCode, JobState};
+use tunefleet_tests::raw::{connect as raw, next, send, Ws};
 use tunefleet_tests::*;
 
-type Ws = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
-
 const WORKER_SECRET: &str = "test-worker-join-secret";
-
-async fn raw(url: &str) -> Ws {
-    let (ws, _) = connect_async(url).await.expect("connect");
-    ws
-}
-
-async fn send(ws: &mut Ws, value: Value) {
-    ws.send(Message::Text(value.to_string().into()))
-        .await
-        .expect("send");
-}
-
-/// Next JSON message, or `Err((code, reason))` when the master closes.
-async fn next(ws: &mut Ws) -> Result<Value, (u16, String)> {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
-            .await
-            .expect("master answers within 10 s");
-        match msg {
-            Some(Ok(Message::Text(t))) => {
-                return Ok(serde_json::from_str(&t).expect("master sends JSON"))
-            }
-            Some(Ok(Message::Close(frame))) => {
-                return Err(frame
-                    .map(|f| (u16::from(f.code), f.reason.to_string()))
-                    .unwrap_or((1005, String::new())))
-            }
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err((0, e.to_string())),
-            None => return Err((0, "ended".into())),
-        }
-    }
-}
 
 /// Registers a raw worker and returns its session token.
 async fn register(ws: &mut Ws, name: &str, secret: &str) -> String {
