@@ -46,6 +46,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
+use tunefleet_shared::model::ModelView;
 use tunefleet_shared::protocol::{
     close_code, ClientCommand, ClientRequest, ErrorCode, FleetEvent, FleetSnapshot, JobCounts,
     JobId, JobState, JobView, ReplyBody, Role, ServerMessage, StatusReport, SubmitReport,
@@ -376,6 +377,10 @@ fn reply_kind(body: &ReplyBody) -> &'static str {
         ReplyBody::Cancelled { .. } => "cancelled",
         ReplyBody::Retried { .. } => "retried",
         ReplyBody::ShuttingDown => "shutting_down",
+        ReplyBody::ModelSubmitted { .. } => "model_submitted",
+        ReplyBody::Models { .. } => "models",
+        ReplyBody::ModelStopping { .. } => "model_stopping",
+        ReplyBody::Artifact { .. } => "artifact",
     }
 }
 
@@ -884,6 +889,8 @@ pub struct FleetView {
     pub jobs: HashMap<JobId, JobView>,
     /// By session id.
     pub workers: HashMap<String, WorkerView>,
+    /// Model runs by name.
+    pub models: HashMap<String, ModelView>,
     last_seq: Option<u64>,
 }
 
@@ -909,6 +916,11 @@ impl FleetView {
             .into_iter()
             .map(|w| (w.session.clone(), w))
             .collect();
+        self.models = snapshot
+            .models
+            .into_iter()
+            .map(|m| (m.name.clone(), m))
+            .collect();
         self.last_seq = Some(seq);
     }
 
@@ -932,6 +944,9 @@ impl FleetView {
             }
             FleetEvent::JobUpdated { job } => {
                 self.jobs.insert(job.job_id.clone(), (**job).clone());
+            }
+            FleetEvent::ModelUpdated { model } => {
+                self.models.insert(model.name.clone(), (**model).clone());
             }
         }
         self.last_seq = Some(seq);
@@ -1026,6 +1041,7 @@ pub(crate) mod tests {
         FleetSnapshot {
             jobs: vec![job("a", JobState::Queued), job("b", JobState::Running)],
             workers: vec![worker("s1", Some("b"))],
+            models: vec![],
         }
     }
 

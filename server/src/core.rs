@@ -23,12 +23,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, error, info, warn};
+use tunefleet_shared::model::{
+    base64, ArtifactFile, ModelArtifactKind, ModelStage, ModelSubmission, ModelView,
+};
 use tunefleet_shared::protocol::{
     FleetEvent, FleetSnapshot, JobCounts, JobId, JobResult, JobState, JobView, Lease,
     MasterMessage, Millis, StatusReport, SubmitReport, WorkerHello,
 };
-use tunefleet_shared::workload::Workload;
+use tunefleet_shared::target::Target;
+use tunefleet_shared::workload::{Op, Workload};
 
+use crate::models::{ModelError, ModelRuns, Plan};
 use crate::scheduler::{
     CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection, Scheduler,
     SchedulerConfig, SessionId,
@@ -113,6 +118,23 @@ pub enum Command {
     Snapshot {
         reply: oneshot::Sender<(u64, FleetSnapshot)>,
     },
+    SubmitModel {
+        submission: Box<ModelSubmission>,
+        reply: oneshot::Sender<Result<JobId, ModelError>>,
+    },
+    Models {
+        name: Option<String>,
+        reply: oneshot::Sender<Result<Vec<ModelView>, ModelError>>,
+    },
+    StopModel {
+        name: String,
+        reply: oneshot::Sender<Result<(), ModelError>>,
+    },
+    ModelArtifact {
+        name: String,
+        artifact: ModelArtifactKind,
+        reply: oneshot::Sender<Result<Vec<ArtifactFile>, String>>,
+    },
     Tick,
     Shutdown {
         done: oneshot::Sender<()>,
@@ -144,6 +166,9 @@ type Reply = Box<dyn FnOnce() + Send>;
 #[derive(Default)]
 struct Batch {
     dirty: Vec<JobId>,
+    dirty_models: Vec<String>,
+    /// (run, kind, bytes): compiled libraries, stored with the batch.
+    artifacts: Vec<(String, &'static str, Vec<u8>)>,
     trace: Vec<(Millis, String)>,
     /// Serialised `FleetEvent`s, in order.
     events: Vec<String>,
@@ -154,6 +179,7 @@ struct Batch {
 
 pub struct Core {
     scheduler: Scheduler,
+    models: ModelRuns,
     store: Store,
     sessions: HashMap<SessionId, mpsc::UnboundedSender<Outbound>>,
     next_session: SessionId,
@@ -170,6 +196,7 @@ impl Core {
         events: broadcast::Sender<Arc<Published>>,
     ) -> Result<Core, crate::store::StoreError> {
         let jobs = store.load_jobs()?;
+        let models = ModelRuns::recover(store.load_models()?);
         let mut out = Vec::new();
         let loaded = jobs.len();
         let scheduler = Scheduler::recover(config, jobs, now_ms(), &mut out);
@@ -187,9 +214,10 @@ impl Core {
                 "resumed from the state database"
             );
         }
-        store.commit(recovered, &[])?;
+        store.commit(recovered, std::iter::empty(), &[], &[])?;
         Ok(Core {
             scheduler,
+            models,
             store,
             sessions: HashMap::new(),
             next_session: 1,
@@ -237,6 +265,8 @@ impl Core {
                     Ok(matching) => {
                         info!(session, name = %hello.name, target = %hello.target, matching, "worker joined");
                         self.sessions.insert(session, tx);
+                        let plan = self.models.refill(now, &self.slots());
+                        self.apply_plan(plan, now, &mut out, batch);
                     }
                     Err(e) => warn!(name = %hello.name, "worker refused: {e}"),
                 }
@@ -271,11 +301,15 @@ impl Core {
                     WorkerInput::Result {
                         job_id,
                         lease,
-                        result,
+                        mut result,
                     } => {
+                        let library = self.take_library(&job_id, &mut result);
                         let r = self
                             .scheduler
                             .result(session, &job_id, lease, *result, now, &mut out);
+                        if let (Ok(()), Some(artifact)) = (&r, library) {
+                            batch.artifacts.push(artifact);
+                        }
                         (Some(job_id), lease, r)
                     }
                     WorkerInput::Failed {
@@ -301,6 +335,7 @@ impl Core {
                     };
                     // The ack goes after the scheduler's own outputs so that it is
                     // sent only once the change is committed.
+                    self.follow_models(&mut out, now, batch);
                     self.collect(out, batch);
                     self.push_send(batch, session, Outbound::Msg(ack));
                     return;
@@ -345,10 +380,172 @@ impl Core {
                 }));
             }
             Command::Snapshot { reply } => batch.snapshots.push(reply),
+            Command::SubmitModel { submission, reply } => {
+                let default_target = Target::of_kind("llvm");
+                let r = self.models.submit(*submission, default_target, now);
+                let r = r.map(|plan| {
+                    let extract = plan.jobs.first().map(|(w, _)| w.job_id());
+                    self.apply_plan(plan, now, &mut out, batch);
+                    extract.unwrap_or_default()
+                });
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::Models { name, reply } => {
+                let r = match name {
+                    Some(name) => self
+                        .models
+                        .get(&name)
+                        .map(|run| vec![run.view()])
+                        .ok_or(ModelError::Unknown(name)),
+                    None => Ok(self.models.runs().map(|r| r.view()).collect()),
+                };
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::StopModel { name, reply } => {
+                let r = self.models.stop(&name, now, &self.slots());
+                let r = r.map(|plan| self.apply_plan(plan, now, &mut out, batch));
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::ModelArtifact {
+                name,
+                artifact,
+                reply,
+            } => {
+                let r = self.artifact(&name, artifact);
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
             Command::Tick => self.scheduler.tick(now, &mut out),
             Command::Shutdown { .. } => {}
         }
+        self.follow_models(&mut out, now, batch);
         self.collect(out, batch);
+    }
+
+    /// How many connected workers can serve each target (a run's parallelism).
+    fn slots(&self) -> impl Fn(&Target) -> usize {
+        let targets: Vec<Target> = self.scheduler.workers().map(|w| w.target.clone()).collect();
+        move |t: &Target| targets.iter().filter(|w| w.serves(t)).count()
+    }
+
+    /// Submits a plan's jobs and marks its runs for the batch's commit.
+    fn apply_plan(&mut self, plan: Plan, now: Millis, out: &mut Vec<Output>, batch: &mut Batch) {
+        batch.dirty_models.extend(plan.changed);
+        if plan.jobs.is_empty() {
+            return;
+        }
+        let (_, duplicates) = self.scheduler.submit_with(plan.jobs, now, out);
+        // A job another run already finished (a shared task): its result is
+        // news to this run, so report it as a change.
+        for id in duplicates {
+            if self
+                .scheduler
+                .job(&id)
+                .is_some_and(|j| j.state().is_terminal())
+            {
+                out.push(Output::JobChanged(id));
+            }
+        }
+    }
+
+    /// Feeds every model job that ended in `out` to the planner, and the jobs
+    /// it plans back to the scheduler, until nothing new ends.
+    fn follow_models(&mut self, out: &mut Vec<Output>, now: Millis, batch: &mut Batch) {
+        let mut seen = 0;
+        let mut told = std::collections::HashSet::new();
+        while seen < out.len() {
+            let ended: Vec<JobView> = out[seen..]
+                .iter()
+                .filter_map(|o| match o {
+                    Output::JobChanged(id) if self.models.runs_of_job(id) => self.scheduler.job(id),
+                    _ => None,
+                })
+                .filter(|j| j.state().is_terminal())
+                .map(|j| j.view.clone())
+                .collect();
+            seen = out.len();
+            for view in ended {
+                if !told.insert(view.job_id.clone()) {
+                    continue;
+                }
+                let plan = self.models.job_ended(&view, now, &self.slots());
+                self.apply_plan(plan, now, out, batch);
+            }
+        }
+    }
+
+    /// A compile result carries the library; it is stored apart from the job
+    /// (views go to every subscriber, the library only to who asks for it).
+    fn take_library(
+        &self,
+        job_id: &str,
+        result: &mut JobResult,
+    ) -> Option<(String, &'static str, Vec<u8>)> {
+        let job = self.scheduler.job(job_id)?;
+        let Op::Model { model } = &job.view.workload.op else {
+            return None;
+        };
+        let ModelStage::Compile { run, .. } = model.as_ref() else {
+            return None;
+        };
+        let text = result.extra.as_object_mut()?.remove("library_b64")?;
+        match text.as_str().map(base64::decode) {
+            Some(Ok(bytes)) => Some((run.clone(), "library", bytes)),
+            _ => {
+                warn!(job = %job_id, "compile result has an unreadable library; not stored");
+                None
+            }
+        }
+    }
+
+    fn artifact(&self, name: &str, kind: ModelArtifactKind) -> Result<Vec<ArtifactFile>, String> {
+        let run = self
+            .models
+            .get(name)
+            .ok_or_else(|| format!("no model run named `{name}`"))?;
+        match kind {
+            ModelArtifactKind::Database => {
+                let (workloads, records) = run
+                    .database()
+                    .ok_or_else(|| format!("model run `{name}` has no tuning records yet"))?;
+                Ok(vec![
+                    ArtifactFile {
+                        name: "database_workload.json".into(),
+                        text: Some(workloads),
+                        base64: None,
+                    },
+                    ArtifactFile {
+                        name: "database_tuning_record.json".into(),
+                        text: Some(records),
+                        base64: None,
+                    },
+                ])
+            }
+            ModelArtifactKind::Library => {
+                let bytes = self
+                    .store
+                    .load_artifact(name, "library")
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| {
+                        format!(
+                            "model run `{name}` has no compiled library yet (it is {})",
+                            run.state
+                        )
+                    })?;
+                Ok(vec![ArtifactFile {
+                    name: format!("{name}.so"),
+                    text: None,
+                    base64: Some(base64::encode(&bytes)),
+                }])
+            }
+        }
     }
 
     fn push_send(&self, batch: &mut Batch, session: SessionId, msg: Outbound) {
@@ -416,14 +613,37 @@ impl Core {
     fn flush(&mut self, mut batch: Batch) {
         batch.dirty.sort();
         batch.dirty.dedup();
-        if !batch.dirty.is_empty() || !batch.trace.is_empty() {
+        batch.dirty_models.sort();
+        batch.dirty_models.dedup();
+        let now = now_ms();
+        for name in &batch.dirty_models {
+            if let Some(run) = self.models.get(name) {
+                let event = FleetEvent::ModelUpdated {
+                    model: Box::new(run.view()),
+                };
+                let json = serde_json::to_string(&event).unwrap_or_default();
+                batch.trace.push((now, json.clone()));
+                batch.events.push(json);
+            }
+        }
+        if !batch.dirty.is_empty() || !batch.trace.is_empty() || !batch.artifacts.is_empty() {
             let jobs: Vec<_> = batch
                 .dirty
                 .iter()
                 .filter_map(|id| self.scheduler.job(id))
                 .collect();
+            let models: Vec<_> = batch
+                .dirty_models
+                .iter()
+                .filter_map(|name| self.models.get(name))
+                .collect();
             let mut attempt = 0;
-            while let Err(e) = self.store.commit(jobs.iter().copied(), &batch.trace) {
+            while let Err(e) = self.store.commit(
+                jobs.iter().copied(),
+                models.iter().copied(),
+                &batch.artifacts,
+                &batch.trace,
+            ) {
                 attempt += 1;
                 error!("cannot commit state (attempt {attempt}): {e}");
                 if attempt >= 5 {
@@ -500,6 +720,7 @@ impl Core {
         FleetSnapshot {
             jobs: self.results(None),
             workers,
+            models: self.models.runs().map(|r| r.view()).collect(),
         }
     }
 }

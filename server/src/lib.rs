@@ -12,6 +12,7 @@ pub mod client;
 pub mod commands;
 pub mod core;
 pub mod export_trace;
+pub mod models;
 pub mod net;
 pub mod scheduler;
 pub mod serve;

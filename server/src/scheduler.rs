@@ -18,12 +18,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
+use tunefleet_shared::model::{TunerSettings, WarmStart};
 use tunefleet_shared::protocol::{
     JobError, JobId, JobResult, JobState, JobView, Lease, MasterMessage, Millis, ProgressPoint,
     ResultMeta, TuningRecord, WorkerHello, WorkerView, MAX_HISTORY_POINTS,
 };
 use tunefleet_shared::target::Target;
-use tunefleet_shared::workload::Workload;
+use tunefleet_shared::workload::{Op, Workload};
 
 /// A connection-scoped worker identity, allocated by the driver.
 pub type SessionId = u64;
@@ -74,6 +75,22 @@ pub struct Job {
     pub last_progress_at: Millis,
     /// Position in the queue: lower runs first. Recycled jobs get negative keys.
     pub queue_key: i64,
+    /// What travels with each assignment but is not part of the job's identity.
+    #[serde(default)]
+    pub extras: JobExtras,
+}
+
+/// Per-job settings a model run attaches to its jobs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobExtras {
+    /// Records kept from the result, instead of the fleet's `--nbest`: a
+    /// model's rounds keep every measured candidate for later warm starts.
+    #[serde(default)]
+    pub nbest: Option<u32>,
+    #[serde(default)]
+    pub warm_start: Option<Box<WarmStart>>,
+    #[serde(default)]
+    pub tuner: TunerSettings,
 }
 
 impl Job {
@@ -292,8 +309,23 @@ impl Scheduler {
         now: Millis,
         out: &mut Vec<Output>,
     ) -> (Vec<JobId>, Vec<JobId>) {
+        let with_extras = workloads
+            .into_iter()
+            .map(|w| (w, JobExtras::default()))
+            .collect();
+        self.submit_with(with_extras, now, out)
+    }
+
+    /// [`Scheduler::submit`] with per-job extras (a model run's rounds). A
+    /// duplicate keeps the extras it was first submitted with.
+    pub fn submit_with(
+        &mut self,
+        workloads: Vec<(Workload, JobExtras)>,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> (Vec<JobId>, Vec<JobId>) {
         let (mut created, mut duplicates) = (Vec::new(), Vec::new());
-        for workload in workloads {
+        for (workload, extras) in workloads {
             let id = workload.job_id();
             if self.jobs.contains_key(&id) {
                 duplicates.push(id);
@@ -329,6 +361,7 @@ impl Scheduler {
                     lease_history: Vec::new(),
                     last_progress_at: now,
                     queue_key: key,
+                    extras,
                 },
             );
             self.enqueue(&id, key);
@@ -496,8 +529,12 @@ impl Scheduler {
         out: &mut Vec<Output>,
     ) -> Result<(), Rejection> {
         self.check_owner(session, job_id, lease)?;
-        let nbest = self.config.nbest;
-        let records = match validate_result(&result, nbest) {
+        let Some(job) = self.jobs.get(job_id) else {
+            return Err(Rejection::UnknownJob(job_id.to_string()));
+        };
+        let nbest = job.extras.nbest.map_or(self.config.nbest, |n| n as usize);
+        let measures_kernel = !matches!(job.view.workload.op, Op::Model { .. });
+        let records = match validate_result(&result, nbest, measures_kernel) {
             Ok(records) => records,
             Err(e) => {
                 if self.is_current(session, job_id, lease) {
@@ -524,7 +561,7 @@ impl Scheduler {
         job.view.state = JobState::Done;
         job.view.worker = Some(worker_name.clone());
         // The worker's own measurement of the best kernel, not the tuner's estimate.
-        job.view.best_latency_s = Some(result.best_latency_s);
+        job.view.best_latency_s = Some(result.best_latency_s).filter(|l| *l > 0.0);
         job.view.records = records;
         job.view.trials_done = result.trials.max(job.view.trials_done);
         job.view.result = Some(ResultMeta {
@@ -535,6 +572,7 @@ impl Scheduler {
             tvm_version: result.tvm_version,
             gflops: result.gflops,
             extra: result.extra,
+            target: result.target,
         });
         job.view.finished_at = Some(now);
         job.view.updated_at = now;
@@ -831,7 +869,7 @@ impl Scheduler {
 
     fn assign(&mut self, session: SessionId, job_id: &str, now: Millis, out: &mut Vec<Output>) {
         self.dequeue(job_id);
-        let nbest = self.config.nbest as u32;
+        let default_nbest = self.config.nbest as u32;
         let (Some(s), Some(job)) = (self.sessions.get_mut(&session), self.jobs.get_mut(job_id))
         else {
             return;
@@ -866,7 +904,9 @@ impl Scheduler {
                 lease: job.lease,
                 attempt: job.view.attempts,
                 workload: job.view.workload.clone(),
-                nbest,
+                nbest: job.extras.nbest.unwrap_or(default_nbest),
+                warm_start: job.extras.warm_start.clone(),
+                tuner: job.extras.tuner.clone(),
             },
         });
         out.push(Output::JobChanged(job_id.to_string()));
@@ -929,8 +969,22 @@ pub fn session_label(session: SessionId) -> String {
 }
 
 /// Checks a result's numbers and returns its best `nbest` records, best first.
-fn validate_result(result: &JobResult, nbest: usize) -> Result<Vec<TuningRecord>, String> {
+/// A model stage (task extraction) measures no kernel: its latency may be 0.
+fn validate_result(
+    result: &JobResult,
+    nbest: usize,
+    measures_kernel: bool,
+) -> Result<Vec<TuningRecord>, String> {
     let ok = |x: f64| x.is_finite() && x > 0.0;
+    if !measures_kernel {
+        if !(result.best_latency_s.is_finite() && result.best_latency_s >= 0.0) {
+            return Err(format!(
+                "best_latency_s must be a number >= 0, got {}",
+                result.best_latency_s
+            ));
+        }
+        return Ok(Vec::new());
+    }
     if !ok(result.best_latency_s) {
         return Err(format!(
             "best_latency_s must be a positive number, got {}",

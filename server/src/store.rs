@@ -22,6 +22,7 @@ use std::path::Path;
 use rusqlite::{params, Connection, OpenFlags};
 use tunefleet_shared::protocol::Millis;
 
+use crate::models::ModelRun;
 use crate::scheduler::Job;
 
 const SCHEMA_VERSION: i64 = 1;
@@ -81,6 +82,17 @@ impl Store {
                  state TEXT NOT NULL,
                  queue_key INTEGER NOT NULL,
                  data TEXT NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS models (
+                 name TEXT PRIMARY KEY,
+                 state TEXT NOT NULL,
+                 data TEXT NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS artifacts (
+                 run TEXT NOT NULL,
+                 kind TEXT NOT NULL,
+                 data BLOB NOT NULL,
+                 PRIMARY KEY (run, kind)
              );
              CREATE TABLE IF NOT EXISTS trace (
                  seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -166,10 +178,51 @@ impl Store {
         Ok(jobs)
     }
 
-    /// Writes a batch of changed jobs and trace lines in one transaction.
-    pub fn commit<'a>(
+    pub fn load_models(&self) -> Result<Vec<ModelRun>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT name, data FROM models ORDER BY name")
+            .map_err(|e| self.sql_err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| self.sql_err(e))?;
+        let mut runs = Vec::new();
+        for row in rows {
+            let (name, data) = row.map_err(|e| self.sql_err(e))?;
+            let run: ModelRun =
+                serde_json::from_str(&data).map_err(|e| StoreError::CorruptJob {
+                    path: self.path.clone(),
+                    job_id: format!("model run {name}"),
+                    message: e.to_string(),
+                })?;
+            runs.push(run);
+        }
+        Ok(runs)
+    }
+
+    /// A stored artefact of a model run (`library`), if any.
+    pub fn load_artifact(&self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT data FROM artifacts WHERE run = ?1 AND kind = ?2",
+                params![run, kind],
+                |r| r.get::<_, Vec<u8>>(0),
+            )
+            .map(Some)
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                other => Err(other),
+            })
+            .map_err(|e| self.sql_err(e))
+    }
+
+    /// Writes a batch of changed jobs, model runs, artefacts and trace lines
+    /// in one transaction.
+    pub fn commit<'a, 'b>(
         &mut self,
         jobs: impl IntoIterator<Item = &'a Job>,
+        models: impl IntoIterator<Item = &'b ModelRun>,
+        artifacts: &[(String, &'static str, Vec<u8>)],
         trace: &[(Millis, String)],
     ) -> Result<(), StoreError> {
         let path = self.path.clone();
@@ -189,6 +242,29 @@ impl Store {
                 let data = serde_json::to_string(job).unwrap_or_default();
                 upsert
                     .execute(params![job.id(), job.state().as_str(), job.queue_key, data])
+                    .map_err(err)?;
+            }
+            let mut upsert_model = tx
+                .prepare_cached(
+                    "INSERT INTO models (name, state, data) VALUES (?1, ?2, ?3)
+                     ON CONFLICT(name) DO UPDATE SET state = ?2, data = ?3",
+                )
+                .map_err(err)?;
+            for run in models {
+                let data = serde_json::to_string(run).unwrap_or_default();
+                upsert_model
+                    .execute(params![run.name, run.state.as_str(), data])
+                    .map_err(err)?;
+            }
+            let mut put_artifact = tx
+                .prepare_cached(
+                    "INSERT INTO artifacts (run, kind, data) VALUES (?1, ?2, ?3)
+                     ON CONFLICT(run, kind) DO UPDATE SET data = ?3",
+                )
+                .map_err(err)?;
+            for (run, kind, bytes) in artifacts {
+                put_artifact
+                    .execute(params![run, kind, bytes])
                     .map_err(err)?;
             }
             let mut append = tx

@@ -57,6 +57,7 @@ fn result(latency: f64) -> JobResult {
         backend: "sim".into(),
         tvm_version: None,
         extra: serde_json::Value::Null,
+        target: None,
     }
 }
 

@@ -316,6 +316,7 @@ mod tests {
             tvm_version: Some("0.27.0.post1".into()),
             gflops,
             extra,
+            target: None,
         }
     }
 

@@ -4,6 +4,8 @@
 
 pub mod export;
 pub mod lorien;
+pub mod model;
+pub mod onnx;
 pub mod protocol;
 pub mod target;
 pub mod workload;

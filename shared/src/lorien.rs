@@ -1316,7 +1316,7 @@ fn shape_fields(op: &Op) -> Vec<(&'static str, String)> {
             ("padding", pair(s.padding)),
             ("dilation", pair(s.dilation)),
         ],
-        Op::Tvmscript { .. } => Vec::new(),
+        Op::Tvmscript { .. } | Op::Model { .. } => Vec::new(),
     }
 }
 

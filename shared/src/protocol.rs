@@ -20,6 +20,9 @@
 //! and a reason naming both versions; the peer must not retry with the same
 //! version.
 
+use crate::model::{
+    ArtifactFile, ModelArtifactKind, ModelSubmission, ModelView, TunerSettings, WarmStart,
+};
 use crate::target::Target;
 use crate::workload::Workload;
 use serde::{Deserialize, Serialize};
@@ -142,6 +145,10 @@ pub struct JobResult {
     /// Backend-specific extras (e.g. the workload in MetaSchedule database form).
     #[serde(default)]
     pub extra: serde_json::Value,
+    /// The target the worker tuned, compiled and measured for: the job's
+    /// target with every attribute it leaves open filled from the worker's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Target>,
 }
 
 /// A worker's self-description, sent in [`WorkerMessage::Register`].
@@ -217,6 +224,12 @@ pub enum MasterMessage {
         workload: Workload,
         /// How many best records the master keeps.
         nbest: u32,
+        /// Records to seed the search with (later rounds of a model's task).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        warm_start: Option<Box<WarmStart>>,
+        /// Tuner settings of the job's model run; defaults when absent.
+        #[serde(default, skip_serializing_if = "TunerSettings::is_default")]
+        tuner: TunerSettings,
     },
     /// Stop working on this lease (job cancelled, timed out, or finished elsewhere).
     Cancel {
@@ -315,6 +328,23 @@ pub enum ClientCommand {
     /// Stop the master gracefully, as SIGTERM does (admin). Answered with
     /// `shutting_down`; then every peer gets `shutdown` and close 1001.
     Shutdown,
+    /// Tune a whole ONNX model (see `model.rs`).
+    SubmitModel {
+        model: Box<ModelSubmission>,
+    },
+    /// Model runs: one by name, or all.
+    Models {
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// Spend no more of the run's budget: compile with the records so far.
+    StopModel {
+        name: String,
+    },
+    ModelArtifact {
+        name: String,
+        artifact: ModelArtifactKind,
+    },
 }
 
 impl ClientCommand {
@@ -326,6 +356,8 @@ impl ClientCommand {
                 | ClientCommand::Cancel { .. }
                 | ClientCommand::Retry { .. }
                 | ClientCommand::Shutdown
+                | ClientCommand::SubmitModel { .. }
+                | ClientCommand::StopModel { .. }
         )
     }
 
@@ -340,6 +372,10 @@ impl ClientCommand {
             ClientCommand::Cancel { .. } => "cancel",
             ClientCommand::Retry { .. } => "retry",
             ClientCommand::Shutdown => "shutdown",
+            ClientCommand::SubmitModel { .. } => "submit_model",
+            ClientCommand::Models { .. } => "models",
+            ClientCommand::StopModel { .. } => "stop_model",
+            ClientCommand::ModelArtifact { .. } => "model_artifact",
         }
     }
 }
@@ -395,6 +431,21 @@ pub enum ReplyBody {
     },
     /// Answer to `shutdown`: the master has begun to stop.
     ShuttingDown,
+    ModelSubmitted {
+        name: String,
+        extract_job: JobId,
+    },
+    Models {
+        models: Vec<ModelView>,
+    },
+    ModelStopping {
+        name: String,
+    },
+    Artifact {
+        name: String,
+        artifact: ModelArtifactKind,
+        files: Vec<ArtifactFile>,
+    },
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -469,6 +520,9 @@ pub struct ResultMeta {
     pub gflops: Option<f64>,
     #[serde(default)]
     pub extra: serde_json::Value,
+    /// The effective target the result was measured for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Target>,
 }
 
 /// One point of a job's tuning curve: the best latency after `trials` trials.
@@ -513,6 +567,8 @@ pub struct JobView {
 pub struct FleetSnapshot {
     pub jobs: Vec<JobView>,
     pub workers: Vec<WorkerView>,
+    #[serde(default)]
+    pub models: Vec<ModelView>,
 }
 
 /// Everything subscribers are told, in order.
@@ -524,6 +580,7 @@ pub enum FleetEvent {
     WorkerLeft { session: String, reason: String },
     WorkerUpdated { worker: Box<WorkerView> },
     JobUpdated { job: Box<JobView> },
+    ModelUpdated { model: Box<ModelView> },
 }
 
 /// What `Debug` prints instead of a secret.
@@ -619,6 +676,8 @@ impl std::fmt::Debug for MasterMessage {
                 attempt,
                 workload,
                 nbest,
+                warm_start,
+                tuner,
             } => f
                 .debug_struct("Assign")
                 .field("job_id", job_id)
@@ -626,6 +685,8 @@ impl std::fmt::Debug for MasterMessage {
                 .field("attempt", attempt)
                 .field("workload", workload)
                 .field("nbest", nbest)
+                .field("warm_start", &warm_start.as_ref().map(|w| w.records.len()))
+                .field("tuner", tuner)
                 .finish(),
             MasterMessage::Cancel {
                 job_id,
@@ -691,6 +752,24 @@ impl std::fmt::Debug for ClientCommand {
                 f.debug_struct("Retry").field("job_id", job_id).finish()
             }
             ClientCommand::Shutdown => f.write_str("Shutdown"),
+            ClientCommand::SubmitModel { model } => f
+                .debug_struct("SubmitModel")
+                .field("name", &model.name)
+                .field(
+                    "onnx",
+                    &format_args!("<{} base64 bytes>", model.source.onnx_b64.len()),
+                )
+                .field("trials", &model.trials)
+                .finish(),
+            ClientCommand::Models { name } => f.debug_struct("Models").field("name", name).finish(),
+            ClientCommand::StopModel { name } => {
+                f.debug_struct("StopModel").field("name", name).finish()
+            }
+            ClientCommand::ModelArtifact { name, artifact } => f
+                .debug_struct("ModelArtifact")
+                .field("name", name)
+                .field("artifact", artifact)
+                .finish(),
         }
     }
 }

@@ -149,6 +149,20 @@ impl Target {
                 .all(|(k, v)| self.0.get(k) == Some(v))
     }
 
+    /// The effective target of a job run by a worker with target `worker`:
+    /// every attribute the job leaves open is filled from the worker's own
+    /// (`{"kind":"llvm"}` on a `{"kind":"llvm","mcpu":"znver3","num-cores":2}`
+    /// worker tunes for znver3 on 2 cores). What the job pins wins.
+    pub fn completed_by(&self, worker: &Target) -> Target {
+        let mut map = self.0.clone();
+        if worker.kind() == self.kind() {
+            for (k, v) in &worker.0 {
+                map.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        Target(map)
+    }
+
     /// Canonical JSON text (keys sorted), used in job identities.
     pub fn canonical_json(&self) -> String {
         // serde_json's default Map is a BTreeMap, so serialisation is sorted.
@@ -183,6 +197,19 @@ impl fmt::Display for Target {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn completion_fills_only_what_the_job_leaves_open() {
+        let worker = Target::parse(r#"{"kind":"llvm","mcpu":"znver3","num-cores":2}"#).unwrap();
+        let job = Target::parse(r#"{"kind":"llvm","num-cores":1}"#).unwrap();
+        let eff = job.completed_by(&worker);
+        assert_eq!(
+            eff.canonical_json(),
+            r#"{"kind":"llvm","mcpu":"znver3","num-cores":1}"#
+        );
+        let cuda = Target::of_kind("cuda");
+        assert_eq!(cuda.completed_by(&worker), cuda);
+    }
+
     use super::*;
 
     #[test]

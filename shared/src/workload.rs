@@ -103,6 +103,7 @@
 //! any change to shape, dtype, target or trials makes a new job. TVMScript text
 //! is normalised only in line endings and trailing whitespace.
 
+use crate::model::ModelStage;
 use crate::target::Target;
 use crate::yaml_tree::{Node, Yaml};
 use serde::{Deserialize, Serialize};
@@ -276,7 +277,7 @@ fn conv_output_size(
 
 /// The operator of a workload. On the wire it is flattened into the workload
 /// object: `"op": "matmul", "shape": {...}` or `"op": "tvmscript", "tvmscript": "..."`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "op")]
 pub enum Op {
@@ -295,6 +296,10 @@ pub enum Op {
     /// A PrimFunc in TVMScript text (line endings normalised to `\n`, one final newline).
     #[serde(rename = "tvmscript")]
     Tvmscript { tvmscript: String },
+    /// A stage of a whole-model run (extract tasks, compile the tuned model).
+    /// Made by the master, never read from a workload file.
+    #[serde(rename = "model")]
+    Model { model: Box<ModelStage> },
 }
 
 impl Op {
@@ -308,6 +313,7 @@ impl Op {
             Op::Conv2dNhwc { .. } => "conv2d_nhwc",
             Op::DepthwiseConv2dNchw { .. } => "depthwise_conv2d_nchw",
             Op::Tvmscript { .. } => "tvmscript",
+            Op::Model { .. } => "model",
         }
     }
 
@@ -368,7 +374,7 @@ impl Op {
                     ("output", p(&[u(s.batch), s.out_channels(), oh, ow])),
                 ]
             }
-            Op::Tvmscript { .. } => return None,
+            Op::Tvmscript { .. } | Op::Model { .. } => return None,
         })
     }
 }
@@ -446,7 +452,7 @@ impl Workload {
                         * f(s.kernel[1]),
                 )
             }
-            Op::Tvmscript { .. } => None,
+            Op::Tvmscript { .. } | Op::Model { .. } => None,
         }
     }
 
@@ -511,6 +517,7 @@ impl Workload {
                 s.dilation,
                 s.out_channels(),
             ),
+            Op::Model { model } => format!("model {} `{}`", model.name(), model.run()),
             Op::Tvmscript { tvmscript } => {
                 let lines = tvmscript.lines().count();
                 match tvmscript_function_name(tvmscript) {
@@ -555,6 +562,7 @@ impl Workload {
                     problems.push(("tvmscript".into(), m));
                 }
             }
+            Op::Model { .. } => {}
             op => {
                 if problems.is_empty() {
                     for (sub, m) in geometry_problems(op) {
@@ -844,7 +852,7 @@ fn op_numbers(op: &Op) -> Vec<(String, u32, u32)> {
             dim("multiplier", s.multiplier);
             push_pairs(&mut out, s.kernel, s.stride, s.padding, s.dilation);
         }
-        Op::Tvmscript { .. } => {}
+        Op::Tvmscript { .. } | Op::Model { .. } => {}
     }
     out
 }

@@ -13,6 +13,7 @@
 //!   replies, and what to do when the socket closes.
 
 use std::collections::HashMap;
+use tunefleet_shared::model::ModelView;
 
 use tunefleet_shared::protocol::{
     close_code, ClientCommand, ClientRequest, ErrorCode, FleetEvent, FleetSnapshot, JobId,
@@ -28,6 +29,8 @@ pub struct Fleet {
     index: HashMap<JobId, usize>,
     /// Live workers, ordered by `connected_at` then session.
     workers: Vec<WorkerView>,
+    /// Model runs, oldest first.
+    models: Vec<ModelView>,
     /// `seq` of the last snapshot or event applied; `None` before the first snapshot.
     seq: Option<u64>,
     /// Snapshots applied so far (1 after the first subscribe; more after resyncs).
@@ -70,6 +73,10 @@ impl Fleet {
         self.index.get(job_id).map(|&i| &self.jobs[i])
     }
 
+    pub fn models(&self) -> &[ModelView] {
+        &self.models
+    }
+
     pub fn worker_by_session(&self, session: &str) -> Option<&WorkerView> {
         self.workers.iter().find(|w| w.session == session)
     }
@@ -79,7 +86,10 @@ impl Fleet {
         let FleetSnapshot {
             mut jobs,
             mut workers,
+            mut models,
         } = snapshot;
+        models.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
+        self.models = models;
         // The master sends each job once; should it not, the last copy wins
         // rather than showing two rows.
         let mut seen = HashMap::with_capacity(jobs.len());
@@ -119,6 +129,12 @@ impl Fleet {
                 self.upsert_worker(*worker)
             }
             FleetEvent::WorkerLeft { session, .. } => self.workers.retain(|w| w.session != session),
+            FleetEvent::ModelUpdated { model } => {
+                match self.models.iter_mut().find(|m| m.name == model.name) {
+                    Some(slot) => *slot = *model,
+                    None => self.models.push(*model),
+                }
+            }
         }
         outcome
     }
@@ -779,7 +795,11 @@ mod tests {
     }
 
     fn snapshot(jobs: Vec<JobView>, workers: Vec<WorkerView>) -> FleetSnapshot {
-        FleetSnapshot { jobs, workers }
+        FleetSnapshot {
+            jobs,
+            workers,
+            models: vec![],
+        }
     }
 
     fn job_event(job: JobView) -> FleetEvent {
@@ -1362,6 +1382,7 @@ mod tests {
             tvm_version: None,
             gflops: Some(3.0),
             extra: serde_json::Value::Null,
+            target: None,
         });
         fleet.apply_event(1, job_event(done.clone()));
         assert_eq!(fleet.job("a"), Some(&done));

@@ -28,7 +28,16 @@ JOB.json::
                     "key": "local", "session_timeout_s": 60},
      "trials": <optional override of workload.trials>,
      "cost_model": "xgb" | "random" | "mlp", "strategy": "evolutionary" |
-     "replay-trace" | "replay-func", "builder_timeout_s": 30, "runner_timeout_s": 30}
+     "replay-trace" | "replay-func", "builder_timeout_s": 30, "runner_timeout_s": 30,
+     "warm_start": null | {"workload": [hash, b64], "records": [[trace, run_secs, target, args_info], ...]}}
+
+`warm_start` (optional) seeds the search with records of an earlier round of
+the same workload: they are written into work_dir's database before tuning
+(see `_write_warm_start`). The result's `trials` then counts only this
+round's new measurements, while `records` and `best_latency_s` cover the
+warm-start records too (best overall); `warm_start_records` says how many
+were loaded; `warm_start_ignored` (null or a reason) is set when the
+warm-start workload is not this job's module (its records are then unused).
 
 This file is also a library: `build_workload(wire_workload)` turns a wire
 workload into the IRModule that is tuned (tests/python/apply_exported.py
@@ -639,6 +648,45 @@ def _read_json_lines(path: str) -> list:
     return out
 
 
+def _write_warm_start(ms, warm, built, work_dir: str) -> tuple[int, float | None, str | None]:
+    """Writes a job's `warm_start` records into work_dir's (fresh) database as
+    workload index 0, so that tune_tir's JSONDatabase loads them and the
+    evolutionary search seeds its population from the best of them.
+
+    The workload line written is the one MetaSchedule itself produces for the
+    tuned module (`commit_workload(built.mod)`); the job's line must have the
+    same structural hash, else its records belong to another module: they are
+    then ignored (the round runs cold) and the reason is returned.
+    Returns (records written, best valid mean latency among them, reason
+    ignored or None)."""
+    if not isinstance(warm, dict):
+        raise JobError("job field `warm_start` must be null or an object")
+    wl = warm.get("workload")
+    if not (isinstance(wl, list) and len(wl) == 2 and all(isinstance(x, str) for x in wl)):
+        raise JobError("warm_start.workload must be a database workload line [hash, base64]")
+    recs = warm.get("records")
+    if recs is None:
+        recs = []
+    if not isinstance(recs, list):
+        raise JobError("warm_start.records must be a list")
+    for j, rec in enumerate(recs):
+        if not (isinstance(rec, list) and len(rec) == 4 and isinstance(rec[1], list)):
+            raise JobError(f"warm_start.records[{j}] must be [trace, run_secs, target, args_info]")
+    ours = ms.database.MemoryDatabase(module_equality="structural").commit_workload(built.mod).as_json()
+    if str(wl[0]) != str(ours[0]):
+        return 0, None, (f"warm_start.workload does not match this job's workload (structural hash {wl[0]} "
+                         f"!= {ours[0]}): its records were tuned for another module; ignored")
+    if not recs:
+        return 0, None, None
+    with open(os.path.join(work_dir, "database_workload.json"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(ours, separators=(",", ":")) + "\n")
+    with open(os.path.join(work_dir, "database_tuning_record.json"), "w", encoding="utf-8") as f:
+        for rec in recs:
+            f.write(json.dumps([0, rec], separators=(",", ":")) + "\n")
+    means = [m for m in (valid_mean(r[1]) for r in recs) if m is not None]
+    return len(recs), (min(means) if means else None), None
+
+
 def _make_progress_callback(ms, proto: Protocol, trials_total: int, state: dict):
     from tvm.ir.utils import derived_object
 
@@ -756,7 +804,16 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
         if os.path.exists(p):
             os.remove(p)
 
-    state = {"done": 0, "failed": 0, "best": None, "first_error": None}
+    n_warm, warm_best, warm_ignored = 0, None, None
+    if job.get("warm_start") is not None:
+        n_warm, warm_best, warm_ignored = _write_warm_start(ms, job["warm_start"], built, work_dir)
+        if warm_ignored:
+            print(f"tunefleet: warning: {warm_ignored}", file=sys.stderr)
+        else:
+            print(f"tunefleet: warm start: {n_warm} records (best {warm_best})", file=sys.stderr)
+
+    # `best` starts at the warm-start best: progress lines report the best overall.
+    state = {"done": 0, "failed": 0, "best": warm_best, "first_error": None}
     callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
     callbacks.append(_make_progress_callback(ms, proto, trials, state))
 
@@ -790,7 +847,8 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
         if mean is not None:
             scored.append((mean, rec))
     scored.sort(key=lambda x: x[0])
-    measured = max(len(ours), state["done"])
+    # Only this round's measurements (the warm-start records come first in the file).
+    measured = max(len(ours) - n_warm, state["done"])
     if not scored:
         detail = f" (first error: {_summarise_error(state['first_error'])})" if state["first_error"] else ""
         raise JobError(f"no valid measurement in {measured} trials{detail}")
@@ -824,6 +882,8 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
         "args": built.args,
         "outputs": built.outputs,
         "tvm_runtime_lib": _runtime_lib(tvm),
+        "warm_start_records": n_warm,
+        "warm_start_ignored": warm_ignored,
     }
 
 

@@ -25,10 +25,13 @@ struct Cli {
     #[arg(long, value_name = "PEM", env = "TUNEFLEET_CA_CERT")]
     ca_cert: Option<PathBuf>,
 
-    /// What this machine compiles for: a TVM target as JSON
-    /// ('{"kind":"llvm","num-cores":2}') or as a legacy string ('llvm -num-cores=2').
-    #[arg(long, value_parser = parse_target)]
-    target: Target,
+    /// What this machine compiles for: `auto` (the default: LLVM's name for
+    /// this host's CPU as `mcpu`, the cores this process may use as
+    /// `num-cores`), or a TVM target as JSON ('{"kind":"llvm","num-cores":2}')
+    /// or as a legacy string ('llvm -num-cores=2'). A job's target attributes
+    /// that it leaves open are filled from this one.
+    #[arg(long, default_value = "auto", value_parser = parse_target_arg)]
+    target: TargetArg,
 
     /// How to tune: `tvm` (TVM MetaSchedule; needs a build with the `tvm`
     /// feature) or `sim`, a fleet-testing tool that fakes results.
@@ -102,8 +105,30 @@ enum BackendKind {
     Sim,
 }
 
-fn parse_target(text: &str) -> Result<Target, String> {
-    Target::parse(text).map_err(|e| e.to_string())
+#[derive(Clone, Debug)]
+enum TargetArg {
+    Auto,
+    Given(Target),
+}
+
+fn parse_target_arg(text: &str) -> Result<TargetArg, String> {
+    if text.trim() == "auto" {
+        return Ok(TargetArg::Auto);
+    }
+    Target::parse(text)
+        .map(TargetArg::Given)
+        .map_err(|e| e.to_string())
+}
+
+/// `--target auto`: `{"kind":"llvm","mcpu":HOST,"num-cores":N}`. Without a
+/// CPU name (sim backend, or LLVM says "generic") `mcpu` is left out.
+fn host_target(host_cpu: Option<&str>) -> Target {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut text = serde_json::json!({"kind": "llvm", "num-cores": cores});
+    if let Some(cpu) = host_cpu {
+        text["mcpu"] = serde_json::Value::String(cpu.to_string());
+    }
+    Target::parse(&text.to_string()).unwrap_or_else(|_| Target::of_kind("llvm"))
 }
 
 fn parse_seconds(text: &str) -> Result<Duration, String> {
@@ -122,15 +147,16 @@ fn default_name() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-async fn make_backend(cli: &Cli) -> anyhow::Result<Arc<dyn Backend>> {
+/// The backend, and the host CPU's LLVM name when the backend knows it.
+async fn make_backend(cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Option<String>)> {
     match cli.backend {
-        BackendKind::Sim => Ok(Arc::new(SimBackend::new(cli.sim_seconds))),
+        BackendKind::Sim => Ok((Arc::new(SimBackend::new(cli.sim_seconds)), None)),
         BackendKind::Tvm => make_tvm_backend(cli).await,
     }
 }
 
 #[cfg(feature = "tvm")]
-async fn make_tvm_backend(cli: &Cli) -> anyhow::Result<Arc<dyn Backend>> {
+async fn make_tvm_backend(cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Option<String>)> {
     use tunefleet_worker::backend::tvm::{RpcTracker, TvmBackend, TvmConfig};
     let rpc = match (&cli.rpc_tracker, &cli.rpc_key) {
         (Some(tracker), Some(key)) => Some(
@@ -150,11 +176,12 @@ async fn make_tvm_backend(cli: &Cli) -> anyhow::Result<Arc<dyn Backend>> {
     };
     // Probing the interpreter blocks for about a second.
     let backend = tokio::task::spawn_blocking(move || TvmBackend::new(config)).await??;
-    Ok(Arc::new(backend))
+    let host_cpu = backend.host_cpu().map(str::to_string);
+    Ok((Arc::new(backend), host_cpu))
 }
 
 #[cfg(not(feature = "tvm"))]
-async fn make_tvm_backend(_cli: &Cli) -> anyhow::Result<Arc<dyn Backend>> {
+async fn make_tvm_backend(_cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Option<String>)> {
     bail!(
         "this worker was built without the `tvm` feature; rebuild with --features tvm \
          (or pass --backend sim for fleet tests)"
@@ -240,10 +267,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.backoff_max_ms < cli.backoff_initial_ms {
         bail!("--backoff-max-ms must not be smaller than --backoff-initial-ms");
     }
-    let backend = make_backend(&cli).await?;
+    let (backend, host_cpu) = make_backend(&cli).await?;
+    let target = match &cli.target {
+        TargetArg::Given(target) => target.clone(),
+        TargetArg::Auto => {
+            let target = host_target(host_cpu.as_deref());
+            tracing::info!(%target, "target detected from this host (--target auto)");
+            target
+        }
+    };
     let config = WorkerConfig {
         server: cli.server.clone(),
-        target: cli.target.clone(),
+        target,
         name: cli.name.clone().unwrap_or_else(default_name),
         backend,
         secret: cli.worker_secret.clone(),

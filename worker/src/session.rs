@@ -540,15 +540,22 @@ impl Worker {
                 job_id,
                 lease,
                 attempt,
-                workload,
+                mut workload,
                 nbest,
+                warm_start,
+                tuner,
             } => {
+                // Tune, compile and measure for the machine that runs the
+                // kernel: what the job leaves open comes from this worker.
+                workload.target = workload.target.completed_by(&self.config.target);
                 let spec = JobSpec {
                     job_id,
                     lease,
                     attempt,
                     workload,
                     nbest,
+                    warm_start,
+                    tuner,
                 };
                 Step::Assigned(self.start_job(spec, token))
             }
@@ -649,7 +656,14 @@ impl Worker {
         let (sink, progress) = progress_channel();
         let backend = Arc::clone(&self.config.backend);
         let (job_id, lease, nbest) = (spec.job_id.clone(), spec.lease, spec.nbest);
-        let task = tokio::spawn(async move { backend.tune(spec, sink).await });
+        let effective_target = spec.workload.target.clone();
+        let task = tokio::spawn(async move {
+            let mut result = backend.tune(spec, sink).await;
+            if let Ok(result) = &mut result {
+                result.target.get_or_insert(effective_target);
+            }
+            result
+        });
         self.running = Some(RunningJob {
             job_id,
             lease,

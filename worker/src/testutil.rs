@@ -24,5 +24,7 @@ pub fn job(workload: Workload, nbest: u32) -> JobSpec {
         attempt: 1,
         workload,
         nbest,
+        warm_start: None,
+        tuner: Default::default(),
     }
 }

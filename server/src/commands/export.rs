@@ -31,6 +31,8 @@ pub enum ExportFormat {
     Csv,
     /// A MetaSchedule JSON database in the directory given by `--out`.
     Metaschedule,
+    /// The compiled tuned model of `--model` (a shared library).
+    Library,
 }
 
 #[derive(clap::Args, Debug)]
@@ -46,9 +48,38 @@ pub struct ExportArgs {
     /// Only these jobs (repeatable; several ids may follow one --job).
     #[arg(long = "job", value_name = "ID", num_args = 1..)]
     pub jobs: Vec<String>,
+    /// A model run: `--format metaschedule` writes every record of its tasks,
+    /// `--format library` its compiled tuned model.
+    #[arg(long, value_name = "NAME", conflicts_with = "jobs")]
+    pub model: Option<String>,
 }
 
 pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
+    use tunefleet_shared::model::ModelArtifactKind;
+    let out = args.out.as_deref().filter(|p| *p != Path::new("-"));
+    if let Some(name) = &args.model {
+        let (kind, out) = match args.format {
+            ExportFormat::Metaschedule => (
+                ModelArtifactKind::Database,
+                out.context(
+                    "--format metaschedule writes two files: give the directory with --out DIR",
+                )?,
+            ),
+            ExportFormat::Library => (
+                ModelArtifactKind::Library,
+                out.context(
+                    "--format library writes a shared library: give the file with --out FILE.so",
+                )?,
+            ),
+            other => anyhow::bail!(
+                "--model exports `metaschedule` or `library`, not {other:?} (see `results --model`)"
+            ),
+        };
+        return super::model::export(&args.connect, name, kind, out).await;
+    }
+    if args.format == ExportFormat::Library {
+        anyhow::bail!("--format library needs --model NAME");
+    }
     if args.format == ExportFormat::Metaschedule {
         let dir = args
             .out
@@ -106,6 +137,7 @@ pub fn render(format: ExportFormat, jobs: &[JobView]) -> anyhow::Result<String> 
         ExportFormat::Metaschedule => {
             anyhow::bail!("the metaschedule format is a directory: use --out DIR")
         }
+        ExportFormat::Library => anyhow::bail!("--format library needs --model NAME"),
     }
 }
 

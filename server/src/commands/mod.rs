@@ -30,6 +30,7 @@ pub use tunefleet_shared::export::{csv_field, csv_line, format_latency, job_gflo
 
 pub mod export;
 pub mod import_lorien;
+pub mod model;
 pub mod results;
 pub mod shutdown;
 pub mod status;
@@ -170,6 +171,8 @@ pub enum ClientCli {
     ImportLorien(import_lorien::ImportLorienArgs),
     /// Stop the master gracefully, as SIGTERM does (admin token).
     Shutdown(shutdown::ShutdownArgs),
+    /// Stop tuning a model run: it is compiled with the records it has.
+    Stop(model::StopArgs),
 }
 
 impl ClientCli {
@@ -182,6 +185,7 @@ impl ClientCli {
             ClientCli::Export(args) => export::run(args).await,
             ClientCli::ImportLorien(args) => import_lorien::run(args).await,
             ClientCli::Shutdown(args) => shutdown::run(args).await,
+            ClientCli::Stop(args) => model::stop(args).await,
         }
     }
 }

@@ -39,9 +39,22 @@ pub struct ResultsArgs {
     /// Only these jobs (repeatable; several ids may follow one --job).
     #[arg(long = "job", value_name = "ID", num_args = 1..)]
     pub jobs: Vec<String>,
+    /// A model run instead of jobs: its tasks, estimate and measured latencies
+    /// (`--format json` prints one object).
+    #[arg(long, value_name = "NAME", conflicts_with = "jobs")]
+    pub model: Option<String>,
 }
 
 pub async fn run(args: ResultsArgs) -> anyhow::Result<()> {
+    if let Some(name) = &args.model {
+        let view = super::model::fetch(&args.connect, name).await?;
+        let text = match args.format {
+            ResultsFormat::Json => super::model::to_json(&view)?,
+            ResultsFormat::Table => super::model::to_table(&view),
+            ResultsFormat::Csv => anyhow::bail!("--model prints a table or JSON, not CSV"),
+        };
+        return emit(&text);
+    }
     let jobs = fetch(&args.connect, &args.jobs).await?;
     let text = match args.format {
         ResultsFormat::Table => to_table(&jobs),

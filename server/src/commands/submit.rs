@@ -33,12 +33,15 @@ use tunefleet_shared::workload::DEFAULT_TRIALS;
 pub struct SubmitArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// Workload files (YAML; Lorien workload files are converted first).
+    /// Workload files (YAML; Lorien workload files are converted first), or
+    /// one ONNX model (`.onnx`) to tune as a whole.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Print the submit reports as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub model: super::model::ModelFlags,
 }
 
 /// One file's outcome, as printed by `--json`.
@@ -50,6 +53,20 @@ pub struct FileReport {
 }
 
 pub async fn run(args: SubmitArgs) -> anyhow::Result<()> {
+    use super::model::is_model_path;
+    if args.files.iter().any(|f| is_model_path(f)) {
+        let [path] = args.files.as_slice() else {
+            anyhow::bail!("submit one .onnx model at a time, without workload files");
+        };
+        return super::model::submit(&args.connect, path, &args.model).await;
+    }
+    let model_flags = args.model.model_only_flags();
+    if !model_flags.is_empty() {
+        anyhow::bail!(
+            "{} only apply to .onnx models (a workload file sets its own trials and target)",
+            model_flags.join(", ")
+        );
+    }
     let mut texts = Vec::with_capacity(args.files.len());
     for path in &args.files {
         // Blocking read is fine: nothing else runs yet.

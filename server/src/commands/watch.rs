@@ -355,6 +355,7 @@ mod tests {
                     job("d", JobState::Cancelled),
                 ],
                 workers: vec![],
+                models: vec![],
             },
         );
         let p = Progress::of(&view);

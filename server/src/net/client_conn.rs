@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast::{self, error::RecvError};
 use tracing::{debug, info, warn};
+use tunefleet_shared::model::{base64, ModelSubmission, MAX_MODEL_BYTES};
+use tunefleet_shared::onnx;
 use tunefleet_shared::protocol::{
     close_code, ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, ServerMessage,
     PROTOCOL_VERSION,
@@ -27,6 +29,7 @@ use tunefleet_shared::workload::{parse_workload_file, MAX_WORKLOAD_FILE_BYTES};
 use super::limits::{RequestLimiter, Verdict};
 use super::{AppState, Connection, Frame};
 use crate::core::{Command, Published};
+use crate::models::ModelError;
 use crate::scheduler::CommandError;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -436,6 +439,62 @@ async fn handle(
                 None => return gone(),
             }
         }
+        ClientCommand::SubmitModel { model } => {
+            if let Err(message) = check_model_upload(&model) {
+                info!(model = %model.name, "model refused: {message}");
+                return error(Some(id), ErrorCode::InvalidWorkload, message);
+            }
+            let name = model.name.clone();
+            match core
+                .ask(|reply| Command::SubmitModel {
+                    submission: model,
+                    reply,
+                })
+                .await
+            {
+                Some(Ok(extract_job)) => ReplyBody::ModelSubmitted { name, extract_job },
+                Some(Err(e)) => return model_error(id, e),
+                None => return gone(),
+            }
+        }
+        ClientCommand::Models { name } => {
+            match core.ask(|reply| Command::Models { name, reply }).await {
+                Some(Ok(models)) => ReplyBody::Models { models },
+                Some(Err(e)) => return model_error(id, e),
+                None => return gone(),
+            }
+        }
+        ClientCommand::StopModel { name } => {
+            match core
+                .ask(|reply| Command::StopModel {
+                    name: name.clone(),
+                    reply,
+                })
+                .await
+            {
+                Some(Ok(())) => ReplyBody::ModelStopping { name },
+                Some(Err(e)) => return model_error(id, e),
+                None => return gone(),
+            }
+        }
+        ClientCommand::ModelArtifact { name, artifact } => {
+            match core
+                .ask(|reply| Command::ModelArtifact {
+                    name: name.clone(),
+                    artifact,
+                    reply,
+                })
+                .await
+            {
+                Some(Ok(files)) => ReplyBody::Artifact {
+                    name,
+                    artifact,
+                    files,
+                },
+                Some(Err(message)) => return error(Some(id), ErrorCode::NotFound, message),
+                None => return gone(),
+            }
+        }
         ClientCommand::Shutdown => {
             // `serve` stops accepting and tells every connection, this one
             // included, only after this task has sent the reply: the shutdown
@@ -446,6 +505,33 @@ async fn handle(
         }
     };
     ServerMessage::Reply { id, body }
+}
+
+/// The master's own check of a model upload: the client strips and checks
+/// too, but a script may send anything.
+fn check_model_upload(model: &ModelSubmission) -> Result<(), String> {
+    let name = &model.name;
+    let bytes = base64::decode(&model.source.onnx_b64)
+        .map_err(|e| format!("model `{name}`: onnx_b64 is not base64: {e}"))?;
+    if bytes.len() > MAX_MODEL_BYTES {
+        return Err(format!(
+            "model `{name}`: {} bytes after stripping weights is over the {MAX_MODEL_BYTES}-byte limit",
+            bytes.len()
+        ));
+    }
+    let summary = onnx::summarize(&bytes).map_err(|e| format!("model `{name}`: {e}"))?;
+    onnx::check_inputs(&summary, &model.source.input_shapes)
+        .map_err(|e| format!("model `{name}`: {e}"))?;
+    Ok(())
+}
+
+fn model_error(id: u64, e: ModelError) -> ServerMessage {
+    let code = match e {
+        ModelError::Unknown(_) => ErrorCode::NotFound,
+        ModelError::Finished { .. } | ModelError::Exists(_) => ErrorCode::InvalidState,
+        ModelError::BadName(_) | ModelError::BadSettings(_) => ErrorCode::BadRequest,
+    };
+    error(Some(id), code, e.to_string())
 }
 
 fn command_error(id: u64, e: CommandError) -> ServerMessage {

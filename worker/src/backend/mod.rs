@@ -29,6 +29,7 @@ pub mod verify;
 use std::future::Future;
 use std::pin::Pin;
 use tokio::sync::watch;
+use tunefleet_shared::model::{TunerSettings, WarmStart};
 use tunefleet_shared::protocol::{JobId, JobResult, Lease};
 use tunefleet_shared::workload::Workload;
 
@@ -47,6 +48,9 @@ pub struct JobSpec {
     pub workload: Workload,
     /// How many best records the master keeps.
     pub nbest: u32,
+    /// Records to seed the search with (a model task's later rounds).
+    pub warm_start: Option<Box<WarmStart>>,
+    pub tuner: TunerSettings,
 }
 
 /// One progress report from a running job.

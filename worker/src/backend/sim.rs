@@ -102,6 +102,7 @@ impl SimBackend {
             backend: self.name().to_string(),
             tvm_version: None,
             extra: serde_json::Value::Null,
+            target: None,
         })
     }
 }

@@ -47,8 +47,15 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
+use tunefleet_shared::model::{base64, ModelStage};
 use tunefleet_shared::protocol::{JobResult, TuningRecord};
 use tunefleet_shared::workload::{Op, Workload};
+
+/// The whole-model driver (task extraction, compile and verify), next to the
+/// kernel driver.
+pub const MODEL_DRIVER_FILE: &str = "tunefleet_model.py";
+/// Largest compiled model the worker sends back (base64 adds a third).
+const MAX_LIBRARY_BYTES: u64 = 12 * 1024 * 1024;
 
 /// Lines of the driver's stderr kept for error messages.
 pub const STDERR_TAIL_LINES: usize = 50;
@@ -156,6 +163,7 @@ pub struct TvmBackend {
     tvm_version: String,
     /// libtvm_runtime.so as the interpreter's TVM finds it, if it does.
     runtime_lib: Option<PathBuf>,
+    host_cpu: Option<String>,
     config: TvmConfig,
 }
 
@@ -195,6 +203,7 @@ impl TvmBackend {
         let Probe {
             tvm_version,
             runtime_lib,
+            host_cpu,
         } = probe_tvm(&python)?;
         tracing::info!(
             python = %python.display(),
@@ -208,8 +217,14 @@ impl TvmBackend {
             driver,
             tvm_version,
             runtime_lib,
+            host_cpu,
             config,
         })
+    }
+
+    /// The host CPU as LLVM names it (`znver3`, `skylake-avx512`), for `--target auto`.
+    pub fn host_cpu(&self) -> Option<&str> {
+        self.host_cpu.as_deref()
     }
 
     /// The interpreter in use.
@@ -222,16 +237,33 @@ impl TvmBackend {
         &self.driver
     }
 
+    /// The whole-model driver, beside the kernel driver.
+    fn model_driver(&self) -> PathBuf {
+        self.driver.with_file_name(MODEL_DRIVER_FILE)
+    }
+
     async fn run(&self, job: JobSpec, progress: ProgressSink) -> Result<JobResult, TuneError> {
+        if let Op::Model { model } = &job.workload.op {
+            let stage = (**model).clone();
+            return self.run_model_stage(&job, stage, progress).await;
+        }
         let started = Instant::now();
         let work = WorkDir::create(&self.config, &job)?;
         let job_file = work.path().join("JOB.json");
+        let tuner = &job.tuner;
         let job_json = serde_json::json!({
             "workload": job.workload,
             "nbest": job.nbest,
             "seed": 0,
             "num_trials_per_iter": self.config.trials_per_round,
             "max_workers": self.config.max_workers,
+            "warm_start": job.warm_start,
+            "strategy": tuner.strategy,
+            "cost_model": tuner.cost_model,
+            "builder_timeout_s": tuner.builder_timeout_s,
+            "runner_timeout_s": tuner.runner_timeout_s,
+            "number": tuner.number,
+            "repeat": tuner.repeat,
             "rpc": self.config.rpc.as_ref().map(|rpc| serde_json::json!({
                 "tracker_host": rpc.host,
                 "tracker_port": rpc.port,
@@ -249,8 +281,12 @@ impl TvmBackend {
             "starting the tuning driver"
         );
 
-        let outcome = self.drive(&job_file, work.path(), &progress).await?;
-        let driver_result = outcome?;
+        let outcome = self
+            .drive(&self.driver, &job_file, work.path(), &progress)
+            .await?;
+        let driver_result: DriverResult = serde_json::from_value(outcome?).map_err(|e| {
+            TuneError::Failed(format!("tuning driver failed: malformed result event: {e}"))
+        })?;
 
         let mut options = self.config.verify.clone();
         if options.reduction_len.is_none() {
@@ -323,6 +359,7 @@ impl TvmBackend {
                 "timer": verification.timer,
                 "verified": true,
             }),
+            target: Some(job.workload.target.clone()),
         }
     }
 
@@ -330,13 +367,14 @@ impl TvmBackend {
     /// own; the inner one is the driver's failure.
     async fn drive(
         &self,
+        script: &Path,
         job_file: &Path,
         work_dir: &Path,
         progress: &ProgressSink,
-    ) -> Result<Result<DriverResult, TuneError>, TuneError> {
+    ) -> Result<Result<serde_json::Value, TuneError>, TuneError> {
         let mut command = tokio::process::Command::new(&self.python);
         command
-            .arg(&self.driver)
+            .arg(script)
             .arg("--job")
             .arg(job_file)
             .arg("--work-dir")
@@ -371,7 +409,7 @@ impl TvmBackend {
             TuneError::Failed(format!(
                 "cannot start the tuning driver {} {}: {e}",
                 self.python.display(),
-                self.driver.display()
+                script.display()
             ))
         })?;
         let pid = child
@@ -389,7 +427,7 @@ impl TvmBackend {
         // The leader's exit, observed without reaping it (WNOWAIT).
         let mut leader_exit = Some(tokio::task::spawn_blocking(move || wait_exit_no_reap(pid)));
         let (mut stdout_open, mut stderr_open) = (true, true);
-        let mut final_event: Option<Result<DriverResult, String>> = None;
+        let mut final_event: Option<Result<serde_json::Value, String>> = None;
         // Once the result (or error) is in, the driver has this long to exit.
         let grace = tokio::time::sleep(Duration::from_secs(365 * 24 * 3600));
         tokio::pin!(grace);
@@ -475,6 +513,104 @@ impl TvmBackend {
     }
 }
 
+impl TvmBackend {
+    /// A model run's extract or compile job: the model driver does the work
+    /// (it verifies against onnxruntime itself, since that is Python); this
+    /// side passes its findings on, and the compiled library with them.
+    async fn run_model_stage(
+        &self,
+        job: &JobSpec,
+        stage: ModelStage,
+        progress: ProgressSink,
+    ) -> Result<JobResult, TuneError> {
+        let started = Instant::now();
+        let work = WorkDir::create(&self.config, job)?;
+        let job_file = work.path().join("JOB.json");
+        let (mode, source, tasks) = match &stage {
+            ModelStage::Extract { source, .. } => ("extract", source, Vec::new()),
+            ModelStage::Compile { source, tasks, .. } => ("compile", source, tasks.clone()),
+        };
+        let job_json = serde_json::json!({
+            "mode": mode,
+            "model_b64": source.onnx_b64,
+            "input_shapes": source.input_shapes,
+            "seed": source.seed,
+            "target": job.workload.target,
+            "tasks": tasks,
+        });
+        std::fs::write(
+            &job_file,
+            serde_json::to_vec_pretty(&job_json).map_err(io_other)?,
+        )?;
+        let script = self.model_driver();
+        if !script.is_file() {
+            return Err(TuneError::Failed(format!(
+                "the model driver {} is missing (it ships beside {})",
+                script.display(),
+                self.driver.display()
+            )));
+        }
+        tracing::info!(job_id = %job.job_id, mode, work_dir = %work.path().display(), "starting the model driver");
+        let mut value = self
+            .drive(&script, &job_file, work.path(), &progress)
+            .await??;
+        let object = value
+            .as_object_mut()
+            .ok_or_else(|| TuneError::Failed("model driver: result is not an object".into()))?;
+        object.remove("event");
+        let mut best_latency_s = 0.0;
+        if mode == "compile" {
+            if object.get("verified").and_then(serde_json::Value::as_bool) != Some(true) {
+                return Err(TuneError::Failed(
+                    "model driver: the compiled model was not verified against onnxruntime".into(),
+                ));
+            }
+            best_latency_s = object
+                .get("latency_s")
+                .and_then(|l| l.get("tuned"))
+                .and_then(serde_json::Value::as_f64)
+                .filter(|l| l.is_finite() && *l > 0.0)
+                .ok_or_else(|| {
+                    TuneError::Failed("model driver: no tuned latency in the result".into())
+                })?;
+            let path = object
+                .get("library")
+                .and_then(serde_json::Value::as_str)
+                .map(PathBuf::from)
+                .ok_or_else(|| TuneError::Failed("model driver: no `library` path".into()))?;
+            let size = std::fs::metadata(&path)?.len();
+            if size > MAX_LIBRARY_BYTES {
+                return Err(TuneError::Failed(format!(
+                    "the compiled model is {size} bytes, over the {MAX_LIBRARY_BYTES}-byte limit a result can carry"
+                )));
+            }
+            let bytes = std::fs::read(&path)?;
+            object.remove("library");
+            object.insert(
+                "library_b64".into(),
+                serde_json::Value::String(base64::encode(&bytes)),
+            );
+        }
+        let tvm_version = object
+            .get("tvm_version")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string)
+            .or_else(|| Some(self.tvm_version.clone()));
+        drop(work);
+        Ok(JobResult {
+            best_latency_s,
+            gflops: None,
+            records: Vec::new(),
+            trials: 0,
+            wall_time_s: started.elapsed().as_secs_f64(),
+            backend: self.name().to_string(),
+            tvm_version,
+            extra: value,
+            target: Some(job.workload.target.clone()),
+        })
+    }
+}
+
 impl Backend for TvmBackend {
     fn name(&self) -> &str {
         "tvm"
@@ -551,7 +687,7 @@ fn handle_stdout_line(
     line: &str,
     progress: &ProgressSink,
     tail: &mut Tail,
-) -> Option<Result<DriverResult, String>> {
+) -> Option<Result<serde_json::Value, String>> {
     let line = line.trim();
     if line.is_empty() {
         return None;
@@ -588,10 +724,7 @@ fn handle_stdout_line(
             }
             None
         }
-        "result" => Some(
-            serde_json::from_value::<DriverResult>(value)
-                .map_err(|e| format!("malformed result event: {e}")),
-        ),
+        "result" => Some(Ok(value)),
         "error" => {
             let message = serde_json::from_value::<ErrorEvent>(value)
                 .ok()
@@ -666,7 +799,7 @@ fn reduction_len(workload: &Workload) -> Option<u64> {
             Some(u(shape.in_channels) * u(shape.kernel[0]) * u(shape.kernel[1]))
         }
         Op::DepthwiseConv2dNchw { shape } => Some(u(shape.kernel[0]) * u(shape.kernel[1])),
-        Op::Tvmscript { .. } => None,
+        Op::Tvmscript { .. } | Op::Model { .. } => None,
     }
 }
 
@@ -852,12 +985,17 @@ fn find_driver() -> Result<PathBuf, TvmSetupError> {
 struct Probe {
     tvm_version: String,
     runtime_lib: Option<PathBuf>,
+    host_cpu: Option<String>,
 }
 
 /// `import tvm, tvm_ffi`, then the version and (best effort) the runtime library.
 /// Marked lines, in case importing prints something of its own.
 const PROBE_SCRIPT: &str = "import tvm, tvm_ffi
 print('tunefleet-tvm-version=' + tvm.__version__)
+try:
+    print('tunefleet-host-cpu=' + str(tvm.target.codegen.llvm_get_system_cpu()))
+except Exception:
+    pass
 try:
     import os, tvm.libinfo
     print('tunefleet-tvm-runtime=' + os.path.abspath(tvm.libinfo.find_libtvm_runtime()))
@@ -921,6 +1059,7 @@ fn probe_tvm(python: &Path) -> Result<Probe, TvmSetupError> {
         return Ok(Probe {
             tvm_version: version,
             runtime_lib,
+            host_cpu: marked("tunefleet-host-cpu=").filter(|c| c != "generic"),
         });
     }
     let stderr = String::from_utf8_lossy(&output.stderr);

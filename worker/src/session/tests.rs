@@ -113,6 +113,8 @@ fn assign(workload: Workload, lease: Lease, nbest: u32) -> MasterMessage {
         attempt: 1,
         workload,
         nbest,
+        warm_start: None,
+        tuner: Default::default(),
     }
 }
 

@@ -1,0 +1,411 @@
+//! Whole-model commands: `submit MODEL.onnx`, `results --model`, `export
+//! --model`, `stop RUN`.
+//!
+//! The upload carries the model's graph, not its weights: floating-point
+//! initializers above [`STRIP_MIN_ELEMENTS`] elements lose their data here
+//! (names, shapes and types stay), because weights do not change which
+//! kernels a model needs, and ResNet-50's 100 MB would otherwise cross the
+//! wire for nothing. The worker fills them with random values for tuning and
+//! verification; the compiled model takes the weights as inputs, so it runs
+//! with the user's own.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tunefleet_shared::export::format_latency;
+use tunefleet_shared::model::{
+    base64, ModelArtifactKind, ModelSource, ModelSubmission, ModelView, TunerSettings,
+    MAX_MODEL_BYTES, STRIP_MIN_ELEMENTS,
+};
+use tunefleet_shared::onnx;
+use tunefleet_shared::protocol::{ClientCommand, ReplyBody};
+use tunefleet_shared::target::Target;
+
+use super::{emit, render_table, Align, ConnectArgs};
+use crate::client::Client;
+
+/// Settings of `submit MODEL.onnx` (flags of `submit`).
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct ModelFlags {
+    /// Name of the model run (default: the file's stem).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Total trial budget, spread over the model's tasks (default 2000).
+    #[arg(long, value_name = "N")]
+    pub trials: Option<u32>,
+    /// Trials per round of one task (default 16).
+    #[arg(long, value_name = "N")]
+    pub trials_per_round: Option<u32>,
+    /// Target as a JSON dict; attributes left open are filled from the
+    /// worker's host (default `{"kind":"llvm"}`).
+    #[arg(long, value_name = "JSON")]
+    pub target: Option<String>,
+    /// Size of a dynamic input: `NAME=1,3,224,224` (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    pub input_shapes: Vec<String>,
+    /// Wait until the run has ended; exit non-zero unless it is `done`.
+    #[arg(long)]
+    pub wait: bool,
+    /// Search strategy: evolutionary, replay-trace or replay-func.
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// Cost model: xgb, random or mlp.
+    #[arg(long)]
+    pub cost_model: Option<String>,
+    /// Seconds before a candidate's build is abandoned.
+    #[arg(long, value_name = "S")]
+    pub builder_timeout: Option<u32>,
+    /// Seconds before a candidate's run is abandoned.
+    #[arg(long, value_name = "S")]
+    pub runner_timeout: Option<u32>,
+    /// Runs per measurement of a candidate.
+    #[arg(long)]
+    pub number: Option<u32>,
+    /// Measurements per candidate.
+    #[arg(long)]
+    pub repeat: Option<u32>,
+}
+
+impl ModelFlags {
+    /// Flags that mean nothing for workload files.
+    pub fn model_only_flags(&self) -> Vec<&'static str> {
+        let mut set = Vec::new();
+        for (flag, given) in [
+            ("--name", self.name.is_some()),
+            ("--trials", self.trials.is_some()),
+            ("--trials-per-round", self.trials_per_round.is_some()),
+            ("--target", self.target.is_some()),
+            ("--input-shape", !self.input_shapes.is_empty()),
+            ("--wait", self.wait),
+            ("--strategy", self.strategy.is_some()),
+            ("--cost-model", self.cost_model.is_some()),
+            ("--builder-timeout", self.builder_timeout.is_some()),
+            ("--runner-timeout", self.runner_timeout.is_some()),
+            ("--number", self.number.is_some()),
+            ("--repeat", self.repeat.is_some()),
+        ] {
+            if given {
+                set.push(flag);
+            }
+        }
+        set
+    }
+}
+
+/// True for a path that names an ONNX model.
+pub fn is_model_path(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+/// Reads, checks and strips a model file into what the master is sent.
+pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmission, String)> {
+    let file = path.display().to_string();
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {file}"))?;
+    let summary = onnx::summarize(&bytes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let mut shapes = BTreeMap::new();
+    for arg in &flags.input_shapes {
+        let (name, dims) =
+            onnx::parse_input_shape(arg).map_err(|e| anyhow::anyhow!("--input-shape: {e}"))?;
+        shapes.insert(name, dims);
+    }
+    onnx::check_inputs(&summary, &shapes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let (stripped, report) = onnx::strip_weights(&bytes, STRIP_MIN_ELEMENTS)
+        .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    if stripped.len() > MAX_MODEL_BYTES {
+        bail!(
+            "{file}: {} bytes without weights is over the {MAX_MODEL_BYTES}-byte upload limit",
+            stripped.len()
+        );
+    }
+    let note = if report.tensors > 0 {
+        format!(
+            "{file}: uploading the graph without weights ({} tensors, {} → {}); the fleet tunes with random weights",
+            report.tensors,
+            human_bytes(report.bytes_before),
+            human_bytes(report.bytes_after)
+        )
+    } else {
+        format!(
+            "{file}: {} (no weights to strip)",
+            human_bytes(report.bytes_after)
+        )
+    };
+    let name = match &flags.name {
+        Some(n) => n.clone(),
+        None => path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into()),
+    };
+    let target = flags
+        .target
+        .as_deref()
+        .map(Target::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--target: {e}"))?;
+    let submission = ModelSubmission {
+        name,
+        source: ModelSource {
+            onnx_b64: base64::encode(&stripped),
+            input_shapes: shapes,
+            seed: 0,
+        },
+        trials: flags.trials,
+        trials_per_round: flags.trials_per_round,
+        target,
+        tuner: TunerSettings {
+            strategy: flags.strategy.clone(),
+            cost_model: flags.cost_model.clone(),
+            builder_timeout_s: flags.builder_timeout,
+            runner_timeout_s: flags.runner_timeout,
+            number: flags.number,
+            repeat: flags.repeat,
+        },
+    };
+    Ok((submission, note))
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1 << 20)),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+/// `tunefleet submit MODEL.onnx ...`
+pub async fn submit(connect: &ConnectArgs, path: &Path, flags: &ModelFlags) -> anyhow::Result<()> {
+    let (submission, note) = prepare(path, flags)?;
+    eprintln!("{note}");
+    let name = submission.name.clone();
+    let mut client = connect.connect().await?;
+    let reply = client
+        .request(ClientCommand::SubmitModel {
+            model: Box::new(submission),
+        })
+        .await
+        .map_err(|e| connect.explain(e))?;
+    let ReplyBody::ModelSubmitted { extract_job, .. } = reply else {
+        bail!("unexpected reply to submit_model");
+    };
+    emit(&format!(
+        "model run `{name}` accepted: extracting tasks (job {extract_job})\n"
+    ))?;
+    if !flags.wait {
+        let _ = client.close().await;
+        return Ok(());
+    }
+    let view = wait_for_end(&mut client, &name)
+        .await
+        .map_err(|e| connect.explain(e))?;
+    let _ = client.close().await;
+    emit(&to_table(&view))?;
+    match view.error {
+        Some(e) => bail!("model run `{name}` failed: {e}"),
+        None => Ok(()),
+    }
+}
+
+/// Follows the event stream until the run is done or failed.
+async fn wait_for_end(
+    client: &mut Client,
+    name: &str,
+) -> Result<ModelView, crate::client::ClientError> {
+    use crate::client::Update;
+    use tunefleet_shared::protocol::FleetEvent;
+    let (_, snapshot) = client.subscribe().await?;
+    // Events can take hours; the connection's own keepalive covers silence.
+    client.set_request_timeout(Duration::from_secs(3600 * 24 * 365));
+    let mut last = snapshot.models.into_iter().find(|m| m.name == name);
+    loop {
+        if let Some(view) = &last {
+            if view.state.is_terminal() {
+                return Ok(view.clone());
+            }
+        }
+        match client.next_update().await? {
+            Some(Update::Event(_, FleetEvent::ModelUpdated { model })) if model.name == name => {
+                last = Some(*model);
+            }
+            Some(Update::Snapshot(_, snapshot)) => {
+                last = snapshot.models.into_iter().find(|m| m.name == name);
+            }
+            Some(_) => {}
+            None => {
+                return Err(crate::client::ClientError::Closed {
+                    code: 1000,
+                    reason: "the master closed the connection before the run ended".into(),
+                })
+            }
+        }
+    }
+}
+
+pub async fn fetch(connect: &ConnectArgs, name: &str) -> anyhow::Result<ModelView> {
+    let mut client = connect.connect().await?;
+    let reply = client
+        .request(ClientCommand::Models {
+            name: Some(name.to_string()),
+        })
+        .await
+        .map_err(|e| connect.explain(e))?;
+    let _ = client.close().await;
+    match reply {
+        ReplyBody::Models { mut models } if !models.is_empty() => Ok(models.remove(0)),
+        _ => bail!("no model run named `{name}`"),
+    }
+}
+
+/// `results --model NAME --format json`: the run's view as one object.
+pub fn to_json(view: &ModelView) -> anyhow::Result<String> {
+    Ok(format!("{}\n", serde_json::to_string_pretty(view)?))
+}
+
+/// The per-task table and the run's summary, for people.
+pub fn to_table(view: &ModelView) -> String {
+    let lat = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_latency);
+    let mut out = format!(
+        "model {}  {}  target {}\ntrials {}/{}  estimated {}",
+        view.name,
+        view.state,
+        view.target.canonical_json(),
+        view.trials_done,
+        view.trials_total,
+        lat(view.estimated_latency_s),
+    );
+    if let Some(tuned) = view.latency_s.tuned {
+        out.push_str(&format!(
+            "\nmeasured: untuned {}  tuned {}  onnxruntime {}",
+            lat(view.latency_s.untuned),
+            format_latency(tuned),
+            lat(view.latency_s.onnxruntime)
+        ));
+        if let Some(untuned) = view.latency_s.untuned {
+            out.push_str(&format!("  ({:.1}x over untuned", untuned / tuned));
+            if let Some(ort) = view.latency_s.onnxruntime {
+                out.push_str(&format!(", {:.2}x onnxruntime's time", tuned / ort));
+            }
+            out.push(')');
+        }
+        out.push_str(&format!(
+            "\nverified against onnxruntime: {}; tuned schedules applied: {}/{}",
+            if view.verified { "yes" } else { "no" },
+            view.records_applied.map_or("-".into(), |n| n.to_string()),
+            view.functions_tuned.map_or("-".into(), |n| n.to_string()),
+        ));
+    }
+    if let Some(e) = &view.error {
+        out.push_str(&format!("\nerror: {e}"));
+    }
+    out.push_str("\n\n");
+    let mut rows = Vec::new();
+    for t in &view.tasks {
+        rows.push(vec![
+            t.name.clone(),
+            t.weight.to_string(),
+            t.trials.to_string(),
+            lat(t.best_latency_s),
+            t.share
+                .map_or_else(|| "-".into(), |s| format!("{:.1}%", s * 100.0)),
+            if t.trivial {
+                "trivial: default schedule".into()
+            } else if t.dead {
+                "no valid candidate".into()
+            } else {
+                String::new()
+            },
+        ]);
+    }
+    let header = [
+        ("task", Align::Left),
+        ("weight", Align::Right),
+        ("trials", Align::Right),
+        ("best", Align::Right),
+        ("share", Align::Right),
+        ("note", Align::Left),
+    ];
+    out.push_str(&render_table(&header, &rows));
+    out
+}
+
+/// `export --model NAME --format metaschedule|library --out PATH`.
+pub async fn export(
+    connect: &ConnectArgs,
+    name: &str,
+    artifact: ModelArtifactKind,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let mut client = connect.connect().await?;
+    // A compiled model can be tens of MB: give the transfer time.
+    client.set_request_timeout(Duration::from_secs(300));
+    let reply = client
+        .request(ClientCommand::ModelArtifact {
+            name: name.to_string(),
+            artifact,
+        })
+        .await
+        .map_err(|e| connect.explain(e))?;
+    let _ = client.close().await;
+    let ReplyBody::Artifact { files, .. } = reply else {
+        bail!("unexpected reply to model_artifact");
+    };
+    match artifact {
+        ModelArtifactKind::Library => {
+            let file = files.first().context("the master sent no library")?;
+            let bytes = base64::decode(file.base64.as_deref().unwrap_or_default())
+                .map_err(|e| anyhow::anyhow!("the library is not valid base64: {e}"))?;
+            super::export::write_atomically(out, &bytes)?;
+            eprintln!(
+                "wrote the tuned model of `{name}` to {} ({})",
+                out.display(),
+                human_bytes(bytes.len() as u64)
+            );
+        }
+        ModelArtifactKind::Database => {
+            std::fs::create_dir_all(out)
+                .with_context(|| format!("cannot create {}", out.display()))?;
+            for file in &files {
+                let text = file.text.as_deref().unwrap_or_default();
+                super::export::write_atomically(&out.join(&file.name), text.as_bytes())?;
+            }
+            let records = files
+                .iter()
+                .find(|f| f.name.contains("record"))
+                .and_then(|f| f.text.as_deref())
+                .map_or(0, |t| t.lines().count());
+            eprintln!(
+                "exported {records} records of `{name}` to {} as a MetaSchedule database",
+                out.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StopArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The model run to stop tuning; it is then compiled with its records so far.
+    #[arg(value_name = "RUN")]
+    pub name: String,
+}
+
+/// `tunefleet stop RUN`
+pub async fn stop(args: StopArgs) -> anyhow::Result<()> {
+    let mut client = args.connect.connect().await?;
+    client
+        .request(ClientCommand::StopModel {
+            name: args.name.clone(),
+        })
+        .await
+        .map_err(|e| args.connect.explain(e))?;
+    let _ = client.close().await;
+    emit(&format!(
+        "model run `{}`: no more rounds; compiling once the rounds in flight end\n",
+        args.name
+    ))
+}

@@ -1,0 +1,855 @@
+//! Model runs: the plan that turns one ONNX model into fleet jobs.
+//!
+//! Like the scheduler, this is a plain state machine with no I/O and no
+//! clock: the core tells it that a run was submitted, that a job it planned
+//! ended, or that workers came and went, and it answers with the jobs to
+//! submit next and the runs that changed. The jobs themselves go through the
+//! scheduler like any other, so recycling, leases and "done exactly once"
+//! need no second implementation here.
+//!
+//! A run moves `extracting → tuning → compiling → done | failed`:
+//! - the extract job's result lists the tasks (function, weight, TVMScript,
+//!   FLOPs, trivial) and the effective target, which every later job pins so
+//!   that all of a run's records come from one kind of CPU;
+//! - each round is a `tvmscript` job of `trials_per_round` trials (fewer when
+//!   the budget runs short) carrying a warm start from all the task's records
+//!   so far; [`allocation::next_task`] picks which task gets a round;
+//! - when the budget is spent (or on `stop`) and no round is in flight, one
+//!   compile job applies the best records, verifies against onnxruntime and
+//!   times the three variants.
+
+pub mod allocation;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tunefleet_shared::model::{
+    check_model_name, CompileTask, EstimatePoint, ModelLatencies, ModelSource, ModelStage,
+    ModelState, ModelSubmission, ModelTaskView, ModelView, TunerSettings, WarmStart,
+    DEFAULT_MODEL_TRIALS, DEFAULT_TRIALS_PER_ROUND,
+};
+use tunefleet_shared::protocol::{JobId, JobState, JobView, Millis, TuningRecord};
+use tunefleet_shared::target::Target;
+use tunefleet_shared::workload::{Op, Workload, MAX_TRIALS};
+
+use crate::scheduler::JobExtras;
+
+/// Records kept per task (best first); a warm start needs the good ones, and
+/// MetaSchedule seeds its population from the top of the database.
+const MAX_TASK_RECORDS: usize = 512;
+/// Records handed to the compile job per task (it applies the best).
+const COMPILE_RECORDS: usize = 4;
+/// Points kept on a run's estimated-latency curve.
+const MAX_CURVE_POINTS: usize = 512;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Round {
+    pub job_id: JobId,
+    pub trials_planned: u32,
+    /// Trials measured, once the round's job has ended.
+    pub trials_done: Option<u32>,
+    /// The round's job ended with a valid result.
+    pub ok: bool,
+}
+
+impl Round {
+    fn in_flight(&self) -> bool {
+        self.trials_done.is_none()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub name: String,
+    pub weight: u32,
+    pub tvmscript: String,
+    pub flops: Option<f64>,
+    pub trivial: bool,
+    pub dead: bool,
+    pub rounds: Vec<Round>,
+    /// Best latency after each finished round with a valid result.
+    pub history: Vec<f64>,
+    /// MetaSchedule's workload line for this task, from its first result.
+    pub workload_line: Option<Value>,
+    /// Every kept record, best first.
+    pub records: Vec<TuningRecord>,
+}
+
+impl Task {
+    fn best(&self) -> Option<f64> {
+        self.history.last().copied()
+    }
+    fn trials(&self) -> u32 {
+        self.rounds.iter().filter_map(|r| r.trials_done).sum()
+    }
+    fn busy(&self) -> bool {
+        self.rounds.iter().any(Round::in_flight)
+    }
+    fn live(&self) -> bool {
+        !self.trivial && !self.dead
+    }
+}
+
+/// One model run, as the core keeps and stores it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelRun {
+    pub name: String,
+    pub source: ModelSource,
+    pub requested_target: Target,
+    /// Completed by the extracting worker; every later job pins it.
+    pub target: Option<Target>,
+    pub trials_total: u32,
+    pub trials_per_round: u32,
+    pub tuner: TunerSettings,
+    pub state: ModelState,
+    pub stop_requested: bool,
+    pub extract_job: JobId,
+    pub compile_job: Option<JobId>,
+    pub tasks: Vec<Task>,
+    pub io: Value,
+    pub latency: ModelLatencies,
+    pub verified: bool,
+    pub verification: Value,
+    pub records_applied: Option<u32>,
+    pub functions_tuned: Option<u32>,
+    pub error: Option<String>,
+    pub curve: Vec<EstimatePoint>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub finished_at: Option<Millis>,
+}
+
+impl ModelRun {
+    /// Trials measured plus trials planned for rounds still in flight.
+    fn trials_committed(&self) -> u32 {
+        self.tasks
+            .iter()
+            .flat_map(|t| &t.rounds)
+            .map(|r| r.trials_done.unwrap_or(r.trials_planned))
+            .sum()
+    }
+
+    fn trials_done(&self) -> u32 {
+        self.tasks.iter().map(Task::trials).sum()
+    }
+
+    fn rounds_in_flight(&self) -> usize {
+        self.tasks.iter().filter(|t| t.busy()).count()
+    }
+
+    /// Σ weight × best over the tasks that have a best.
+    fn estimated_latency_s(&self) -> Option<f64> {
+        let tuned: Vec<f64> = self
+            .tasks
+            .iter()
+            .filter_map(|t| t.best().map(|b| f64::from(t.weight) * b))
+            .collect();
+        (!tuned.is_empty()).then(|| tuned.iter().sum())
+    }
+
+    pub fn view(&self) -> ModelView {
+        let estimate = self.estimated_latency_s();
+        ModelView {
+            name: self.name.clone(),
+            state: self.state,
+            target: self
+                .target
+                .clone()
+                .unwrap_or_else(|| self.requested_target.clone()),
+            trials_total: self.trials_total,
+            trials_done: self.trials_done(),
+            trials_per_round: self.trials_per_round,
+            tasks: self
+                .tasks
+                .iter()
+                .map(|t| ModelTaskView {
+                    job_id: t.rounds.first().map(|r| r.job_id.clone()),
+                    name: t.name.clone(),
+                    weight: t.weight,
+                    trials: t.trials(),
+                    best_latency_s: t.best(),
+                    share: match (t.best(), estimate) {
+                        (Some(b), Some(total)) if total > 0.0 => {
+                            Some(f64::from(t.weight) * b / total)
+                        }
+                        _ => None,
+                    },
+                    flops: t.flops,
+                    trivial: t.trivial,
+                    dead: t.dead,
+                    rounds: t.rounds.iter().map(|r| r.job_id.clone()).collect(),
+                })
+                .collect(),
+            estimated_latency_s: estimate,
+            verified: self.verified,
+            latency_s: self.latency,
+            records_applied: self.records_applied,
+            functions_tuned: self.functions_tuned,
+            error: self.error.clone(),
+            curve: self.curve.clone(),
+            extract_job: self.extract_job.clone(),
+            compile_job: self.compile_job.clone(),
+            stop_requested: self.stop_requested,
+            io: self.io.clone(),
+            tuner: self.tuner.clone(),
+            verification: self.verification.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            finished_at: self.finished_at,
+        }
+    }
+
+    /// MetaSchedule database files holding every kept record of every task.
+    pub fn database(&self) -> Option<(String, String)> {
+        let (mut workloads, mut records) = (String::new(), String::new());
+        let mut index = 0usize;
+        for task in &self.tasks {
+            let Some(line) = &task.workload_line else {
+                continue;
+            };
+            let valid: Vec<&Value> = task
+                .records
+                .iter()
+                .map(|r| &r.record)
+                .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
+                .collect();
+            if valid.is_empty() {
+                continue;
+            }
+            workloads.push_str(&line.to_string());
+            workloads.push('\n');
+            for record in valid {
+                records.push_str(&serde_json::json!([index, record]).to_string());
+                records.push('\n');
+            }
+            index += 1;
+        }
+        (index > 0).then_some((workloads, records))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    #[error("{0}")]
+    BadName(String),
+    #[error("a model run named `{0}` already exists; pick another --name")]
+    Exists(String),
+    #[error("no model run named `{0}`")]
+    Unknown(String),
+    #[error("model run `{name}` is already {state}")]
+    Finished { name: String, state: ModelState },
+    #[error("{0}")]
+    BadSettings(String),
+}
+
+/// What the core must do after a planner call.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub jobs: Vec<(Workload, JobExtras)>,
+    /// Runs whose view changed (persist, then publish).
+    pub changed: Vec<String>,
+}
+
+impl Plan {
+    fn touch(&mut self, name: &str) {
+        if !self.changed.iter().any(|n| n == name) {
+            self.changed.push(name.to_string());
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct ModelRuns {
+    runs: BTreeMap<String, ModelRun>,
+    /// Job → the runs that planned it (a task shared by two models is one job).
+    by_job: HashMap<JobId, Vec<String>>,
+}
+
+impl ModelRuns {
+    pub fn recover(runs: Vec<ModelRun>) -> ModelRuns {
+        let mut me = ModelRuns::default();
+        for run in runs {
+            me.index(&run);
+            me.runs.insert(run.name.clone(), run);
+        }
+        me
+    }
+
+    fn index(&mut self, run: &ModelRun) {
+        let jobs = std::iter::once(&run.extract_job)
+            .chain(run.compile_job.iter())
+            .chain(
+                run.tasks
+                    .iter()
+                    .flat_map(|t| t.rounds.iter().map(|r| &r.job_id)),
+            );
+        for job in jobs {
+            let runs = self.by_job.entry(job.clone()).or_default();
+            if !runs.contains(&run.name) {
+                runs.push(run.name.clone());
+            }
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ModelRun> {
+        self.runs.get(name)
+    }
+
+    pub fn runs(&self) -> impl Iterator<Item = &ModelRun> {
+        self.runs.values()
+    }
+
+    pub fn runs_of_job(&self, job_id: &str) -> bool {
+        self.by_job.contains_key(job_id)
+    }
+
+    /// A new run: validates it and plans its extract job.
+    pub fn submit(
+        &mut self,
+        submission: ModelSubmission,
+        default_target: Target,
+        now: Millis,
+    ) -> Result<Plan, ModelError> {
+        let ModelSubmission {
+            name,
+            source,
+            trials,
+            trials_per_round,
+            target,
+            tuner,
+        } = submission;
+        check_model_name(&name).map_err(ModelError::BadName)?;
+        if self.runs.contains_key(&name) {
+            return Err(ModelError::Exists(name));
+        }
+        let trials_total = trials.unwrap_or(DEFAULT_MODEL_TRIALS);
+        if !(1..=1_000_000).contains(&trials_total) {
+            return Err(ModelError::BadSettings(format!(
+                "trials must be between 1 and 1000000, got {trials_total}"
+            )));
+        }
+        let per_round = trials_per_round.unwrap_or(DEFAULT_TRIALS_PER_ROUND);
+        if !(1..=MAX_TRIALS).contains(&per_round) {
+            return Err(ModelError::BadSettings(format!(
+                "trials per round must be between 1 and {MAX_TRIALS}, got {per_round}"
+            )));
+        }
+        check_tuner(&tuner).map_err(ModelError::BadSettings)?;
+        let requested_target = target.unwrap_or(default_target);
+        let extract = Workload {
+            name: format!("{name}/extract"),
+            op: Op::Model {
+                model: Box::new(ModelStage::Extract {
+                    run: name.clone(),
+                    source: source.clone(),
+                }),
+            },
+            dtype: "float32".into(),
+            target: requested_target.clone(),
+            trials: 1,
+        };
+        let run = ModelRun {
+            name: name.clone(),
+            source,
+            requested_target,
+            target: None,
+            trials_total,
+            trials_per_round: per_round,
+            tuner,
+            state: ModelState::Extracting,
+            stop_requested: false,
+            extract_job: extract.job_id(),
+            compile_job: None,
+            tasks: Vec::new(),
+            io: Value::Null,
+            latency: ModelLatencies::default(),
+            verified: false,
+            verification: Value::Null,
+            records_applied: None,
+            functions_tuned: None,
+            error: None,
+            curve: Vec::new(),
+            created_at: now,
+            updated_at: now,
+            finished_at: None,
+        };
+        self.index(&run);
+        self.runs.insert(name.clone(), run);
+        let mut plan = Plan::default();
+        plan.jobs.push((extract, JobExtras::default()));
+        plan.touch(&name);
+        Ok(plan)
+    }
+
+    /// No more rounds; compile once the rounds in flight have ended.
+    pub fn stop(
+        &mut self,
+        name: &str,
+        now: Millis,
+        slots: &dyn Fn(&Target) -> usize,
+    ) -> Result<Plan, ModelError> {
+        let run = self
+            .runs
+            .get_mut(name)
+            .ok_or_else(|| ModelError::Unknown(name.to_string()))?;
+        if run.state.is_terminal() {
+            return Err(ModelError::Finished {
+                name: name.to_string(),
+                state: run.state,
+            });
+        }
+        run.stop_requested = true;
+        run.updated_at = now;
+        let mut plan = Plan::default();
+        plan.touch(name);
+        if run.state == ModelState::Extracting {
+            // Nothing tuned yet: there is no model to compile.
+            fail(run, "stopped before its tasks were extracted".into(), now);
+        } else {
+            self.advance(name, now, slots, &mut plan);
+        }
+        Ok(plan)
+    }
+
+    /// A job ended (done, failed or cancelled). Jobs of no run are ignored.
+    pub fn job_ended(
+        &mut self,
+        job: &JobView,
+        now: Millis,
+        slots: &dyn Fn(&Target) -> usize,
+    ) -> Plan {
+        let mut plan = Plan::default();
+        let Some(names) = self.by_job.get(&job.job_id).cloned() else {
+            return plan;
+        };
+        for name in names {
+            let Some(run) = self.runs.get_mut(&name) else {
+                continue;
+            };
+            if run.state.is_terminal() {
+                continue;
+            }
+            let changed = if job.job_id == run.extract_job {
+                extract_ended(run, job, now)
+            } else if run.compile_job.as_deref() == Some(job.job_id.as_str()) {
+                compile_ended(run, job, now)
+            } else {
+                round_ended(run, job, now)
+            };
+            if changed {
+                plan.touch(&name);
+                self.advance(&name, now, slots, &mut plan);
+            }
+        }
+        plan
+    }
+
+    /// Workers came or went: more rounds may run at once.
+    pub fn refill(&mut self, now: Millis, slots: &dyn Fn(&Target) -> usize) -> Plan {
+        let mut plan = Plan::default();
+        let names: Vec<String> = self
+            .runs
+            .values()
+            .filter(|r| r.state == ModelState::Tuning)
+            .map(|r| r.name.clone())
+            .collect();
+        for name in names {
+            self.advance(&name, now, slots, &mut plan);
+        }
+        plan
+    }
+
+    /// Plans rounds while budget and slots allow, then the compile job.
+    fn advance(
+        &mut self,
+        name: &str,
+        now: Millis,
+        slots: &dyn Fn(&Target) -> usize,
+        plan: &mut Plan,
+    ) {
+        let Some(run) = self.runs.get_mut(name) else {
+            return;
+        };
+        if run.state != ModelState::Tuning {
+            return;
+        }
+        let Some(target) = run.target.clone() else {
+            return;
+        };
+        let mut planned = Vec::new();
+        if !run.stop_requested {
+            // Warm-up rounds are all queued at once (the queue hands them out in
+            // order); gradient rounds only as workers can take them, so each
+            // choice is made with the latest results.
+            let parallel = slots(&target).max(1);
+            loop {
+                let left = run.trials_total.saturating_sub(run.trials_committed());
+                if left == 0 {
+                    break;
+                }
+                let histories: Vec<Vec<f64>> =
+                    run.tasks.iter().map(|t| t.history.clone()).collect();
+                let stats: Vec<allocation::TaskStats<'_>> = run
+                    .tasks
+                    .iter()
+                    .zip(&histories)
+                    .map(|(t, h)| allocation::TaskStats {
+                        weight: f64::from(t.weight),
+                        history: h,
+                        live: t.live(),
+                        busy: t.busy(),
+                    })
+                    .collect();
+                let Some(i) = allocation::next_task(&stats) else {
+                    break;
+                };
+                let warm_up = run.tasks[i].rounds.is_empty();
+                if !warm_up && run.rounds_in_flight() >= parallel {
+                    break;
+                }
+                // Warm-up: spread a short budget so every task can still get one.
+                let waiting = run
+                    .tasks
+                    .iter()
+                    .filter(|t| t.live() && t.rounds.is_empty())
+                    .count()
+                    .max(1) as u32;
+                let share = if warm_up {
+                    (left / waiting).max(1)
+                } else {
+                    left
+                };
+                let trials = run.trials_per_round.min(share).min(left);
+                let (workload, extras) = round_job(run, i, trials, &target);
+                let job_id = workload.job_id();
+                run.tasks[i].rounds.push(Round {
+                    job_id: job_id.clone(),
+                    trials_planned: trials,
+                    trials_done: None,
+                    ok: false,
+                });
+                planned.push(job_id);
+                plan.jobs.push((workload, extras));
+            }
+        }
+        if !planned.is_empty() {
+            run.updated_at = now;
+            plan.touch(name);
+        }
+        if run.rounds_in_flight() == 0 && run.compile_job.is_none() {
+            let compile = compile_job(run, &target);
+            run.compile_job = Some(compile.job_id());
+            run.state = ModelState::Compiling;
+            run.updated_at = now;
+            planned.push(compile.job_id());
+            plan.jobs.push((compile, JobExtras::default()));
+            plan.touch(name);
+        }
+        for job in planned {
+            let runs = self.by_job.entry(job).or_default();
+            if !runs.iter().any(|n| n == name) {
+                runs.push(name.to_string());
+            }
+        }
+    }
+}
+
+fn check_tuner(tuner: &TunerSettings) -> Result<(), String> {
+    if let Some(s) = &tuner.strategy {
+        if !["evolutionary", "replay-trace", "replay-func"].contains(&s.as_str()) {
+            return Err(format!(
+                "unknown strategy `{s}` (known: evolutionary, replay-trace, replay-func)"
+            ));
+        }
+    }
+    if let Some(c) = &tuner.cost_model {
+        if !["xgb", "random", "mlp"].contains(&c.as_str()) {
+            return Err(format!(
+                "unknown cost model `{c}` (known: xgb, random, mlp)"
+            ));
+        }
+    }
+    for (field, value) in [
+        ("builder timeout", tuner.builder_timeout_s),
+        ("runner timeout", tuner.runner_timeout_s),
+        ("number", tuner.number),
+        ("repeat", tuner.repeat),
+    ] {
+        if value == Some(0) {
+            return Err(format!("{field} must be at least 1"));
+        }
+    }
+    Ok(())
+}
+
+fn fail(run: &mut ModelRun, error: String, now: Millis) {
+    run.state = ModelState::Failed;
+    run.error = Some(error);
+    run.finished_at = Some(now);
+    run.updated_at = now;
+}
+
+fn last_error(job: &JobView) -> String {
+    match (job.state, job.errors.last()) {
+        (JobState::Cancelled, _) => format!("job {} was cancelled", job.job_id),
+        (_, Some(e)) => e.message.clone(),
+        (_, None) => format!("job {} ended {}", job.job_id, job.state),
+    }
+}
+
+/// The extract job ended: read the tasks and the effective target.
+fn extract_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> bool {
+    if job.state != JobState::Done {
+        fail(
+            run,
+            format!("task extraction failed: {}", last_error(job)),
+            now,
+        );
+        return true;
+    }
+    let Some(meta) = &job.result else {
+        fail(run, "task extraction returned no result".into(), now);
+        return true;
+    };
+    let target = meta
+        .target
+        .clone()
+        .unwrap_or_else(|| run.requested_target.clone());
+    let Some(tasks) = meta.extra.get("tasks").and_then(Value::as_array) else {
+        fail(run, "task extraction returned no `tasks` list".into(), now);
+        return true;
+    };
+    let mut parsed = Vec::new();
+    for (i, t) in tasks.iter().enumerate() {
+        let name = t.get("name").and_then(Value::as_str);
+        let script = t.get("tvmscript").and_then(Value::as_str);
+        let (Some(name), Some(script)) = (name, script) else {
+            fail(
+                run,
+                format!("task extraction: tasks[{i}] has no `name` or `tvmscript`"),
+                now,
+            );
+            return true;
+        };
+        parsed.push(Task {
+            name: name.to_string(),
+            weight: t
+                .get("weight")
+                .and_then(Value::as_u64)
+                .map_or(1, |w| w.clamp(1, u64::from(u32::MAX)) as u32),
+            tvmscript: script.to_string(),
+            flops: t.get("flops").and_then(Value::as_f64),
+            trivial: t.get("trivial").and_then(Value::as_bool).unwrap_or(false),
+            dead: false,
+            rounds: Vec::new(),
+            history: Vec::new(),
+            workload_line: None,
+            records: Vec::new(),
+        });
+    }
+    run.io = serde_json::json!({
+        "inputs": meta.extra.get("inputs").cloned().unwrap_or(Value::Null),
+        "params": meta.extra.get("params").cloned().unwrap_or(Value::Null),
+        "outputs": meta.extra.get("outputs").cloned().unwrap_or(Value::Null),
+    });
+    run.tasks = parsed;
+    run.target = Some(target);
+    run.state = ModelState::Tuning;
+    run.updated_at = now;
+    true
+}
+
+/// A round ended: merge its records, extend the task's history.
+fn round_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> bool {
+    let Some((ti, ri)) = run.tasks.iter().enumerate().find_map(|(ti, t)| {
+        t.rounds
+            .iter()
+            .position(|r| r.job_id == job.job_id && r.in_flight())
+            .map(|ri| (ti, ri))
+    }) else {
+        return false;
+    };
+    let task = &mut run.tasks[ti];
+    let first_round = ri == 0;
+    if job.state == JobState::Done {
+        let measured = job.result.as_ref().map_or(0, |m| m.trials);
+        task.rounds[ri].trials_done = Some(measured);
+        task.rounds[ri].ok = true;
+        if task.workload_line.is_none() {
+            task.workload_line = job
+                .result
+                .as_ref()
+                .and_then(|m| m.extra.get("workload"))
+                .filter(|w| w.as_array().is_some_and(|a| a.len() == 2))
+                .cloned();
+        }
+        for record in &job.records {
+            if !task.records.iter().any(|r| r.record == record.record) {
+                task.records.push(record.clone());
+            }
+        }
+        task.records
+            .sort_by(|a, b| a.latency_s.total_cmp(&b.latency_s));
+        task.records.truncate(MAX_TASK_RECORDS);
+        let best = task.records.first().map(|r| r.latency_s);
+        match (best, task.best()) {
+            (Some(b), Some(old)) => task.history.push(b.min(old)),
+            (Some(b), None) => task.history.push(b),
+            (None, Some(old)) => task.history.push(old),
+            (None, None) => task.dead = first_round,
+        }
+        if measured == 0 && !first_round {
+            // The search space is exhausted: more rounds would measure nothing.
+            task.dead = true;
+        }
+    } else {
+        // Failed after every attempt, or cancelled: its planned trials return
+        // to the budget. A task with no valid result after its first round is dead.
+        task.rounds[ri].trials_done = Some(0);
+        if task.history.is_empty() {
+            task.dead = true;
+        }
+    }
+    if let Some(estimate) = run.estimated_latency_s() {
+        let trials = run.trials_done();
+        run.curve.push(EstimatePoint {
+            trials,
+            at: now,
+            estimated_latency_s: estimate,
+        });
+        if run.curve.len() > MAX_CURVE_POINTS {
+            // Thin the middle, keep the first and the last points.
+            let last = run.curve.len() - 1;
+            let mut i = 0;
+            run.curve.retain(|_| {
+                i += 1;
+                i == 1 || i % 2 == 0 || i - 1 == last
+            });
+        }
+    }
+    run.updated_at = now;
+    true
+}
+
+/// The compile job ended: the run's measured outcome.
+fn compile_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> bool {
+    if job.state != JobState::Done {
+        fail(
+            run,
+            format!("compiling the tuned model failed: {}", last_error(job)),
+            now,
+        );
+        return true;
+    }
+    let extra = job.result.as_ref().map(|m| &m.extra);
+    let get = |k: &str| extra.and_then(|e| e.get(k));
+    let lat = |k: &str| {
+        get("latency_s")
+            .and_then(|l| l.get(k))
+            .and_then(Value::as_f64)
+            .filter(|x| x.is_finite() && *x > 0.0)
+    };
+    run.latency = ModelLatencies {
+        untuned: lat("untuned"),
+        tuned: lat("tuned"),
+        onnxruntime: lat("onnxruntime"),
+    };
+    run.verified = get("verified").and_then(Value::as_bool) == Some(true);
+    run.records_applied = get("applied").and_then(Value::as_u64).map(|x| x as u32);
+    run.functions_tuned = get("tuned_functions")
+        .and_then(Value::as_u64)
+        .map(|x| x as u32);
+    run.verification = serde_json::json!({
+        "max_abs_err": get("max_abs_err").cloned().unwrap_or(Value::Null),
+        "tolerance": get("tolerance").cloned().unwrap_or(Value::Null),
+        "functions": get("functions").cloned().unwrap_or(Value::Null),
+        "library_bytes": get("library_bytes").cloned().unwrap_or(Value::Null),
+    });
+    if !run.verified {
+        fail(
+            run,
+            "the compiled model was not verified against onnxruntime".into(),
+            now,
+        );
+        return true;
+    }
+    run.state = ModelState::Done;
+    run.finished_at = Some(now);
+    run.updated_at = now;
+    true
+}
+
+fn round_job(run: &ModelRun, i: usize, trials: u32, target: &Target) -> (Workload, JobExtras) {
+    let task = &run.tasks[i];
+    let round = task.rounds.len() + 1;
+    // The round number is part of the job's identity (two rounds of one task
+    // are two jobs), but not of the task's: the same first round of a task
+    // that two models share is one job. A comment leaves the function as is.
+    let tvmscript = format!("# tunefleet round {round}\n{}", task.tvmscript);
+    let workload = Workload {
+        name: format!("{}/{}/r{round}", run.name, task.name),
+        op: Op::Tvmscript { tvmscript },
+        dtype: "float32".into(),
+        target: target.clone(),
+        trials,
+    };
+    let warm_start = task.workload_line.as_ref().and_then(|line| {
+        let records: Vec<Value> = task
+            .records
+            .iter()
+            .map(|r| r.record.clone())
+            .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
+            .collect();
+        (!records.is_empty()).then(|| {
+            Box::new(WarmStart {
+                workload: line.clone(),
+                records,
+            })
+        })
+    });
+    let extras = JobExtras {
+        // Keep every candidate the round measures.
+        nbest: Some(trials.max(1) + warm_start.as_ref().map_or(0, |w| w.records.len() as u32)),
+        warm_start,
+        tuner: run.tuner.clone(),
+    };
+    (workload, extras)
+}
+
+fn compile_job(run: &ModelRun, target: &Target) -> Workload {
+    let tasks = run
+        .tasks
+        .iter()
+        .filter_map(|t| {
+            let line = t.workload_line.clone()?;
+            let records: Vec<Value> = t
+                .records
+                .iter()
+                .map(|r| r.record.clone())
+                .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
+                .take(COMPILE_RECORDS)
+                .collect();
+            (!records.is_empty()).then(|| CompileTask {
+                name: t.name.clone(),
+                workload: line,
+                records,
+            })
+        })
+        .collect();
+    Workload {
+        name: format!("{}/compile", run.name),
+        op: Op::Model {
+            model: Box::new(ModelStage::Compile {
+                run: run.name.clone(),
+                source: run.source.clone(),
+                tasks,
+            }),
+        },
+        dtype: "float32".into(),
+        target: target.clone(),
+        trials: 1,
+    }
+}

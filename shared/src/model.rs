@@ -1,0 +1,390 @@
+//! Whole-model tuning: the types a model run is made of, on the wire.
+//!
+//! A user hands the fleet an ONNX model and a trial budget. The master turns
+//! that into ordinary jobs (so every fleet guarantee — durable before
+//! acknowledged, recycled when a worker dies, done exactly once — holds for
+//! model work too):
+//!
+//! 1. one **extract** job: a TVM worker imports the model, runs the fusion
+//!    passes and extracts MetaSchedule tasks (neither the master nor the
+//!    browser has TVM);
+//! 2. **rounds**: each task that matters becomes a `tvmscript` job of a few
+//!    trials; later rounds of a task warm-start from all of its records so far
+//!    ([`WarmStart`]), and which task gets the next round is decided by the
+//!    gradient rule in `allocation`;
+//! 3. one **compile** job: a worker applies every task's best record to the
+//!    model, checks the outputs against onnxruntime and times untuned TVM,
+//!    tuned TVM and onnxruntime on the same machine.
+//!
+//! Extract and compile jobs are workloads with `"op": "model"` ([`ModelStage`]);
+//! they never come from a workload file.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{JobId, Millis};
+use crate::target::Target;
+
+/// Floating-point initializers with more elements than this are sent without
+/// their data: weights do not change which kernels a model needs.
+pub const STRIP_MIN_ELEMENTS: u64 = 64;
+
+/// Largest model upload (after stripping), base64 excluded.
+pub const MAX_MODEL_BYTES: usize = 8 * 1024 * 1024;
+
+/// Defaults of a model run.
+pub const DEFAULT_MODEL_TRIALS: u32 = 2000;
+pub const DEFAULT_TRIALS_PER_ROUND: u32 = 16;
+
+/// MetaSchedule's tuner settings, per run (and so per task job of it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct TunerSettings {
+    /// `evolutionary` (default), `replay-trace` or `replay-func`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+    /// `xgb` (default), `random` or `mlp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builder_timeout_s: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_timeout_s: Option<u32>,
+    /// Measurements per candidate: `number` runs per `repeat`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<u32>,
+}
+
+impl TunerSettings {
+    pub fn is_default(&self) -> bool {
+        *self == TunerSettings::default()
+    }
+}
+
+/// The model as the worker receives it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ModelSource {
+    /// Base64 of the ONNX bytes (weights stripped, see [`STRIP_MIN_ELEMENTS`]).
+    pub onnx_b64: String,
+    /// Sizes for dynamic input dimensions: input name → shape.
+    #[serde(default)]
+    pub input_shapes: BTreeMap<String, Vec<i64>>,
+    /// Seed of the random weights and inputs used for verification.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// One tuned task handed to the compile job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct CompileTask {
+    pub name: String,
+    /// MetaSchedule's database workload line `[hash, base64 IRModule]`.
+    pub workload: serde_json::Value,
+    /// Best records first, MetaSchedule's record form without the workload index.
+    pub records: Vec<serde_json::Value>,
+}
+
+/// What an `"op": "model"` job does.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(tag = "stage", rename_all = "snake_case")]
+pub enum ModelStage {
+    Extract {
+        run: String,
+        source: ModelSource,
+    },
+    Compile {
+        run: String,
+        source: ModelSource,
+        tasks: Vec<CompileTask>,
+    },
+}
+
+impl ModelStage {
+    pub fn run(&self) -> &str {
+        match self {
+            ModelStage::Extract { run, .. } | ModelStage::Compile { run, .. } => run,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelStage::Extract { .. } => "extract",
+            ModelStage::Compile { .. } => "compile",
+        }
+    }
+}
+
+/// Records a round starts from: the task's database workload line and every
+/// record measured for it so far.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct WarmStart {
+    pub workload: serde_json::Value,
+    pub records: Vec<serde_json::Value>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ModelState {
+    Extracting,
+    Tuning,
+    Compiling,
+    Done,
+    Failed,
+}
+
+impl ModelState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelState::Extracting => "extracting",
+            ModelState::Tuning => "tuning",
+            ModelState::Compiling => "compiling",
+            ModelState::Done => "done",
+            ModelState::Failed => "failed",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, ModelState::Done | ModelState::Failed)
+    }
+}
+
+impl std::fmt::Display for ModelState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One task of a model run, as users see it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ModelTaskView {
+    /// The task's first-round job (later rounds are listed in `rounds`).
+    pub job_id: Option<JobId>,
+    pub name: String,
+    /// How many times the model calls this function.
+    pub weight: u32,
+    /// Trials measured so far, over all rounds.
+    pub trials: u32,
+    pub best_latency_s: Option<f64>,
+    /// weight × best / Σ weight × best over the tuned tasks.
+    pub share: Option<f64>,
+    #[serde(default)]
+    pub flops: Option<f64>,
+    /// Too small to be worth trials; compiled with TVM's default schedule.
+    pub trivial: bool,
+    /// No valid candidate after its first round: gets no more rounds.
+    pub dead: bool,
+    pub rounds: Vec<JobId>,
+}
+
+/// The estimated model latency after some trials.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EstimatePoint {
+    pub trials: u32,
+    pub at: Millis,
+    pub estimated_latency_s: f64,
+}
+
+/// Whole-model latencies, measured on one worker with the same inputs and threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ModelLatencies {
+    pub untuned: Option<f64>,
+    pub tuned: Option<f64>,
+    pub onnxruntime: Option<f64>,
+}
+
+/// A model run, as `results --model` and the dashboard show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ModelView {
+    pub name: String,
+    pub state: ModelState,
+    /// The effective target once a worker has completed it (extraction), else
+    /// the one asked for.
+    pub target: Target,
+    pub trials_total: u32,
+    pub trials_done: u32,
+    pub trials_per_round: u32,
+    pub tasks: Vec<ModelTaskView>,
+    /// Σ weight × best latency over the tuned tasks (trivial tasks excluded).
+    pub estimated_latency_s: Option<f64>,
+    /// True only when the tuned model's outputs matched onnxruntime.
+    pub verified: bool,
+    pub latency_s: ModelLatencies,
+    /// Functions of the compiled model that got a tuned schedule, out of the
+    /// tuned tasks' functions.
+    pub records_applied: Option<u32>,
+    pub functions_tuned: Option<u32>,
+    pub error: Option<String>,
+    pub curve: Vec<EstimatePoint>,
+    pub extract_job: JobId,
+    pub compile_job: Option<JobId>,
+    pub stop_requested: bool,
+    /// Inputs, weights (in the order the compiled model takes them after the
+    /// inputs) and outputs: `[{"name", "shape", "dtype"}]`.
+    #[serde(default)]
+    pub io: serde_json::Value,
+    #[serde(default)]
+    pub tuner: TunerSettings,
+    /// Verification details from the compile job (tolerance, max error).
+    #[serde(default)]
+    pub verification: serde_json::Value,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub finished_at: Option<Millis>,
+}
+
+/// `tunefleet submit MODEL.onnx`: what the client sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ModelSubmission {
+    pub name: String,
+    pub source: ModelSource,
+    #[serde(default)]
+    pub trials: Option<u32>,
+    #[serde(default)]
+    pub trials_per_round: Option<u32>,
+    #[serde(default)]
+    pub target: Option<Target>,
+    #[serde(default)]
+    pub tuner: TunerSettings,
+}
+
+/// A downloadable artefact of a model run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ModelArtifactKind {
+    /// The compiled tuned model, a shared library (base64 in the reply).
+    Library,
+    /// Every measured record of every task: MetaSchedule's JSONDatabase files.
+    Database,
+}
+
+/// A file of an artefact; `base64` for binary content, `text` otherwise.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ArtifactFile {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base64: Option<String>,
+}
+
+/// Checks a run name: it names files and URLs, so keep it plain.
+pub fn check_model_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 {
+        return Err(format!(
+            "model name must be 1 to 64 characters, got {}",
+            name.len()
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "model name `{name}` may only hold letters, digits, `-`, `_` and `.`"
+        ));
+    }
+    Ok(())
+}
+
+/// Standard base64 (RFC 4648, with padding); the model upload and library
+/// download travel inside JSON.
+pub mod base64 {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+    pub fn encode(bytes: &[u8]) -> String {
+        let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+        for chunk in bytes.chunks(3) {
+            let b = [
+                chunk[0],
+                chunk.get(1).copied().unwrap_or(0),
+                chunk.get(2).copied().unwrap_or(0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    pub fn decode(text: &str) -> Result<Vec<u8>, String> {
+        let clean: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+        if clean.len() % 4 != 0 {
+            return Err(format!(
+                "base64 length must be a multiple of 4, got {}",
+                clean.len()
+            ));
+        }
+        let value = |c: u8, at: usize| -> Result<u32, String> {
+            match c {
+                b'A'..=b'Z' => Ok(u32::from(c - b'A')),
+                b'a'..=b'z' => Ok(u32::from(c - b'a') + 26),
+                b'0'..=b'9' => Ok(u32::from(c - b'0') + 52),
+                b'+' => Ok(62),
+                b'/' => Ok(63),
+                _ => Err(format!("invalid base64 character at offset {at}")),
+            }
+        };
+        let mut out = Vec::with_capacity(clean.len() / 4 * 3);
+        let chunks = clean.len() / 4;
+        for (ci, chunk) in clean.chunks(4).enumerate() {
+            let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+            if pad > 2 || (pad > 0 && ci + 1 != chunks) {
+                return Err(format!("misplaced base64 padding near offset {}", ci * 4));
+            }
+            let mut n = 0u32;
+            for (i, &c) in chunk.iter().enumerate() {
+                let v = if i >= 4 - pad {
+                    0
+                } else {
+                    value(c, ci * 4 + i)?
+                };
+                n = (n << 6) | v;
+            }
+            let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+            out.extend_from_slice(&bytes[..3 - pad]);
+        }
+        Ok(out)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn round_trips_every_length() {
+            for len in 0..40usize {
+                let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+                assert_eq!(decode(&encode(&bytes)).unwrap(), bytes, "len {len}");
+            }
+            assert_eq!(encode(b"foobar"), "Zm9vYmFy");
+            assert_eq!(encode(b"fo"), "Zm8=");
+        }
+
+        #[test]
+        fn refuses_garbage() {
+            assert!(decode("Zm9v!mFy").is_err());
+            assert!(decode("Zm9").is_err());
+            assert!(decode("Zm==Zm9v").is_err());
+        }
+    }
+}

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Checks of worker/python/tunefleet_model.py on a tiny handmade ONNX model (fast).
+
+    .venv/bin/python tests/python/test_model_driver.py [extract] [compile] [errors] [warm]
+
+No argument runs extract, compile and errors (about 15 s on 2 cores). Each
+check prints "ok <name> ..." or raises. The test_* functions also run under
+pytest (`warm`, which tunes for real, ~60 s, only with TUNEFLEET_SLOW=1).
+
+The model: Conv(3->8, 3x3, weight 8x3x3x3 stripped as the client strips
+float initializers above 64 elements) + Relu + GlobalAveragePool + Flatten +
+MatMul(8x10, stripped), input `x` of shape [N, 3, 16, 16] (dynamic batch).
+
+- extract: protocol, inputs/params/outputs, every task's TVMScript rebuilt by
+  tunefleet_tune.build_workload, the trivial flags.
+- compile: no records -> applied 0, verified true; the exported model.so is
+  run in a fresh process with the module docstring's load_and_run snippet.
+- errors: not an ONNX file, dynamic input without input_shapes, unsupported op.
+- warm: tunes the conv task for 4 trials with tunefleet_tune.py, then 4 more
+  warm-started from those records (trials counts only the new ones; the best
+  is never worse than the warm-start best), then compiles the model with the
+  records (applied 1, verified).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+DRIVER = os.path.join(ROOT, "worker", "python", "tunefleet_model.py")
+TUNE = os.path.join(ROOT, "worker", "python", "tunefleet_tune.py")
+PYTHON = os.environ.get("TUNEFLEET_PYTHON") or (
+    os.path.join(ROOT, ".venv", "bin", "python") if os.path.exists(os.path.join(ROOT, ".venv", "bin", "python"))
+    else sys.executable
+)
+TARGET = {"kind": "llvm", "num-cores": 2}  # no mcpu: generic x86-64, runs on any host
+_TMP = None
+
+
+def _tmp() -> str:
+    global _TMP
+    if _TMP is None:
+        _TMP = tempfile.mkdtemp(prefix="tunefleet-model-")
+    return _TMP
+
+
+def tiny_model(op: str = "MatMul", strip: bool = True) -> bytes:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32"), "conv_w"),
+        numpy_helper.from_array(rng.standard_normal((8,)).astype("float32"), "conv_b"),
+        numpy_helper.from_array(rng.standard_normal((8, 10)).astype("float32"), "fc_w"),
+    ]
+    if strip:  # what the client does: float initializers above 64 elements lose their data
+        for t in inits:
+            if int(np.prod(t.dims)) > 64:
+                t.ClearField("raw_data")
+                t.ClearField("float_data")
+    nodes = [
+        helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+    ]
+    if op == "MatMul":
+        nodes.append(helper.make_node("MatMul", ["f", "fc_w"], ["y"]))
+    else:
+        nodes.append(helper.make_node(op, ["f", "fc_w"], ["y"], domain="com.example"))
+    graph = helper.make_graph(
+        nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    opsets = [helper.make_opsetid("", 13)] + ([helper.make_opsetid("com.example", 1)] if op != "MatMul" else [])
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+def _job(mode: str, model: bytes | None = None, **extra) -> dict:
+    job = {"mode": mode, "model_b64": base64.b64encode(model if model is not None else tiny_model()).decode(),
+           "input_shapes": {"x": [1, 3, 16, 16]}, "target": TARGET, "seed": 0, "repeat": 3}
+    job.update(extra)
+    return job
+
+
+def run_driver(job: dict, name: str, script: str = DRIVER, timeout: float = 300):
+    """Runs a driver; returns (events, stderr, rc). Stdout must be JSON lines only."""
+    work_dir = os.path.join(_tmp(), name)
+    os.makedirs(work_dir, exist_ok=True)
+    job_path = os.path.join(work_dir, "job.json")
+    with open(job_path, "w", encoding="utf-8") as f:
+        json.dump(job, f)
+    p = subprocess.run([PYTHON, script, "--job", job_path, "--work-dir", work_dir],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    events = []
+    for line in p.stdout.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"non-JSON line on stdout: {line!r}") from None
+    return events, p.stderr, p.returncode
+
+
+def _result(events, stderr, rc):
+    assert rc == 0 and events and events[-1]["event"] == "result", \
+        f"rc={rc} last={events[-1] if events else None}\n{stderr[-3000:]}"
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "started" and all(k == "progress" for k in kinds[1:-1]), kinds
+    return events[-1]
+
+
+def _error(events, rc) -> str:
+    assert rc == 1 and events and events[-1]["event"] == "error", (rc, events)
+    assert [e["event"] for e in events].count("error") == 1
+    return events[-1]["message"]
+
+
+def test_extract():
+    sys.path.insert(0, os.path.join(ROOT, "worker", "python"))
+    import tunefleet_tune as tt
+
+    r = _result(*run_driver(_job("extract"), "extract"))
+    assert r["inputs"] == [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}], r["inputs"]
+    assert [p["name"] for p in r["params"]] == ["conv_w", "conv_b", "fc_w"], r["params"]
+    assert r["outputs"] == [{"name": "y", "shape": [1, 10], "dtype": "float32"}], r["outputs"]
+    assert r["target"] == TARGET and r["tvm_version"] and r["untuned_estimate_s"] is None
+    tasks = {t["name"]: t for t in r["tasks"]}
+    conv = [t for n, t in tasks.items() if "conv2d" in n]
+    assert len(conv) == 1 and not conv[0]["trivial"] and conv[0]["flops"] > 1e5, r["tasks"]
+    assert all(t["trivial"] for n, t in tasks.items() if "reshape" in n), r["tasks"]
+    for t in r["tasks"]:
+        assert isinstance(t["weight"], int) and t["weight"] >= 1
+        tt.build_workload({"op": "tvmscript", "tvmscript": t["tvmscript"], "target": TARGET, "trials": 8,
+                           "name": t["name"]})
+    print(f"ok extract ({len(tasks)} tasks: "
+          f"{', '.join(n + ('' if not t['trivial'] else '*') for n, t in tasks.items())}; * = trivial)", flush=True)
+    return r
+
+
+LOAD_AND_RUN = r"""
+import json, sys
+import numpy as np, tvm
+from tvm import relax
+
+def load_and_run(so_path, inputs, params):
+    lib = tvm.runtime.load_module(so_path)
+    vm = relax.VirtualMachine(lib, tvm.cpu())
+    args = [tvm.runtime.tensor(np.asarray(x)) for x in list(inputs) + list(params)]
+    out = vm["main"](*args)
+    return out.numpy() if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+r = json.loads(sys.stdin.read())
+rng = np.random.default_rng(3)
+ins = [rng.standard_normal(i["shape"]).astype(i["dtype"]) for i in r["inputs"]]
+ps = [rng.standard_normal(p["shape"]).astype(p["dtype"]) for p in r["params"]]
+y = load_and_run(r["library"], ins, ps)
+x, (w, b, fc) = ins[0], ps
+# numpy reference of the tiny model, with the weights passed in (weights-agnostic library)
+xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+conv = np.zeros((1, 8, 16, 16), np.float64)
+for i in range(3):
+    for j in range(3):
+        conv += np.einsum("nchw,oc->nohw", xp[:, :, i:i + 16, j:j + 16], w[:, :, i, j])
+ref = np.maximum(conv + b[None, :, None, None], 0).mean(axis=(2, 3)) @ fc
+assert y.shape == (1, 10), y.shape
+err = float(np.abs(y - ref).max())
+assert err < 1e-4 * max(1.0, float(np.abs(ref).max())), err
+print(json.dumps({"max_abs_err": err}))
+"""
+
+
+def test_compile_no_records():
+    r = _result(*run_driver(_job("compile", tasks=[]), "compile"))
+    assert r["applied"] == 0 and r["tuned_functions"] == 0 and r["functions"] >= 3, r
+    assert r["verified"] is True and r["max_abs_err"] is not None
+    assert set(r["tolerance"]) >= {"rtol", "atol"}
+    lat = r["latency_s"]
+    assert all(isinstance(lat[k], float) and lat[k] > 0 for k in ("untuned", "tuned", "onnxruntime")), lat
+    assert os.path.isabs(r["library"]) and os.path.getsize(r["library"]) == r["library_bytes"] > 0
+    # The docstring's load_and_run, in a fresh process, with other weights than the driver's.
+    p = subprocess.run([PYTHON, "-c", LOAD_AND_RUN], input=json.dumps(r), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    print(f"ok compile (applied 0 of {r['functions']}, verified, max err {r['max_abs_err']:.2g}, "
+          f"fresh-process load_and_run {p.stdout.strip()})", flush=True)
+
+
+def test_errors():
+    msg = _error(*run_driver(_job("extract", model=b"this is not an onnx file\n" * 4), "err_not_onnx")[::2])
+    assert "not an ONNX model" in msg, msg
+    msg = _error(*run_driver(_job("extract", input_shapes={}), "err_dynamic")[::2])
+    assert "input `x` has a dynamic dimension (dim 0 = `N`)" in msg and "--input-shape x=1,3,16,16" in msg, msg
+    msg = _error(*run_driver(_job("extract", model=tiny_model(op="FancyOp")), "err_op")[::2])
+    assert "unsupported ONNX operator" in msg and "FancyOp" in msg, msg
+    msg = _error(*run_driver(_job("extract", input_shapes={"y": [1]}), "err_name")[::2])
+    assert "unknown input" in msg and "x" in msg, msg
+    print("ok errors", flush=True)
+
+
+def test_warm_start():
+    if __name__ != "__main__" and not os.environ.get("TUNEFLEET_SLOW"):
+        import pytest
+
+        pytest.skip("tunes for real (~60 s); set TUNEFLEET_SLOW=1")
+    ex = _result(*run_driver(_job("extract"), "warm_extract"))
+    conv = next(t for t in ex["tasks"] if "conv2d" in t["name"])
+    wl = {"name": conv["name"], "op": "tvmscript", "tvmscript": conv["tvmscript"], "target": TARGET, "trials": 4}
+    base = {"workload": wl, "nbest": 8, "seed": 0, "num_trials_per_iter": 4, "max_workers": 2, "rpc": None}
+    r1 = _result(*run_driver(base, "warm_round1", script=TUNE, timeout=600))
+    warm = {"workload": r1["workload"], "records": [x["record"] for x in r1["records"]]}
+    events, stderr, rc = run_driver(dict(base, seed=1, warm_start=warm), "warm_round2", script=TUNE, timeout=600)
+    r2 = _result(events, stderr, rc)
+    assert r2["warm_start_records"] == len(warm["records"]) and r2["warm_start_ignored"] is None, r2
+    assert r2["trials"] == 4, r2["trials"]  # this round's trials only
+    assert r2["best_latency_s"] <= r1["best_latency_s"], (r1["best_latency_s"], r2["best_latency_s"])
+    assert r2["workload"] == r1["workload"]
+    # MetaSchedule's own log says the evolutionary search seeded from the database.
+    log_dir = os.path.join(_tmp(), "warm_round2", "logs")
+    logs = "".join(open(os.path.join(log_dir, f), errors="replace").read() for f in os.listdir(log_dir))
+    picked = [int(x) for x in re.findall(r"Picked top (\d+) candidate\(s\) from database", logs)]
+    assert picked and picked[0] > 0, picked
+    # A mismatching workload line is ignored (the round runs cold), not fatal.
+    bad = dict(warm, workload=["123", warm["workload"][1]])
+    r3 = _result(*run_driver(dict(base, trials=1, num_trials_per_iter=1, warm_start=bad), "warm_bad",
+                             script=TUNE, timeout=600))
+    assert r3["warm_start_records"] == 0 and "does not match" in r3["warm_start_ignored"], r3
+    tasks = [{"name": conv["name"], "workload": r2["workload"], "records": [x["record"] for x in r2["records"]]}]
+    c = _result(*run_driver(_job("compile", tasks=tasks), "warm_compile"))
+    assert c["applied"] == 1 and c["tasks_matched"] == 1 and c["verified"] is True, c
+    print(f"ok warm (round 1 best {r1['best_latency_s']:.3g} s, round 2 best {r2['best_latency_s']:.3g} s "
+          f"after {len(warm['records'])} warm records, search picked {picked[0]} from the database; "
+          f"compile applied {c['applied']}, "
+          f"latency {c['latency_s']})", flush=True)
+
+
+def main(argv):
+    which = set(argv) or {"extract", "compile", "errors"}
+    print(f"work dirs under {_tmp()}", flush=True)
+    if "extract" in which:
+        test_extract()
+    if "compile" in which:
+        test_compile_no_records()
+    if "errors" in which:
+        test_errors()
+    if "warm" in which:
+        test_warm_start()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
