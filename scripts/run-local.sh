@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 BIND=${TUNEFLEET_BIND:-127.0.0.1:18871}
 STATE=${TUNEFLEET_STATE:-tunefleet.db}
 TOKEN=${TUNEFLEET_ADMIN_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
-TARGET=${TUNEFLEET_TARGET:-"{\"kind\":\"llvm\",\"num-cores\":$(nproc)}"}
+# `auto`: the worker detects its host CPU (LLVM's mcpu) and core count.
+TARGET=${TUNEFLEET_TARGET:-auto}
 WORKLOADS=("$@")
 [ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(examples/workloads.yaml)
 

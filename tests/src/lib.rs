@@ -238,13 +238,15 @@ impl Worker {
 
     /// A worker with exactly these backend arguments (e.g. `--backend tvm`).
     pub fn spawn(url: &str, dir: &Path, name: &str, args: &[&str]) -> Worker {
+        // A fixed target unless the test picks one (`--target auto`).
+        let target: &[&str] = if args.contains(&"--target") {
+            &[]
+        } else {
+            &["--target", r#"{"kind":"llvm","num-cores":2}"#]
+        };
         let child = Command::new(bin("tunefleet-worker"))
-            .args([
-                "--server",
-                url,
-                "--target",
-                r#"{"kind":"llvm","num-cores":2}"#,
-            ])
+            .args(["--server", url])
+            .args(target)
             .args(["--name", name])
             .args(["--backoff-initial-ms", "50", "--backoff-max-ms", "500"])
             .args(args)

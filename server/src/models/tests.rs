@@ -1,1 +1,282 @@
+//! The planner driven by hand: a run's whole life with made-up results.
 
+use super::*;
+use tunefleet_shared::model::ModelSource;
+use tunefleet_shared::protocol::{JobError, ResultMeta};
+
+fn submission(name: &str, trials: u32, per_round: u32) -> ModelSubmission {
+    ModelSubmission {
+        name: name.into(),
+        source: ModelSource {
+            onnx_b64: "AAAA".into(),
+            input_shapes: Default::default(),
+            seed: 0,
+        },
+        trials: Some(trials),
+        trials_per_round: Some(per_round),
+        target: None,
+        tuner: TunerSettings::default(),
+    }
+}
+
+fn effective() -> Target {
+    Target::parse(r#"{"kind":"llvm","mcpu":"znver3","num-cores":2}"#).unwrap()
+}
+
+fn view(workload: &Workload, state: JobState) -> JobView {
+    JobView {
+        job_id: workload.job_id(),
+        name: workload.name.clone(),
+        workload: workload.clone(),
+        state,
+        attempts: 1,
+        worker: None,
+        trials_done: 0,
+        trials_total: workload.trials,
+        best_latency_s: None,
+        records: vec![],
+        history: vec![],
+        errors: vec![],
+        result: None,
+        created_at: 0,
+        updated_at: 0,
+        started_at: None,
+        finished_at: None,
+    }
+}
+
+fn done(workload: &Workload, extra: Value, records: &[f64]) -> JobView {
+    let mut v = view(workload, JobState::Done);
+    v.records = records
+        .iter()
+        .enumerate()
+        .map(|(i, l)| TuningRecord {
+            latency_s: *l,
+            record: serde_json::json!([format!("trace-{}-{i}", workload.name), [l], {}, []]),
+        })
+        .collect();
+    v.result = Some(ResultMeta {
+        trials: records.len() as u32,
+        wall_time_s: 1.0,
+        worker: "w".into(),
+        backend: "tvm".into(),
+        tvm_version: None,
+        gflops: None,
+        extra,
+        target: Some(effective()),
+    });
+    v
+}
+
+fn extracted(tasks: &[(&str, u32, bool)]) -> Value {
+    let tasks: Vec<Value> = tasks
+        .iter()
+        .map(|(name, weight, trivial)| {
+            serde_json::json!({
+                "name": name, "weight": weight, "trivial": trivial,
+                "tvmscript": format!("@T.prim_func\ndef {name}(): pass\n"),
+            })
+        })
+        .collect();
+    serde_json::json!({"tasks": tasks, "inputs": [], "params": [], "outputs": []})
+}
+
+fn names(plan: &Plan) -> Vec<String> {
+    plan.jobs.iter().map(|(w, _)| w.name.clone()).collect()
+}
+
+#[test]
+fn a_run_extracts_warms_up_allocates_and_compiles() {
+    let one_worker = |_: &Target| 1;
+    let mut runs = ModelRuns::default();
+    let plan = runs
+        .submit(submission("sq", 10, 2), Target::of_kind("llvm"), 1)
+        .unwrap();
+    assert_eq!(names(&plan), ["sq/extract"]);
+    let extract = plan.jobs[0].0.clone();
+    assert_eq!(runs.get("sq").unwrap().state, ModelState::Extracting);
+
+    // Three tasks, one trivial: two warm-up rounds, queued at once.
+    let extra = extracted(&[("conv", 2, false), ("pool", 1, true), ("dense", 1, false)]);
+    let plan = runs.job_ended(&done(&extract, extra, &[]), 2, &one_worker);
+    assert_eq!(names(&plan), ["sq/conv/r1", "sq/dense/r1"]);
+    let run = runs.get("sq").unwrap();
+    assert_eq!(run.state, ModelState::Tuning);
+    assert_eq!(run.target, Some(effective()));
+    for (w, extras) in &plan.jobs {
+        assert_eq!(w.target, effective(), "rounds pin the effective target");
+        assert_eq!(w.trials, 2);
+        assert!(extras.warm_start.is_none(), "nothing to start from yet");
+    }
+    let (conv1, dense1) = (plan.jobs[0].0.clone(), plan.jobs[1].0.clone());
+
+    // conv: weight 2 × 1 ms; dense: 1 × 0.5 ms. conv has more model time left.
+    let plan = runs.job_ended(
+        &done(&dense1, Value::Null, &[0.5e-3, 0.6e-3]),
+        3,
+        &one_worker,
+    );
+    assert!(plan.jobs.is_empty(), "conv's first round still runs");
+    let workload_line = serde_json::json!(["hash", "b64"]);
+    let plan = runs.job_ended(
+        &done(
+            &conv1,
+            serde_json::json!({"workload": workload_line}),
+            &[1e-3, 2e-3],
+        ),
+        4,
+        &one_worker,
+    );
+    assert_eq!(names(&plan), ["sq/conv/r2"]);
+    let (conv2, extras) = plan.jobs[0].clone();
+    let warm = extras.warm_start.expect("second round warm-starts");
+    assert_eq!(warm.workload, workload_line);
+    assert_eq!(warm.records.len(), 2);
+    assert_ne!(
+        conv2.job_id(),
+        conv1.job_id(),
+        "a round is a job of its own"
+    );
+
+    // Budget: 10 - 4 measured - 2 planned = 4 left. conv improves to 0.2 ms:
+    // 2 × 0.2 / 2 = 0.2 ms against dense's 0.5 ms: dense is next.
+    let plan = runs.job_ended(&done(&conv2, Value::Null, &[0.2e-3]), 5, &one_worker);
+    assert_eq!(names(&plan), ["sq/dense/r2"]);
+    let run = runs.get("sq").unwrap();
+    assert_eq!(run.trials_done(), 5);
+    assert!((run.estimated_latency_s().unwrap() - (2.0 * 0.2e-3 + 0.5e-3)).abs() < 1e-12);
+    assert_eq!(run.curve.len(), 3);
+
+    // The last round fails for good: its trials return, then the budget goes
+    // to the next best task until it is spent.
+    let dense2 = plan.jobs[0].0.clone();
+    let mut failed = view(&dense2, JobState::Failed);
+    failed.errors.push(JobError {
+        attempt: 3,
+        worker: None,
+        at: 6,
+        message: "boom".into(),
+    });
+    let plan = runs.job_ended(&failed, 6, &one_worker);
+    assert_eq!(names(&plan), ["sq/dense/r3"]);
+    let dense3 = plan.jobs[0].0.clone();
+    let mut plan = runs.job_ended(
+        &done(&dense3, Value::Null, &[0.4e-3, 0.45e-3]),
+        7,
+        &one_worker,
+    );
+    // 3 trials left: rounds of at most 2 until they are spent, then compile.
+    let mut spent = 0;
+    while names(&plan) != ["sq/compile"] {
+        assert_eq!(plan.jobs.len(), 1, "one worker, one round at a time");
+        let round = plan.jobs[0].0.clone();
+        assert!(
+            round.trials <= 2 && round.name.starts_with("sq/"),
+            "{}",
+            round.name
+        );
+        spent += round.trials;
+        let latencies: Vec<f64> = (0..round.trials)
+            .map(|i| 0.3e-3 + f64::from(i) * 1e-5)
+            .collect();
+        plan = runs.job_ended(&done(&round, Value::Null, &latencies), 8, &one_worker);
+    }
+    assert_eq!(spent, 3, "the whole budget, no more");
+    let Op::Model { model } = &plan.jobs[0].0.op else {
+        panic!("compile is a model stage")
+    };
+    let ModelStage::Compile { tasks, .. } = model.as_ref() else {
+        panic!("compile stage")
+    };
+    assert_eq!(
+        tasks.len(),
+        1,
+        "only conv's first round reported a workload line"
+    );
+    assert_eq!(runs.get("sq").unwrap().state, ModelState::Compiling);
+
+    let compile = plan.jobs[0].0.clone();
+    let measured = serde_json::json!({
+        "verified": true, "applied": 2, "tuned_functions": 2,
+        "latency_s": {"untuned": 0.3, "tuned": 0.01, "onnxruntime": 0.012},
+    });
+    let plan = runs.job_ended(&done(&compile, measured, &[]), 9, &one_worker);
+    assert!(plan.jobs.is_empty());
+    let view = runs.get("sq").unwrap().view();
+    assert_eq!(view.state, ModelState::Done);
+    assert!(view.verified);
+    assert_eq!(view.latency_s.tuned, Some(0.01));
+    assert_eq!(view.trials_done, 10);
+    assert!(view.tasks[1].trivial && view.tasks[1].trials == 0);
+}
+
+#[test]
+fn a_dead_extraction_fails_the_run_with_its_error() {
+    let mut runs = ModelRuns::default();
+    let plan = runs
+        .submit(submission("bad", 10, 2), Target::of_kind("llvm"), 1)
+        .unwrap();
+    let mut failed = view(&plan.jobs[0].0, JobState::Failed);
+    failed.errors.push(JobError {
+        attempt: 1,
+        worker: None,
+        at: 2,
+        message: "unsupported operator: FancyOp".into(),
+    });
+    runs.job_ended(&failed, 2, &|_| 1);
+    let run = runs.get("bad").unwrap();
+    assert_eq!(run.state, ModelState::Failed);
+    assert!(run.error.as_deref().unwrap().contains("FancyOp"));
+}
+
+#[test]
+fn tasks_without_a_valid_first_round_are_dead_and_stopping_compiles() {
+    let mut runs = ModelRuns::default();
+    let plan = runs
+        .submit(submission("m", 100, 4), Target::of_kind("llvm"), 1)
+        .unwrap();
+    let extract = plan.jobs[0].0.clone();
+    let plan = runs.job_ended(
+        &done(
+            &extract,
+            extracted(&[("a", 1, false), ("b", 1, false)]),
+            &[],
+        ),
+        2,
+        &|_| 2,
+    );
+    let (a1, b1) = (plan.jobs[0].0.clone(), plan.jobs[1].0.clone());
+    runs.job_ended(&view(&a1, JobState::Failed), 3, &|_| 2);
+    assert!(runs.get("m").unwrap().tasks[0].dead);
+    let plan = runs.job_ended(&done(&b1, Value::Null, &[1e-3]), 4, &|_| 2);
+    assert_eq!(names(&plan), ["m/b/r2"], "dead tasks get no rounds");
+    let plan = runs.stop("m", 5, &|_| 2).unwrap();
+    assert!(plan.jobs.is_empty(), "waits for the round in flight");
+    let b2 = runs.get("m").unwrap().tasks[1].rounds[1].job_id.clone();
+    let mut b2_view = view(&a1, JobState::Done);
+    b2_view.job_id = b2;
+    let plan = runs.job_ended(&b2_view, 6, &|_| 2);
+    assert_eq!(names(&plan), ["m/compile"]);
+    assert!(matches!(
+        runs.submit(submission("m", 1, 1), Target::of_kind("llvm"), 7),
+        Err(ModelError::Exists(_))
+    ));
+}
+
+#[test]
+fn names_and_settings_are_checked() {
+    let mut runs = ModelRuns::default();
+    let llvm = Target::of_kind("llvm");
+    let err = runs
+        .submit(submission("a b", 1, 1), llvm.clone(), 0)
+        .unwrap_err();
+    assert!(err.to_string().contains("may only hold"), "{err}");
+    let err = runs
+        .submit(submission("ok", 0, 1), llvm.clone(), 0)
+        .unwrap_err();
+    assert!(err.to_string().contains("trials"), "{err}");
+    let mut s = submission("ok", 10, 1);
+    s.tuner.strategy = Some("annealing".into());
+    let err = runs.submit(s, llvm, 0).unwrap_err();
+    assert!(err.to_string().contains("unknown strategy"), "{err}");
+}

@@ -60,6 +60,13 @@ impl SimBackend {
 
     async fn run(&self, job: JobSpec, progress: ProgressSink) -> Result<JobResult, TuneError> {
         let started = Instant::now();
+        if let tunefleet_shared::workload::Op::Model { model } = &job.workload.op {
+            // Faking a model's tasks would only hide a missing TVM worker.
+            return Err(TuneError::Unsupported(format!(
+                "the sim backend cannot {} an ONNX model; model runs need a tvm worker",
+                model.name()
+            )));
+        }
         let name = job.workload.name.as_str();
         if name.starts_with("sim-fail") {
             return Err(TuneError::Failed("simulated failure".into()));

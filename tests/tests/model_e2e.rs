@@ -1,0 +1,379 @@
+//! Model in, faster model out: `light_squeezenet.onnx` (shipped inside the
+//! `onnx` wheel) tuned by the fleet with a small budget on a real TVM worker
+//! whose target is detected from its host; the compiled model is verified
+//! against onnxruntime and must beat untuned TVM; the run's database and
+//! compiled library download, and the library runs with the README's snippet.
+//!
+//! Bad model files are refused by the CLI and by the master, which keeps
+//! serving (no TVM needed for those).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use tunefleet_tests::*;
+
+fn tunefleet(master: &Master, args: &[&str]) -> std::process::Output {
+    Command::new(bin("tunefleet"))
+        .args(args)
+        .args(["--server", &master.url()])
+        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+        .output()
+        .expect("run tunefleet")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The venv's `onnx/backend/test/data/light` directory, if the venv has onnx.
+fn light_models() -> Option<PathBuf> {
+    let lib = repo_root().join(".venv/lib");
+    for entry in std::fs::read_dir(lib).ok()?.flatten() {
+        let dir = entry
+            .path()
+            .join("site-packages/onnx/backend/test/data/light");
+        if dir.is_dir() {
+            return Some(dir);
+        }
+    }
+    None
+}
+
+/// A minimal ONNX model: one Relu, input `x` of shape [N, 4] (N dynamic).
+fn dynamic_relu_model(path: &Path) {
+    fn field(out: &mut Vec<u8>, number: u32, payload: &[u8]) {
+        out.push(((number << 3) | 2) as u8);
+        let mut len = payload.len();
+        loop {
+            let byte = (len & 0x7f) as u8;
+            len >>= 7;
+            if len == 0 {
+                out.push(byte);
+                break;
+            }
+            out.push(byte | 0x80);
+        }
+        out.extend_from_slice(payload);
+    }
+    fn varint(out: &mut Vec<u8>, number: u32, value: u8) {
+        out.push((number << 3) as u8);
+        out.push(value);
+    }
+    let value_info = |name: &str, first: Option<&str>| {
+        let mut dims = Vec::new();
+        let mut d0 = Vec::new();
+        match first {
+            Some(p) => field(&mut d0, 2, p.as_bytes()),
+            None => varint(&mut d0, 1, 4),
+        }
+        field(&mut dims, 1, &d0);
+        let mut d1 = Vec::new();
+        varint(&mut d1, 1, 4);
+        field(&mut dims, 1, &d1);
+        let mut tensor = Vec::new();
+        varint(&mut tensor, 1, 1); // float
+        field(&mut tensor, 2, &dims);
+        let mut ty = Vec::new();
+        field(&mut ty, 1, &tensor);
+        let mut vi = Vec::new();
+        field(&mut vi, 1, name.as_bytes());
+        field(&mut vi, 2, &ty);
+        vi
+    };
+    let mut node = Vec::new();
+    field(&mut node, 1, b"x");
+    field(&mut node, 2, b"y");
+    field(&mut node, 4, b"Relu");
+    let mut graph = Vec::new();
+    field(&mut graph, 1, &node);
+    field(&mut graph, 2, b"g");
+    field(&mut graph, 11, &value_info("x", Some("N")));
+    field(&mut graph, 12, &value_info("y", Some("N")));
+    let mut opset = Vec::new();
+    varint(&mut opset, 2, 13);
+    let mut model = Vec::new();
+    varint(&mut model, 1, 8);
+    field(&mut model, 8, &opset);
+    field(&mut model, 7, &graph);
+    std::fs::write(path, model).expect("write model");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = Master::start(dir.path(), &[]);
+
+    let not_onnx = dir.path().join("workloads.onnx");
+    std::fs::copy(examples_dir().join("workloads.yaml"), &not_onnx).expect("copy");
+    let out = tunefleet(
+        &master,
+        &["submit", not_onnx.to_str().unwrap(), "--name", "x"],
+    );
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("workloads.onnx") && err.contains("not an ONNX model"),
+        "{err}"
+    );
+
+    let dynamic = dir.path().join("dyn.onnx");
+    dynamic_relu_model(&dynamic);
+    let model = dynamic.to_str().unwrap();
+    let out = tunefleet(&master, &["submit", model, "--name", "dyn"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("input `x` has a dynamic dimension") && err.contains("--input-shape"),
+        "{err}"
+    );
+    let out = tunefleet(&master, &["submit", model, "--input-shape", "y=1,4"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("not a model input"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A script that skips the CLI's checks gets the master's.
+    let mut client = master.client().await;
+    let reply = client
+        .request(tunefleet_shared::protocol::ClientCommand::SubmitModel {
+            model: Box::new(tunefleet_shared::model::ModelSubmission {
+                name: "raw".into(),
+                source: tunefleet_shared::model::ModelSource {
+                    onnx_b64: tunefleet_shared::model::base64::encode(b"target: {kind: llvm}\n"),
+                    input_shapes: Default::default(),
+                    seed: 0,
+                },
+                trials: Some(10),
+                trials_per_round: None,
+                target: None,
+                tuner: Default::default(),
+            }),
+        })
+        .await;
+    let err = reply.expect_err("the master refuses it").to_string();
+    assert!(err.contains("not an ONNX model"), "{err}");
+
+    // With the shape given, the run is accepted; a sim worker cannot extract,
+    // so it fails with the worker's reason, and the master goes on.
+    let out = tunefleet(
+        &master,
+        &[
+            "submit",
+            model,
+            "--name",
+            "dyn",
+            "--input-shape",
+            "x=1,4",
+            "--trials",
+            "4",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let _sim = Worker::start(&master, "sim", 0.0, &["--max-jobs", "3"]);
+    let view = eventually(Duration::from_secs(30), "the run to fail", || async {
+        let out = tunefleet(&master, &["results", "--model", "dyn", "--format", "json"]);
+        let view: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        (view["state"] == "failed").then_some(view)
+    })
+    .await;
+    assert!(
+        view["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("task extraction failed"),
+        "{view}"
+    );
+    let status = client.status().await.expect("the master still answers");
+    assert!(status.jobs.total >= 1);
+}
+
+/// CI must never skip the real-TVM model run silently.
+#[test]
+fn the_model_suite_is_enabled_in_ci() {
+    if std::env::var_os("CI").is_some() {
+        assert!(
+            cfg!(feature = "tvm"),
+            "CI must run: cargo test --features tunefleet-tests/tvm"
+        );
+        assert!(
+            light_models().is_some(),
+            "the venv lacks the onnx wheel's test models"
+        );
+    }
+}
+
+#[cfg(feature = "tvm")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn squeezenet_in_faster_squeezenet_out() {
+    let Some(light) = light_models() else {
+        eprintln!("SKIPPED: no onnx test models in .venv (scripts/setup-tvm.sh installs them)");
+        return;
+    };
+    let model = light.join("light_squeezenet.onnx");
+    let python = repo_root().join(".venv/bin/python");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = Master::start(dir.path(), &[]);
+    let _worker = Worker::spawn(
+        &master.url(),
+        dir.path(),
+        "tvm-model",
+        &[
+            "--backend",
+            "tvm",
+            "--python",
+            python.to_str().unwrap(),
+            "--target",
+            "auto",
+            "--trials-per-round",
+            "2",
+        ],
+    );
+    let budget = std::env::var("TUNEFLEET_MODEL_TEST_TRIALS").unwrap_or_else(|_| "40".into());
+    let submit = Command::new(bin("tunefleet"))
+        .args(["submit", model.to_str().unwrap(), "--name", "squeezenet"])
+        .args(["--trials", &budget, "--trials-per-round", "2", "--wait"])
+        .args(["--server", &master.url()])
+        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+        .output()
+        .expect("run tunefleet submit --wait");
+    let results = tunefleet(
+        &master,
+        &["results", "--model", "squeezenet", "--format", "json"],
+    );
+    let view: serde_json::Value =
+        serde_json::from_slice(&results.stdout).expect("results --model --format json is JSON");
+    assert!(
+        submit.status.success(),
+        "submit --wait: {}\n{}\nrun: {view:#}\nworker log:\n{}",
+        text(&submit.stdout),
+        text(&submit.stderr),
+        std::fs::read_to_string(dir.path().join("tvm-model.log")).unwrap_or_default()
+    );
+    eprintln!("{}", text(&submit.stdout));
+
+    assert_eq!(view["name"], "squeezenet");
+    assert_eq!(view["state"], "done", "{view:#}");
+    assert_eq!(view["verified"], true, "{view:#}");
+    assert!(view["error"].is_null());
+    assert_eq!(view["target"]["kind"], "llvm");
+    assert!(
+        view["target"]["num-cores"].as_u64().is_some(),
+        "{}",
+        view["target"]
+    );
+    let trials_total = view["trials_total"].as_u64().unwrap();
+    let trials_done = view["trials_done"].as_u64().unwrap();
+    assert!(trials_done > 0 && trials_done <= trials_total, "{view:#}");
+    let tasks = view["tasks"].as_array().expect("tasks");
+    assert!(
+        tasks.len() >= 10,
+        "SqueezeNet has tens of tasks: {}",
+        tasks.len()
+    );
+    let tuned: Vec<_> = tasks
+        .iter()
+        .filter(|t| t["best_latency_s"].as_f64().is_some())
+        .collect();
+    assert!(!tuned.is_empty());
+    for t in &tuned {
+        assert!(
+            t["job_id"].is_string() && t["weight"].as_u64().unwrap() >= 1,
+            "{t}"
+        );
+        assert!(t["trials"].as_u64().unwrap() >= 1, "{t}");
+    }
+    assert!(view["estimated_latency_s"].as_f64().unwrap() > 0.0);
+    let applied = view["records_applied"].as_u64().expect("applied count");
+    assert_eq!(
+        Some(applied),
+        view["functions_tuned"].as_u64(),
+        "every tuned task's schedule is used"
+    );
+    assert!(applied >= tuned.len() as u64, "{view:#}");
+    let lat = &view["latency_s"];
+    let (untuned, tuned_s, ort) = (
+        lat["untuned"].as_f64().unwrap(),
+        lat["tuned"].as_f64().unwrap(),
+        lat["onnxruntime"].as_f64().unwrap(),
+    );
+    eprintln!(
+        "squeezenet: untuned {untuned:.4} s, tuned {tuned_s:.4} s, onnxruntime {ort:.4} s, {applied} schedules applied, {trials_done} trials"
+    );
+    assert!(tuned_s < untuned, "tuned must beat untuned: {lat}");
+
+    let db = dir.path().join("db");
+    let out = tunefleet(
+        &master,
+        &[
+            "export",
+            "--model",
+            "squeezenet",
+            "--format",
+            "metaschedule",
+            "--out",
+            db.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let records = std::fs::read_to_string(db.join("database_tuning_record.json")).unwrap();
+    let workloads = std::fs::read_to_string(db.join("database_workload.json")).unwrap();
+    assert!(records.lines().count() as u64 >= tuned.len() as u64);
+    assert!(workloads.lines().count() >= tuned.len());
+
+    let lib = dir.path().join("squeezenet.so");
+    let out = tunefleet(
+        &master,
+        &[
+            "export",
+            "--model",
+            "squeezenet",
+            "--format",
+            "library",
+            "--out",
+            lib.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // The README's snippet, verbatim, runs the library and the database opens in TVM.
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let snippet = readme
+        .split("<!-- model-snippet -->\n```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("README has the model snippet");
+    let results_json = dir.path().join("squeezenet.json");
+    std::fs::write(&results_json, &results.stdout).unwrap();
+    let run = Command::new(&python)
+        .arg("-c")
+        .arg(snippet)
+        .current_dir(dir.path())
+        .output()
+        .expect("run the snippet");
+    assert!(
+        run.status.success(),
+        "README snippet failed:\n{}",
+        text(&run.stderr)
+    );
+    assert!(
+        text(&run.stdout).contains("output"),
+        "{}",
+        text(&run.stdout)
+    );
+    let open_db = Command::new(&python)
+        .arg("-c")
+        .arg(
+            "import sys\nfrom tvm.s_tir import meta_schedule as ms\n\
+             db = ms.database.JSONDatabase(work_dir=sys.argv[1])\n\
+             print(len(db.get_all_tuning_records()))",
+        )
+        .arg(&db)
+        .output()
+        .expect("open the database");
+    assert!(open_db.status.success(), "{}", text(&open_db.stderr));
+    let n: usize = text(&open_db.stdout).trim().parse().unwrap_or(0);
+    assert_eq!(n, records.lines().count());
+}
