@@ -19,6 +19,9 @@
 # - xgboost-cpu (not xgboost): MetaSchedule's "xgb" cost model needs only the
 #   CPU build; the plain xgboost wheel pulls ~350 MB of NCCL for GPUs.
 # - psutil, cloudpickle, tornado: used by TVM's popen workers and RPC runner.
+# - onnx 1.23.2 and onnxruntime: whole-model runs (worker/python/tunefleet_model.py
+#   imports ONNX models and verifies the tuned model against onnxruntime); the
+#   onnx wheel also ships the small test models the CI model run tunes.
 # - websockets: the Python example client (examples/python/tunefleet_client.py),
 #   tested end to end by tests/tests/python_client.rs.
 set -euo pipefail
@@ -32,6 +35,8 @@ PACKAGES=(
   "psutil"
   "cloudpickle"
   "tornado"
+  "onnx==1.23.2"
+  "onnxruntime"
   "websockets"
 )
 
@@ -50,7 +55,7 @@ command -v g++ >/dev/null 2>&1 \
 check_env() {
   "${venv}/bin/python" - "$TVM_VERSION" "$FFI_VERSION" <<'EOF' 2>/dev/null
 import sys
-import tvm, tvm_ffi, xgboost, psutil, cloudpickle, tornado, websockets  # noqa: F401
+import tvm, tvm_ffi, xgboost, psutil, cloudpickle, tornado, websockets, onnx, onnxruntime  # noqa: F401
 ok = tvm.__version__ == sys.argv[1] and tvm_ffi.__version__ == sys.argv[2]
 sys.exit(0 if ok else 1)
 EOF

@@ -377,3 +377,22 @@ async fn squeezenet_in_faster_squeezenet_out() {
     let n: usize = text(&open_db.stdout).trim().parse().unwrap_or(0);
     assert_eq!(n, records.lines().count());
 }
+
+/// The model driver's own tests (a tiny handmade model: extraction, compile
+/// and verification without records, and its error messages).
+#[cfg(feature = "tvm")]
+#[test]
+fn model_driver_python_tests() {
+    let python = repo_root().join(".venv/bin/python");
+    let out = Command::new(&python)
+        .arg(repo_root().join("tests/python/test_model_driver.py"))
+        .current_dir(repo_root())
+        .output()
+        .expect("run tests/python/test_model_driver.py");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}

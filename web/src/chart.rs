@@ -2,6 +2,7 @@
 //! chart in the job detail. Pure numbers and path text; the page adds the
 //! `<svg>` elements and the colours (CSS).
 
+use tunefleet_shared::model::EstimatePoint;
 use tunefleet_shared::protocol::ProgressPoint;
 
 use crate::format::format_latency;
@@ -110,6 +111,19 @@ pub fn latency_chart(history: &[ProgressPoint], trials_total: u32) -> Option<Cha
     })
 }
 
+/// The chart of a model run's estimated latency over its trials (the same
+/// geometry: a step from one estimate to the next).
+pub fn estimate_chart(curve: &[EstimatePoint], trials_total: u32) -> Option<Chart> {
+    let points: Vec<ProgressPoint> = curve
+        .iter()
+        .map(|p| ProgressPoint {
+            trials: p.trials,
+            best_latency_s: p.estimated_latency_s,
+        })
+        .collect();
+    latency_chart(&points, trials_total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +178,22 @@ mod tests {
         // Trials beyond the budget (a retried job) widen the axis.
         let over = latency_chart(&[p(12, 1e-3)], 8).unwrap();
         assert_eq!(over.x_ticks[4].label, "12");
+    }
+
+    #[test]
+    fn a_model_runs_estimate_is_charted_over_its_budget() {
+        let e = |trials, s| EstimatePoint {
+            trials,
+            at: 0,
+            estimated_latency_s: s,
+        };
+        assert_eq!(estimate_chart(&[], 64), None);
+        let c = estimate_chart(&[e(16, 3e-3), e(32, 2e-3), e(48, 1.5e-3)], 64).unwrap();
+        assert_eq!(c.x_ticks[4].label, "64");
+        assert!(c.last.0 < WIDTH - RIGHT, "48 of 64 trials is not the right end");
+        assert_eq!(
+            Some(c),
+            latency_chart(&[p(16, 3e-3), p(32, 2e-3), p(48, 1.5e-3)], 64)
+        );
     }
 }

@@ -7,6 +7,9 @@
 //! - [`model`]: the state reducer for the pub/sub stream and the protocol
 //!   session (hello, subscribe, replies, reconnect backoff);
 //! - [`upload`]: workload files checked in the browser with the master's parser;
+//! - [`model_upload`]: ONNX models checked and stripped of their weights in the
+//!   browser, as `tunefleet submit MODEL.onnx` does;
+//! - [`model_runs`]: what the Models card says about a model run;
 //! - [`chart`], [`format`]: the tuning curve's geometry and text formatting.
 //!
 //! The browser part (`app`, wasm32 only) renders that state and moves frames
@@ -16,6 +19,8 @@
 pub mod chart;
 pub mod format;
 pub mod model;
+pub mod model_runs;
+pub mod model_upload;
 pub mod upload;
 
 #[cfg(target_arch = "wasm32")]

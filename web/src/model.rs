@@ -517,8 +517,10 @@ pub enum Effect {
     Send(String),
     /// The master accepted a workload file.
     Submitted(SubmitReport),
-    /// The master refused a workload file (its message lists every problem).
+    /// The master refused a workload file or a model (its message lists every problem).
     SubmitRejected(String),
+    /// The master accepted a model run; its extract job is queued.
+    ModelSubmitted { name: String, extract_job: JobId },
     /// A cancel or retry went through, or not: a line for the notice area.
     Notice { text: String, error: bool },
 }
@@ -606,7 +608,7 @@ impl Session {
             return None;
         }
         let pending = match &command {
-            ClientCommand::Submit { .. } => Pending::Submit,
+            ClientCommand::Submit { .. } | ClientCommand::SubmitModel { .. } => Pending::Submit,
             ClientCommand::Cancel { job_id } => Pending::Cancel(job_id.clone()),
             ClientCommand::Retry { job_id } => Pending::Retry(job_id.clone()),
             ClientCommand::Subscribe => Pending::Subscribe,
@@ -639,6 +641,9 @@ impl Session {
                         effects.push(Effect::Send(frame));
                     }
                     (_, ReplyBody::Submitted(report)) => effects.push(Effect::Submitted(report)),
+                    (_, ReplyBody::ModelSubmitted { name, extract_job }) => {
+                        effects.push(Effect::ModelSubmitted { name, extract_job })
+                    }
                     (_, ReplyBody::Cancelled { job_id }) => effects.push(Effect::Notice {
                         text: format!("cancelled {}", self.job_label(&job_id)),
                         error: false,
@@ -1236,6 +1241,60 @@ mod tests {
         let (action, _) = session.closed(close_code::PROTOCOL_MISMATCH, "protocol 2 expected");
         assert_eq!(action, CloseAction::Wait);
         assert!(matches!(session.link(), Link::Incompatible { .. }));
+    }
+
+    #[test]
+    fn a_model_submit_is_a_submit_with_its_own_reply() {
+        use tunefleet_shared::model::{ModelSource, ModelSubmission, TunerSettings};
+        let mut session = Session::new();
+        connect(&mut session, Some("t"), "admin");
+        session.received(&snapshot_frame(1, vec![]));
+        let model = ModelSubmission {
+            name: "sq".into(),
+            source: ModelSource {
+                onnx_b64: "AAAA".into(),
+                input_shapes: Default::default(),
+                seed: 0,
+            },
+            trials: Some(64),
+            trials_per_round: None,
+            target: None,
+            tuner: TunerSettings::default(),
+        };
+        let submit = |session: &mut Session| {
+            let frame = session
+                .request(ClientCommand::SubmitModel {
+                    model: Box::new(model.clone()),
+                })
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_str(&frame).unwrap();
+            assert_eq!(v["type"], "submit_model");
+            assert_eq!(v["model"]["name"], "sq");
+            v["id"].as_u64().unwrap()
+        };
+        let id = submit(&mut session);
+        assert!(session.submitting());
+        let effects = session.received(&reply(
+            id,
+            serde_json::json!({"kind": "model_submitted", "name": "sq", "extract_job": "abc"}),
+        ));
+        assert_eq!(
+            effects,
+            [Effect::ModelSubmitted {
+                name: "sq".into(),
+                extract_job: "abc".into()
+            }]
+        );
+        assert!(!session.submitting());
+        let id = submit(&mut session);
+        let effects = session.received(
+            &serde_json::json!({"type": "error", "id": id, "code": "invalid_workload", "message": "model run `sq` exists"})
+                .to_string(),
+        );
+        assert_eq!(
+            effects,
+            [Effect::SubmitRejected("model run `sq` exists".into())]
+        );
     }
 
     #[test]

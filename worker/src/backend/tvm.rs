@@ -713,6 +713,11 @@ fn handle_stdout_line(
             tracing::debug!(%value, "tuning driver started");
             None
         }
+        // The model driver reports stages (no trial counts) as progress too.
+        "progress" if value.get("trials_done").is_none() => {
+            tracing::info!(target: "tunefleet_worker::tvm_driver", %value, "driver stage");
+            None
+        }
         "progress" => {
             match serde_json::from_value::<ProgressEvent>(value) {
                 Ok(p) => progress.report(ProgressUpdate {

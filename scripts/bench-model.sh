@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Whole-model benchmark: one ONNX model, one trial budget, tuned (1) by the
+# fleet with one TVM worker and (2) directly by MetaSchedule in one process
+# (tests/python/bench_model_direct.py: same module, tasks, rounds, builder and
+# runner), on this machine, one after the other. Both compile, verify against
+# onnxruntime and time with the same code (worker/python/tunefleet_model.py).
+#
+#   scripts/bench-model.sh [MODEL] [TRIALS] [TRIALS_PER_ROUND]
+#   scripts/bench-model.sh light_resnet50 400 16     # the defaults
+#
+# MODEL is a model of the onnx wheel's test data (light_squeezenet,
+# light_resnet50, ...) or a path to an .onnx file. Output: target/bench-model/
+# (fleet.json = `tunefleet results --model`, direct.json, logs) and a summary
+# on stdout. Nothing is downloaded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODEL=${1:-light_resnet50}
+TRIALS=${2:-400}
+PER_ROUND=${3:-16}
+OUT=${OUT:-target/bench-model}
+PORT=${PORT:-18893}
+TOKEN=bench-token
+
+scripts/setup-tvm.sh >/dev/null
+export PATH="$PWD/.venv/bin:$PATH"
+cargo build --release -q -p tunefleet-server -p tunefleet-worker --features tunefleet-worker/tvm
+
+if [[ -f "$MODEL" ]]; then
+  model="$MODEL"
+else
+  light=$(.venv/bin/python -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light"))')
+  model="$light/$MODEL.onnx"
+fi
+[[ -f "$model" ]] || { echo "bench-model: no model $model" >&2; exit 1; }
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+echo "== fleet: $model, $TRIALS trials, $PER_ROUND per round, one worker" >&2
+target/release/tunefleet serve --bind "127.0.0.1:$PORT" --state "$OUT/fleet.db" \
+  --admin-token "$TOKEN" >"$OUT/master.log" 2>&1 &
+pids+=($!)
+sleep 1
+target/release/tunefleet-worker --server "ws://127.0.0.1:$PORT" --backend tvm \
+  --trials-per-round "$PER_ROUND" >"$OUT/worker.log" 2>&1 &
+pids+=($!)
+export TUNEFLEET_TOKEN=$TOKEN TUNEFLEET_SERVER="ws://127.0.0.1:$PORT"
+start=$(date +%s.%N)
+target/release/tunefleet submit "$model" --name bench --trials "$TRIALS" \
+  --trials-per-round "$PER_ROUND" --wait >"$OUT/fleet.txt"
+end=$(date +%s.%N)
+target/release/tunefleet results --model bench --format json >"$OUT/fleet.json"
+cleanup
+pids=()
+fleet_wall=$(python3 -c "print(round($end - $start, 1))")
+
+echo "== direct MetaSchedule, same settings" >&2
+.venv/bin/python tests/python/bench_model_direct.py --model "$model" --trials "$TRIALS" \
+  --trials-per-round "$PER_ROUND" --work-dir "$OUT/direct" --out "$OUT/direct.json" \
+  >"$OUT/direct.log" 2>&1
+
+python3 - "$OUT" "$fleet_wall" <<'EOF'
+import json, sys
+out, fleet_wall = sys.argv[1], float(sys.argv[2])
+f = json.load(open(f"{out}/fleet.json"))
+d = json.load(open(f"{out}/direct.json"))
+ms = lambda s: "-" if s is None else f"{s * 1e3:.1f} ms"
+print(f"model {d['model']}  target {json.dumps(f['target'])}  budget {f['trials_total']} trials, {f['trials_per_round']} per round")
+print(f"{'':10} {'wall':>9} {'trials':>7} {'estimate':>10} {'untuned':>10} {'tuned':>10} {'onnxruntime':>12} {'applied':>8} verified")
+print(f"{'fleet':10} {fleet_wall:>8.0f}s {f['trials_done']:>7} {ms(f['estimated_latency_s']):>10} "
+      f"{ms(f['latency_s']['untuned']):>10} {ms(f['latency_s']['tuned']):>10} {ms(f['latency_s']['onnxruntime']):>12} "
+      f"{str(f['records_applied']) + '/' + str(f['functions_tuned']):>8} {f['verified']}")
+l = d["latency_s"] or {}
+print(f"{'direct':10} {d['wall_s']:>8.0f}s {d['trials']:>7} {ms(d['estimated_latency_s']):>10} "
+      f"{ms(l.get('untuned')):>10} {ms(l.get('tuned')):>10} {ms(l.get('onnxruntime')):>12} "
+      f"{str(d['applied']) + '/' + str(d['tuned_functions']):>8} {d['verified']}")
+print("fleet estimated-latency curve (trials, ms):",
+      ", ".join(f"({p['trials']}, {p['estimated_latency_s'] * 1e3:.1f})" for p in f["curve"]))
+EOF

@@ -1,0 +1,207 @@
+//! What the Models card shows of a model run ([`ModelView`]): the measured
+//! latencies with their ratios, the per-task notes. Pure text, tested natively;
+//! `app/view.rs` lays it out.
+
+use tunefleet_shared::model::{ModelState, ModelTaskView, ModelView};
+
+use crate::format::format_latency;
+
+/// A latency or `–`.
+pub fn latency(x: Option<f64>) -> String {
+    x.filter(|v| v.is_finite() && *v > 0.0)
+        .map_or_else(|| "–".into(), format_latency)
+}
+
+/// The compile job's measurements, as the card writes them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    pub untuned: String,
+    pub tuned: String,
+    pub onnxruntime: String,
+    /// `3.2× faster than untuned` (or `0.8× …`, slower).
+    pub speedup: Option<String>,
+    /// `0.85× onnxruntime's time`.
+    pub vs_onnxruntime: Option<String>,
+    /// Tuned TVM beats onnxruntime.
+    pub beats_onnxruntime: bool,
+}
+
+fn positive(x: Option<f64>) -> Option<f64> {
+    x.filter(|v| v.is_finite() && *v > 0.0)
+}
+
+/// `None` until the compile job has measured the tuned model.
+pub fn measured(view: &ModelView) -> Option<Measured> {
+    let l = view.latency_s;
+    let tuned = positive(l.tuned)?;
+    let untuned = positive(l.untuned);
+    let ort = positive(l.onnxruntime);
+    Some(Measured {
+        untuned: latency(untuned),
+        tuned: format_latency(tuned),
+        onnxruntime: latency(ort),
+        speedup: untuned.map(|u| format!("{:.1}× faster than untuned", u / tuned)),
+        vs_onnxruntime: ort.map(|o| format!("{:.2}× onnxruntime's time", tuned / o)),
+        beats_onnxruntime: ort.is_some_and(|o| tuned < o),
+    })
+}
+
+/// `12/16` schedules applied, or `–`.
+pub fn applied(view: &ModelView) -> String {
+    match (view.records_applied, view.functions_tuned) {
+        (Some(a), Some(f)) => format!("{a}/{f}"),
+        (Some(a), None) => a.to_string(),
+        _ => "–".into(),
+    }
+}
+
+/// `yes`, `no` once compiled, `–` before.
+pub fn verified(view: &ModelView) -> &'static str {
+    if view.verified {
+        "yes"
+    } else if view.state == ModelState::Done || view.latency_s.tuned.is_some() {
+        "no"
+    } else {
+        "–"
+    }
+}
+
+/// Percent of the trial budget spent (0..=100).
+pub fn trials_percent(view: &ModelView) -> f64 {
+    if view.trials_total == 0 {
+        0.0
+    } else {
+        (f64::from(view.trials_done) / f64::from(view.trials_total) * 100.0).min(100.0)
+    }
+}
+
+/// The note column of the per-task table.
+pub fn task_note(task: &ModelTaskView) -> &'static str {
+    if task.trivial {
+        "trivial: default schedule"
+    } else if task.dead {
+        "no valid candidate"
+    } else {
+        ""
+    }
+}
+
+/// `41.2%` or `–`.
+pub fn share(task: &ModelTaskView) -> String {
+    task.share
+        .filter(|s| s.is_finite())
+        .map_or_else(|| "–".into(), |s| format!("{:.1}%", s * 100.0))
+}
+
+/// A line under the state while nothing else says what is going on.
+pub fn state_hint(view: &ModelView) -> &'static str {
+    match view.state {
+        ModelState::Extracting => "waiting for a TVM worker to extract the tasks",
+        ModelState::Tuning if view.stop_requested => "stopping: no more rounds",
+        ModelState::Tuning => "tuning the tasks in rounds",
+        ModelState::Compiling => "compiling, verifying against onnxruntime and timing",
+        ModelState::Done => "",
+        ModelState::Failed => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tunefleet_shared::model::{ModelLatencies, TunerSettings};
+    use tunefleet_shared::target::Target;
+
+    pub(crate) fn view(state: ModelState) -> ModelView {
+        ModelView {
+            name: "sq".into(),
+            state,
+            target: Target::parse(r#"{"kind":"llvm"}"#).unwrap(),
+            trials_total: 64,
+            trials_done: 16,
+            trials_per_round: 16,
+            tasks: vec![],
+            estimated_latency_s: None,
+            verified: false,
+            latency_s: ModelLatencies::default(),
+            records_applied: None,
+            functions_tuned: None,
+            error: None,
+            curve: vec![],
+            extract_job: "e".repeat(64),
+            compile_job: None,
+            stop_requested: false,
+            io: serde_json::Value::Null,
+            tuner: TunerSettings::default(),
+            verification: serde_json::Value::Null,
+            created_at: 1,
+            updated_at: 1,
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn nothing_measured_before_compiling() {
+        let v = view(ModelState::Tuning);
+        assert_eq!(measured(&v), None);
+        assert_eq!(verified(&v), "–");
+        assert_eq!(applied(&v), "–");
+        assert_eq!(trials_percent(&v), 25.0);
+        assert_eq!(state_hint(&view(ModelState::Extracting)), "waiting for a TVM worker to extract the tasks");
+    }
+
+    #[test]
+    fn measured_latencies_with_ratios() {
+        let mut v = view(ModelState::Done);
+        v.latency_s = ModelLatencies {
+            untuned: Some(4e-3),
+            tuned: Some(1e-3),
+            onnxruntime: Some(2e-3),
+        };
+        v.verified = true;
+        v.records_applied = Some(12);
+        v.functions_tuned = Some(13);
+        let m = measured(&v).unwrap();
+        assert_eq!(m.tuned, "1.000 ms");
+        assert_eq!(m.untuned, "4.000 ms");
+        assert_eq!(m.onnxruntime, "2.000 ms");
+        assert_eq!(m.speedup.as_deref(), Some("4.0× faster than untuned"));
+        assert_eq!(m.vs_onnxruntime.as_deref(), Some("0.50× onnxruntime's time"));
+        assert!(m.beats_onnxruntime);
+        assert_eq!(verified(&v), "yes");
+        assert_eq!(applied(&v), "12/13");
+
+        v.latency_s.onnxruntime = None;
+        v.verified = false;
+        let m = measured(&v).unwrap();
+        assert_eq!(m.onnxruntime, "–");
+        assert_eq!(m.vs_onnxruntime, None);
+        assert!(!m.beats_onnxruntime);
+        assert_eq!(verified(&v), "no");
+    }
+
+    #[test]
+    fn task_notes_and_shares() {
+        let mut t = ModelTaskView {
+            job_id: None,
+            name: "fused_conv2d".into(),
+            weight: 2,
+            trials: 32,
+            best_latency_s: Some(1e-4),
+            share: Some(0.4123),
+            flops: None,
+            trivial: false,
+            dead: false,
+            rounds: vec![],
+        };
+        assert_eq!(share(&t), "41.2%");
+        assert_eq!(task_note(&t), "");
+        t.dead = true;
+        assert_eq!(task_note(&t), "no valid candidate");
+        t.trivial = true;
+        t.share = None;
+        assert_eq!(task_note(&t), "trivial: default schedule");
+        assert_eq!(share(&t), "–");
+        assert_eq!(latency(None), "–");
+        assert_eq!(latency(Some(f64::NAN)), "–");
+    }
+}

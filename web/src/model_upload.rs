@@ -1,0 +1,653 @@
+//! Checking an ONNX model in the browser before it is sent, as
+//! `tunefleet submit MODEL.onnx` does (`server/src/commands/model.rs`):
+//! [`onnx::summarize`] → [`onnx::check_inputs`] with the shapes the user typed →
+//! [`onnx::strip_weights`] → base64. What the preview accepts, the master's own
+//! checks (the same functions) accept.
+//!
+//! Loading ([`load`]) reads and strips the file once; the form (run name,
+//! trials, shapes of dynamic inputs) is checked on every keystroke
+//! ([`check_form`]), which only looks at the summary. The stripped bytes are
+//! base64-encoded once, when the user submits ([`submission`]).
+
+use std::collections::BTreeMap;
+
+use tunefleet_shared::model::{
+    base64, check_model_name, ModelSource, ModelSubmission, TunerSettings, DEFAULT_MODEL_TRIALS,
+    MAX_MODEL_BYTES, STRIP_MIN_ELEMENTS,
+};
+use tunefleet_shared::onnx::{self, Dim, OnnxError, OnnxSummary, StripReport};
+
+/// Most trials a run may have (the master's limit).
+pub const MAX_MODEL_TRIALS: u32 = 1_000_000;
+
+/// Protobuf messages end at 2 GiB, so no self-contained `.onnx` file is larger.
+pub const MAX_ONNX_FILE_BYTES: f64 = 2.0 * 1024.0 * 1024.0 * 1024.0;
+
+/// True for a file name that names an ONNX model (`*.onnx`, any case).
+pub fn is_model_file(name: &str) -> bool {
+    name.len() > 5
+        && name
+            .get(name.len() - 5..)
+            .is_some_and(|ext| ext.eq_ignore_ascii_case(".onnx"))
+}
+
+/// One graph input, as the preview lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputRow {
+    pub name: String,
+    /// `float32`, or `type 17` for element types without a name, or `?`.
+    pub dtype: String,
+    /// `1×3×224×224`, `N×4` (a named dimension), `?×4` (unknown), or
+    /// `unknown shape`.
+    pub dims: String,
+    /// Some dimension is not fixed: the user must give this input's shape.
+    pub needs_shape: bool,
+    /// A shape to suggest (`1,3,224,224`): the fixed sizes, 1 for the others.
+    pub example: String,
+}
+
+/// A model file that passed the file-level checks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadedModel {
+    pub file: String,
+    pub summary: OnnxSummary,
+    pub inputs: Vec<InputRow>,
+    /// The model without its weights: what is uploaded.
+    pub stripped: Vec<u8>,
+    pub report: StripReport,
+}
+
+impl LoadedModel {
+    /// Number of distinct operator types.
+    pub fn op_type_count(&self) -> usize {
+        self.summary.op_types.len()
+    }
+
+    /// The operator types, most used first (`Conv ×26`).
+    pub fn top_ops(&self, n: usize) -> Vec<(String, usize)> {
+        let mut ops: Vec<(String, usize)> = self
+            .summary
+            .op_types
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        ops.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        ops.truncate(n);
+        ops
+    }
+
+    /// The line that says what is uploaded and why the weights are not.
+    pub fn weights_note(&self) -> String {
+        let r = &self.report;
+        if r.tensors > 0 {
+            format!(
+                "The weights are not uploaded: {} {} stripped, {} → {}. The fleet tunes with random weights (weights do not change which kernels a model needs).",
+                r.tensors,
+                if r.tensors == 1 { "tensor" } else { "tensors" },
+                human_bytes(r.bytes_before),
+                human_bytes(r.bytes_after)
+            )
+        } else {
+            format!(
+                "{} uploaded as is: no weights to strip.",
+                human_bytes(r.bytes_after)
+            )
+        }
+    }
+}
+
+/// `12.3 MiB`, `4.0 KiB`, `512 B` (the CLI's spelling).
+pub fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1 << 20)),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+/// Reads, checks and strips a model file. Errors are one line that starts with
+/// the file name: not an ONNX model, external data, too big without weights.
+pub fn load(file: &str, bytes: &[u8]) -> Result<LoadedModel, String> {
+    let summary = onnx::summarize(bytes).map_err(|e| format!("{file}: {e}"))?;
+    let (stripped, report) =
+        onnx::strip_weights(bytes, STRIP_MIN_ELEMENTS).map_err(|e| format!("{file}: {e}"))?;
+    if stripped.len() > MAX_MODEL_BYTES {
+        return Err(format!(
+            "{file}: {} without weights is over the {} upload limit",
+            human_bytes(stripped.len() as u64),
+            human_bytes(MAX_MODEL_BYTES as u64)
+        ));
+    }
+    let inputs = summary.inputs.iter().map(input_row).collect();
+    Ok(LoadedModel {
+        file: file.to_string(),
+        summary,
+        inputs,
+        stripped,
+        report,
+    })
+}
+
+fn input_row(input: &onnx::ValueInfo) -> InputRow {
+    let dtype = match onnx::elem_type_name(input.elem_type) {
+        Some(name) => name.to_string(),
+        None if input.elem_type == 0 => "?".to_string(),
+        None => format!("type {}", input.elem_type),
+    };
+    let fixed = |d: &Dim| matches!(d, Dim::Fixed(v) if *v > 0);
+    let dims = if !input.rank_known {
+        "unknown shape".to_string()
+    } else if input.dims.is_empty() {
+        "scalar".to_string()
+    } else {
+        let parts: Vec<String> = input
+            .dims
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(v) if *v > 0 => v.to_string(),
+                Dim::Fixed(_) | Dim::Unknown => "?".to_string(),
+                Dim::Named(p) => p.clone(),
+            })
+            .collect();
+        parts.join("×")
+    };
+    let example: Vec<String> = input
+        .dims
+        .iter()
+        .map(|d| match d {
+            Dim::Fixed(v) if *v > 0 => v.to_string(),
+            _ => "1".to_string(),
+        })
+        .collect();
+    InputRow {
+        name: input.name.clone(),
+        dtype,
+        dims,
+        needs_shape: !input.rank_known || !input.dims.iter().all(fixed),
+        example: if input.rank_known {
+            example.join(",")
+        } else {
+            "D0,D1,...".to_string()
+        },
+    }
+}
+
+/// What the user can set before submitting.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelForm {
+    pub name: String,
+    pub trials: String,
+    /// Input name → the sizes typed for it (`1,3,224,224`); dynamic inputs only.
+    pub shapes: BTreeMap<String, String>,
+}
+
+impl ModelForm {
+    /// The defaults for `file`: its stem as the run name, 2000 trials.
+    pub fn for_file(file: &str) -> ModelForm {
+        ModelForm {
+            name: default_name(file),
+            trials: DEFAULT_MODEL_TRIALS.to_string(),
+            shapes: BTreeMap::new(),
+        }
+    }
+}
+
+/// The file's stem, with characters a run name may not hold replaced by `-`
+/// (`my model.onnx` → `my-model`), at most 64 characters.
+pub fn default_name(file: &str) -> String {
+    let base = file.rsplit(['/', '\\']).next().unwrap_or(file);
+    let stem = if is_model_file(base) {
+        &base[..base.len() - 5]
+    } else {
+        base
+    };
+    let name: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "model".to_string()
+    } else {
+        name
+    }
+}
+
+/// Which form field a problem is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Field {
+    Name,
+    Trials,
+    /// The shape of this input.
+    Shape(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    pub field: Field,
+    pub message: String,
+}
+
+/// A form that passed every check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    pub name: String,
+    pub trials: u32,
+    pub input_shapes: BTreeMap<String, Vec<i64>>,
+    /// Every input's final shape, in model order.
+    pub resolved: Vec<(String, Vec<i64>)>,
+}
+
+/// Checks the form against the model; every problem at once. `existing`
+/// holds the names of the master's model runs (a name can be used once).
+pub fn check_form(
+    model: &LoadedModel,
+    form: &ModelForm,
+    existing: &[&str],
+) -> Result<Checked, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let name = form.name.trim().to_string();
+    if let Err(message) = check_model_name(&name) {
+        problems.push(Problem {
+            field: Field::Name,
+            message,
+        });
+    } else if existing.contains(&name.as_str()) {
+        problems.push(Problem {
+            field: Field::Name,
+            message: format!("the master already has a model run named `{name}`: choose another name"),
+        });
+    }
+    let trials = match form.trials.trim().parse::<u32>() {
+        Ok(n) if (1..=MAX_MODEL_TRIALS).contains(&n) => Some(n),
+        _ => {
+            problems.push(Problem {
+                field: Field::Trials,
+                message: format!(
+                    "trials must be a whole number from 1 to {MAX_MODEL_TRIALS}, got `{}`",
+                    form.trials.trim()
+                ),
+            });
+            None
+        }
+    };
+    let mut input_shapes = BTreeMap::new();
+    let mut shape_problem = false;
+    for input in model.inputs.iter().filter(|i| i.needs_shape) {
+        let Some(text) = form.shapes.get(&input.name) else {
+            continue;
+        };
+        let text = text.trim();
+        // `data=1,3,224,224` pasted from the CLI's syntax works too.
+        let dims = text
+            .strip_prefix(&format!("{}=", input.name))
+            .unwrap_or(text)
+            .trim();
+        if dims.is_empty() {
+            continue;
+        }
+        match onnx::parse_input_shape(&format!("{}={dims}", input.name)) {
+            Ok((_, shape)) => {
+                input_shapes.insert(input.name.clone(), shape);
+            }
+            Err(e) => {
+                shape_problem = true;
+                problems.push(Problem {
+                    field: Field::Shape(input.name.clone()),
+                    message: shape_message(&e),
+                });
+            }
+        }
+    }
+    let mut resolved = Vec::new();
+    if !shape_problem {
+        match onnx::check_inputs(&model.summary, &input_shapes) {
+            Ok(r) => resolved = r,
+            Err(e) => problems.push(Problem {
+                field: Field::Shape(error_input(&e).unwrap_or_default()),
+                message: shape_message(&e),
+            }),
+        }
+    }
+    match (problems.is_empty(), trials) {
+        (true, Some(trials)) => Ok(Checked {
+            name,
+            trials,
+            input_shapes,
+            resolved,
+        }),
+        _ => Err(problems),
+    }
+}
+
+/// The input an input-shape error is about.
+fn error_input(e: &OnnxError) -> Option<String> {
+    match e {
+        OnnxError::DynamicDim { input, .. }
+        | OnnxError::UnknownDim { input, .. }
+        | OnnxError::NoShape { input }
+        | OnnxError::RankMismatch { input, .. }
+        | OnnxError::DimMismatch { input, .. } => Some(input.clone()),
+        OnnxError::BadInputShape { arg, .. } => {
+            Some(arg.rsplit_once('=').map_or(arg.as_str(), |(n, _)| n).into())
+        }
+        _ => None,
+    }
+}
+
+/// An input-shape error in the page's terms (the shared messages name the
+/// CLI's `--input-shape` flag; here the shapes are fields of the form).
+pub fn shape_message(e: &OnnxError) -> String {
+    match e {
+        OnnxError::DynamicDim {
+            input,
+            index,
+            param,
+            ..
+        } => format!(
+            "input `{input}` has a dynamic dimension (dim {index} = `{param}`): give its shape"
+        ),
+        OnnxError::UnknownDim { input, index, .. } => format!(
+            "input `{input}` has a dimension of unknown size (dim {index}): give its shape"
+        ),
+        OnnxError::NoShape { input } => {
+            format!("input `{input}` has no shape in the model: give its full shape")
+        }
+        OnnxError::RankMismatch {
+            input,
+            model,
+            given,
+        } => format!(
+            "shape of `{input}`: {given} dimensions given, but the model input has {model}"
+        ),
+        OnnxError::DimMismatch {
+            input,
+            index,
+            model,
+            given,
+        } => format!(
+            "shape of `{input}`: dim {index} is {given}, but the model fixes it to {model}"
+        ),
+        OnnxError::BadInputShape { arg, reason } => {
+            let input = arg.rsplit_once('=').map_or(arg.as_str(), |(n, _)| n);
+            format!("shape of `{input}`: {reason} (sizes separated by commas, e.g. 1,3,224,224)")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// What is sent for a checked form (the base64 of the stripped model).
+pub fn submission(model: &LoadedModel, checked: &Checked) -> ModelSubmission {
+    ModelSubmission {
+        name: checked.name.clone(),
+        source: ModelSource {
+            onnx_b64: base64::encode(&model.stripped),
+            input_shapes: checked.input_shapes.clone(),
+            seed: 0,
+        },
+        trials: Some(checked.trials),
+        trials_per_round: None,
+        target: None,
+        tuner: TunerSettings::default(),
+    }
+}
+
+/// `model run `NAME` accepted: extracting tasks`.
+pub fn accepted_text(name: &str) -> String {
+    format!("model run `{name}` accepted: extracting tasks")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A hand-built ModelProto, as in `shared/src/onnx.rs`'s tests: one Relu,
+    // input `x` of shape [first, 4] (float), one float initializer `w` of
+    // `init` elements.
+    fn field(out: &mut Vec<u8>, number: u32, payload: &[u8]) {
+        varint_raw(out, u64::from((number << 3) | 2));
+        varint_raw(out, payload.len() as u64);
+        out.extend_from_slice(payload);
+    }
+    fn varint_raw(out: &mut Vec<u8>, mut v: u64) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    fn varint(out: &mut Vec<u8>, number: u32, value: u64) {
+        varint_raw(out, u64::from(number << 3));
+        varint_raw(out, value);
+    }
+    fn value_info(name: &str, first: Option<&str>) -> Vec<u8> {
+        let mut dims = Vec::new();
+        let mut d0 = Vec::new();
+        match first {
+            Some(p) => field(&mut d0, 2, p.as_bytes()),
+            None => varint(&mut d0, 1, 4),
+        }
+        field(&mut dims, 1, &d0);
+        let mut d1 = Vec::new();
+        varint(&mut d1, 1, 4);
+        field(&mut dims, 1, &d1);
+        let mut tensor = Vec::new();
+        varint(&mut tensor, 1, 1);
+        field(&mut tensor, 2, &dims);
+        let mut ty = Vec::new();
+        field(&mut ty, 1, &tensor);
+        let mut vi = Vec::new();
+        field(&mut vi, 1, name.as_bytes());
+        field(&mut vi, 2, &ty);
+        vi
+    }
+    fn model(first: Option<&str>, init: usize) -> Vec<u8> {
+        model_with(first, &[(init, 1, 4)])
+    }
+    /// Initializers as (elements, data type, bytes per element).
+    fn model_with(first: Option<&str>, inits: &[(usize, u64, usize)]) -> Vec<u8> {
+        let mut node = Vec::new();
+        field(&mut node, 1, b"x");
+        field(&mut node, 2, b"y");
+        field(&mut node, 4, b"Relu");
+        let mut graph = Vec::new();
+        field(&mut graph, 1, &node);
+        field(&mut graph, 2, b"g");
+        for (i, &(elements, data_type, size)) in inits.iter().enumerate() {
+            if elements == 0 {
+                continue;
+            }
+            let mut tensor = Vec::new();
+            varint(&mut tensor, 1, elements as u64); // dims
+            varint(&mut tensor, 2, data_type);
+            field(&mut tensor, 8, format!("w{i}").as_bytes());
+            field(&mut tensor, 9, &vec![0u8; elements * size]); // raw_data
+            field(&mut graph, 5, &tensor);
+        }
+        field(&mut graph, 11, &value_info("x", first));
+        field(&mut graph, 12, &value_info("y", first));
+        let mut m = Vec::new();
+        varint(&mut m, 1, 8); // ir_version
+        let mut opset = Vec::new();
+        varint(&mut opset, 2, 17);
+        field(&mut m, 8, &opset);
+        field(&mut m, 7, &graph);
+        m
+    }
+
+    #[test]
+    fn recognises_model_files() {
+        assert!(is_model_file("resnet50.onnx"));
+        assert!(is_model_file("A.ONNX"));
+        assert!(!is_model_file(".onnx"));
+        assert!(!is_model_file("workloads.yaml"));
+        assert!(!is_model_file("x.onnx.yaml"));
+    }
+
+    #[test]
+    fn default_names_come_from_the_stem() {
+        assert_eq!(default_name("light_squeezenet.onnx"), "light_squeezenet");
+        assert_eq!(default_name("dir/my model (1).onnx"), "my-model--1-");
+        assert_eq!(default_name(".onnx"), "-onnx");
+        assert_eq!(default_name(&format!("{}.onnx", "a".repeat(80))).len(), 64);
+        assert!(check_model_name(&default_name("ü.onnx")).is_ok());
+    }
+
+    #[test]
+    fn a_static_model_previews_and_submits() {
+        let bytes = model(None, 1000);
+        let m = load("relu.onnx", &bytes).unwrap();
+        assert_eq!(m.inputs.len(), 1);
+        assert_eq!(m.inputs[0].name, "x");
+        assert_eq!(m.inputs[0].dims, "4×4");
+        assert_eq!(m.inputs[0].dtype, "float32");
+        assert!(!m.inputs[0].needs_shape);
+        assert_eq!(m.summary.nodes, 1);
+        assert_eq!(m.op_type_count(), 1);
+        assert_eq!(m.top_ops(5), vec![("Relu".to_string(), 1)]);
+        assert_eq!(m.report.tensors, 1);
+        assert!(m.stripped.len() < bytes.len() - 3900, "the weights are gone");
+        let note = m.weights_note();
+        assert!(note.contains("not uploaded"), "{note}");
+        assert!(note.contains("random weights"), "{note}");
+        assert!(note.contains("1 tensor stripped"), "{note}");
+
+        let form = ModelForm::for_file("relu.onnx");
+        assert_eq!(form.name, "relu");
+        assert_eq!(form.trials, "2000");
+        let checked = check_form(&m, &form, &[]).unwrap();
+        assert_eq!(checked.resolved, vec![("x".to_string(), vec![4, 4])]);
+        let sub = submission(&m, &checked);
+        assert_eq!(sub.name, "relu");
+        assert_eq!(sub.trials, Some(2000));
+        assert!(sub.source.input_shapes.is_empty());
+        assert_eq!(base64::decode(&sub.source.onnx_b64).unwrap(), m.stripped);
+        // What the master checks passes.
+        let sent = base64::decode(&sub.source.onnx_b64).unwrap();
+        let summary = onnx::summarize(&sent).unwrap();
+        onnx::check_inputs(&summary, &sub.source.input_shapes).unwrap();
+    }
+
+    #[test]
+    fn small_models_say_nothing_was_stripped() {
+        let m = load("tiny.onnx", &model(None, 0)).unwrap();
+        assert_eq!(m.report.tensors, 0);
+        assert!(m.weights_note().contains("no weights to strip"));
+    }
+
+    #[test]
+    fn a_dynamic_input_needs_a_shape() {
+        let m = load("dyn.onnx", &model(Some("N"), 0)).unwrap();
+        assert_eq!(m.inputs[0].dims, "N×4");
+        assert!(m.inputs[0].needs_shape);
+        assert_eq!(m.inputs[0].example, "1,4");
+        let mut form = ModelForm::for_file("dyn.onnx");
+        let problems = check_form(&m, &form, &[]).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].field, Field::Shape("x".into()));
+        assert!(
+            problems[0].message.contains("dynamic dimension (dim 0 = `N`)"),
+            "{problems:?}"
+        );
+        assert!(!problems[0].message.contains("--input-shape"));
+
+        form.shapes.insert("x".into(), "8,4".into());
+        let checked = check_form(&m, &form, &[]).unwrap();
+        assert_eq!(checked.input_shapes["x"], vec![8, 4]);
+        assert_eq!(checked.resolved, vec![("x".to_string(), vec![8, 4])]);
+        // The CLI's NAME=DIMS spelling works too.
+        form.shapes.insert("x".into(), " x=2,4 ".into());
+        assert_eq!(check_form(&m, &form, &[]).unwrap().input_shapes["x"], vec![2, 4]);
+
+        for (typed, expect) in [
+            ("8", "1 dimensions given, but the model input has 2"),
+            ("8,5", "dim 1 is 5, but the model fixes it to 4"),
+            ("8,a", "`a` is not a whole number"),
+            ("0,4", "must be at least 1"),
+        ] {
+            form.shapes.insert("x".into(), typed.into());
+            let problems = check_form(&m, &form, &[]).unwrap_err();
+            assert_eq!(problems.len(), 1, "{typed}: {problems:?}");
+            assert_eq!(problems[0].field, Field::Shape("x".into()));
+            assert!(
+                problems[0].message.contains(expect),
+                "{typed}: {problems:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn name_and_trials_are_checked_together() {
+        let m = load("relu.onnx", &model(None, 0)).unwrap();
+        let form = ModelForm {
+            name: "no spaces please".into(),
+            trials: "0".into(),
+            shapes: BTreeMap::new(),
+        };
+        let problems = check_form(&m, &form, &[]).unwrap_err();
+        assert_eq!(
+            problems.iter().map(|p| p.field.clone()).collect::<Vec<_>>(),
+            [Field::Name, Field::Trials]
+        );
+        assert!(problems[0].message.contains("may only hold"), "{problems:?}");
+        for bad in ["", "abc", "-3", "1000001"] {
+            let form = ModelForm {
+                trials: bad.into(),
+                ..ModelForm::for_file("relu.onnx")
+            };
+            assert!(check_form(&m, &form, &[]).is_err(), "{bad}");
+        }
+        let form = ModelForm {
+            name: " r1 ".into(),
+            trials: " 64 ".into(),
+            shapes: BTreeMap::new(),
+        };
+        let checked = check_form(&m, &form, &[]).unwrap();
+        assert_eq!((checked.name.as_str(), checked.trials), ("r1", 64));
+        let problems = check_form(&m, &form, &["r0", "r1"]).unwrap_err();
+        assert_eq!(problems[0].field, Field::Name);
+        assert!(problems[0].message.contains("already has a model run named `r1`"), "{problems:?}");
+    }
+
+    #[test]
+    fn files_that_are_not_models_are_refused_with_the_file_name() {
+        for bytes in [
+            &b"target: {kind: llvm}\nworkloads: []\n"[..],
+            &b""[..],
+            &b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"[..],
+            &[0xff, 0xff, 0xff, 0xff, 0xff][..],
+        ] {
+            let e = load("bad.onnx", bytes).unwrap_err();
+            assert!(e.starts_with("bad.onnx: not an ONNX model"), "{e}");
+        }
+    }
+
+    #[test]
+    fn too_big_without_weights_is_refused() {
+        // Integer initializers are kept: 9 MiB of int64 survives stripping.
+        let m = model_with(None, &[(MAX_MODEL_BYTES / 8 + 1024, 7, 8), (1000, 1, 4)]);
+        let e = load("big.onnx", &m).unwrap_err();
+        assert!(e.starts_with("big.onnx: "), "{e}");
+        assert!(e.contains("over the 8.0 MiB upload limit"), "{e}");
+    }
+
+    #[test]
+    fn texts_read_well() {
+        assert_eq!(
+            accepted_text("sq"),
+            "model run `sq` accepted: extracting tasks"
+        );
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(5 * 1024 * 1024), "5.0 MiB");
+    }
+}
