@@ -906,7 +906,7 @@ impl Scheduler {
                 workload: job.view.workload.clone(),
                 nbest: job.extras.nbest.unwrap_or(default_nbest),
                 warm_start: job.extras.warm_start.clone(),
-                tuner: job.extras.tuner.clone(),
+                tuner: (!job.extras.tuner.is_default()).then(|| Box::new(job.extras.tuner.clone())),
             },
         });
         out.push(Output::JobChanged(job_id.to_string()));

@@ -328,7 +328,7 @@ pub mod base64 {
 
     pub fn decode(text: &str) -> Result<Vec<u8>, String> {
         let clean: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        if clean.len() % 4 != 0 {
+        if !clean.len().is_multiple_of(4) {
             return Err(format!(
                 "base64 length must be a multiple of 4, got {}",
                 clean.len()

@@ -228,8 +228,8 @@ pub enum MasterMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         warm_start: Option<Box<WarmStart>>,
         /// Tuner settings of the job's model run; defaults when absent.
-        #[serde(default, skip_serializing_if = "TunerSettings::is_default")]
-        tuner: TunerSettings,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tuner: Option<Box<TunerSettings>>,
     },
     /// Stop working on this lease (job cancelled, timed out, or finished elsewhere).
     Cancel {

@@ -555,7 +555,7 @@ impl Worker {
                     workload,
                     nbest,
                     warm_start,
-                    tuner,
+                    tuner: tuner.map(|t| *t).unwrap_or_default(),
                 };
                 Step::Assigned(self.start_job(spec, token))
             }

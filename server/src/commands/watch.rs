@@ -236,6 +236,36 @@ impl Progress {
     }
 }
 
+/// One line per model run that is not finished (or finished since the last
+/// look): `model squeezenet: tuning 24/40 trials, estimated 62.1 ms`.
+pub fn model_lines(view: &FleetView) -> Vec<String> {
+    let mut models: Vec<_> = view.models.values().collect();
+    models.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
+    models
+        .into_iter()
+        .map(|m| {
+            let mut line = format!(
+                "model {}: {} {}/{} trials",
+                m.name, m.state, m.trials_done, m.trials_total
+            );
+            if let Some(e) = m.estimated_latency_s {
+                line.push_str(&format!(", estimated {}", super::format_latency(e)));
+            }
+            if let (Some(t), Some(u)) = (m.latency_s.tuned, m.latency_s.untuned) {
+                line.push_str(&format!(
+                    ", measured {} ({:.1}x over untuned)",
+                    super::format_latency(t),
+                    u / t
+                ));
+            }
+            if let Some(err) = &m.error {
+                line.push_str(&format!(", error: {err}"));
+            }
+            line
+        })
+        .collect()
+}
+
 /// Progress bar on a terminal, rate-limited plain lines otherwise.
 struct Display {
     bar: Option<ProgressBar>,
@@ -243,6 +273,8 @@ struct Display {
     printed: Option<(Progress, Instant)>,
     /// Plain mode: the newest progress, possibly not printed yet.
     latest: Option<Progress>,
+    /// Model lines last shown.
+    models: Vec<String>,
 }
 
 impl Display {
@@ -262,10 +294,23 @@ impl Display {
             bar,
             printed: None,
             latest: None,
+            models: Vec::new(),
         }
     }
 
     fn update(&mut self, view: &FleetView) {
+        let models = model_lines(view);
+        if models != self.models {
+            for line in models.iter().filter(|l| !self.models.contains(l)) {
+                match &self.bar {
+                    Some(bar) => bar.println(line),
+                    None => {
+                        let _ = emit(&format!("{line}\n"));
+                    }
+                }
+            }
+            self.models = models;
+        }
         let p = Progress::of(view);
         if let Some(bar) = &self.bar {
             bar.set_length(p.total as u64);

@@ -114,7 +114,7 @@ fn assign(workload: Workload, lease: Lease, nbest: u32) -> MasterMessage {
         workload,
         nbest,
         warm_start: None,
-        tuner: Default::default(),
+        tuner: None,
     }
 }
 
