@@ -88,28 +88,47 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
             .context("--format metaschedule writes two files: give the directory with --out DIR")?
             .to_path_buf();
         let jobs = fetch(&args.connect, &args.jobs).await?;
-        let db = metaschedule_database(&jobs)?;
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        write_atomically(
-            &dir.join(METASCHEDULE_WORKLOAD_FILE),
-            db.workloads.as_bytes(),
-        )?;
-        write_atomically(&dir.join(METASCHEDULE_RECORD_FILE), db.records.as_bytes())?;
-        eprintln!(
-            "exported {} ({}) to {} as a MetaSchedule database{}",
-            plural(db.jobs, "job", "jobs"),
-            plural(db.record_count, "record", "records"),
-            dir.display(),
-            if db.skipped > 0 {
-                format!(
-                    "; skipped {} without MetaSchedule records",
-                    plural(db.skipped, "job", "jobs")
-                )
+        // A MetaSchedule database ignores targets when it is queried
+        // (apache/tvm#15549): one directory per effective target, so records
+        // for one CPU are never applied on another.
+        let groups = group_by_target(jobs);
+        let single = groups.len() == 1;
+        for (target, jobs) in &groups {
+            let dir = if single {
+                dir.clone()
             } else {
-                String::new()
-            }
-        );
+                dir.join(target_dir_name(target))
+            };
+            let db = match metaschedule_database(jobs) {
+                Ok(db) => db,
+                Err(e) if !single => {
+                    eprintln!("skipped target {target}: {e}");
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            write_atomically(
+                &dir.join(METASCHEDULE_WORKLOAD_FILE),
+                db.workloads.as_bytes(),
+            )?;
+            write_atomically(&dir.join(METASCHEDULE_RECORD_FILE), db.records.as_bytes())?;
+            eprintln!(
+                "exported {} ({}) for target {target} to {} as a MetaSchedule database{}",
+                plural(db.jobs, "job", "jobs"),
+                plural(db.record_count, "record", "records"),
+                dir.display(),
+                if db.skipped > 0 {
+                    format!(
+                        "; skipped {} without MetaSchedule records",
+                        plural(db.skipped, "job", "jobs")
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
         return Ok(());
     }
     let jobs = fetch(&args.connect, &args.jobs).await?;
@@ -127,6 +146,50 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Jobs grouped by the effective target their result was measured for (the
+/// job's own target when the worker did not say), in target order.
+pub fn group_by_target(jobs: Vec<JobView>) -> Vec<(String, Vec<JobView>)> {
+    let mut groups: std::collections::BTreeMap<String, Vec<JobView>> = Default::default();
+    for job in jobs {
+        let target = job
+            .result
+            .as_ref()
+            .and_then(|r| r.target.as_ref())
+            .unwrap_or(&job.workload.target)
+            .canonical_json();
+        groups.entry(target).or_default().push(job);
+    }
+    groups.into_iter().collect()
+}
+
+/// `llvm-znver3-2` for `{"kind":"llvm","mcpu":"znver3","num-cores":2}`: the
+/// attribute values in key order, kept to safe file-name characters.
+pub fn target_dir_name(canonical: &str) -> String {
+    let value: serde_json::Value = serde_json::from_str(canonical).unwrap_or_default();
+    let mut parts = vec![value["kind"].as_str().unwrap_or("target").to_string()];
+    if let Some(map) = value.as_object() {
+        for (k, v) in map {
+            if k != "kind" {
+                parts.push(match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                });
+            }
+        }
+    }
+    parts
+        .join("-")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The export in `format` (single-file formats only).
@@ -164,6 +227,23 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&tmp);
         anyhow::anyhow!("cannot write {}: {e}", path.display())
     })
+}
+
+#[cfg(test)]
+mod target_tests {
+    use super::*;
+
+    #[test]
+    fn directory_names_follow_the_target() {
+        assert_eq!(
+            target_dir_name(r#"{"kind":"llvm","mcpu":"znver3","num-cores":2}"#),
+            "llvm-znver3-2"
+        );
+        assert_eq!(
+            target_dir_name(r#"{"kind":"llvm","keys":["a b"]}"#),
+            "llvm-__a_b__"
+        );
+    }
 }
 
 #[cfg(test)]

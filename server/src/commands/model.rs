@@ -302,7 +302,16 @@ pub fn to_table(view: &ModelView) -> String {
     }
     out.push_str("\n\n");
     let mut rows = Vec::new();
-    for t in &view.tasks {
+    // The tasks that cost the most model time first; trivial ones last.
+    let mut tasks: Vec<_> = view.tasks.iter().collect();
+    tasks.sort_by(|a, b| {
+        let key =
+            |t: &&tunefleet_shared::model::ModelTaskView| (t.trivial, -(t.share.unwrap_or(-1.0)));
+        key(a)
+            .partial_cmp(&key(b))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    for t in tasks {
         rows.push(vec![
             t.name.clone(),
             t.weight.to_string(),
