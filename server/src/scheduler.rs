@@ -906,7 +906,11 @@ impl Scheduler {
                 workload: job.view.workload.clone(),
                 nbest: job.extras.nbest.unwrap_or(default_nbest),
                 warm_start: job.extras.warm_start.clone(),
-                tuner: (!job.extras.tuner.is_default()).then(|| Box::new(job.extras.tuner.clone())),
+                tuner: {
+                    // The run's settings win over the workload file's.
+                    let tuner = job.extras.tuner.over(&job.view.workload.tuner);
+                    (!tuner.is_default()).then(|| Box::new(tuner))
+                },
             },
         });
         out.push(Output::JobChanged(job_id.to_string()));

@@ -529,6 +529,7 @@ fn convert_item(item: &Node, trials: u32) -> Result<(Workload, String), Vec<Prob
         dtype,
         target,
         trials,
+        tuner: Default::default(),
     };
     if let Err(errors) = workload.validate() {
         return Err(errors

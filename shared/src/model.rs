@@ -47,6 +47,10 @@ pub struct TunerSettings {
     /// `xgb` (default), `random` or `mlp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_model: Option<String>,
+    /// Candidates measured per MetaSchedule iteration (`num_trials_per_iter`);
+    /// default: the worker's `--trials-per-round`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trials_per_round: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builder_timeout_s: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,9 +62,75 @@ pub struct TunerSettings {
     pub repeat: Option<u32>,
 }
 
+/// MetaSchedule's search strategies, as the driver spells them.
+pub const STRATEGIES: [&str; 3] = ["evolutionary", "replay-trace", "replay-func"];
+/// MetaSchedule's cost models.
+pub const COST_MODELS: [&str; 3] = ["xgb", "random", "mlp"];
+/// The keys of a `tuner:` mapping, in a workload file and on the wire.
+pub const TUNER_KEYS: [&str; 7] = [
+    "strategy",
+    "cost_model",
+    "trials_per_round",
+    "builder_timeout_s",
+    "runner_timeout_s",
+    "number",
+    "repeat",
+];
+
 impl TunerSettings {
     pub fn is_default(&self) -> bool {
         *self == TunerSettings::default()
+    }
+
+    /// Each field set in `self` wins over `base`'s.
+    pub fn over(&self, base: &TunerSettings) -> TunerSettings {
+        TunerSettings {
+            strategy: self.strategy.clone().or_else(|| base.strategy.clone()),
+            cost_model: self.cost_model.clone().or_else(|| base.cost_model.clone()),
+            trials_per_round: self.trials_per_round.or(base.trials_per_round),
+            builder_timeout_s: self.builder_timeout_s.or(base.builder_timeout_s),
+            runner_timeout_s: self.runner_timeout_s.or(base.runner_timeout_s),
+            number: self.number.or(base.number),
+            repeat: self.repeat.or(base.repeat),
+        }
+    }
+
+    /// Problems as (field, message), e.g. `("strategy", "unknown strategy ...")`.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(s) = &self.strategy {
+            if !STRATEGIES.contains(&s.as_str()) {
+                out.push((
+                    "strategy",
+                    format!("unknown strategy `{s}` (known: {})", STRATEGIES.join(", ")),
+                ));
+            }
+        }
+        if let Some(c) = &self.cost_model {
+            if !COST_MODELS.contains(&c.as_str()) {
+                out.push((
+                    "cost_model",
+                    format!(
+                        "unknown cost model `{c}` (known: {})",
+                        COST_MODELS.join(", ")
+                    ),
+                ));
+            }
+        }
+        for (field, value) in [
+            ("trials_per_round", self.trials_per_round),
+            ("builder_timeout_s", self.builder_timeout_s),
+            ("runner_timeout_s", self.runner_timeout_s),
+            ("number", self.number),
+            ("repeat", self.repeat),
+        ] {
+            if let Some(v) = value {
+                if !(1..=100_000).contains(&v) {
+                    out.push((field, format!("must be between 1 and 100000, got {v}")));
+                }
+            }
+        }
+        out
     }
 }
 

@@ -103,7 +103,7 @@
 //! any change to shape, dtype, target or trials makes a new job. TVMScript text
 //! is normalised only in line endings and trailing whitespace.
 
-use crate::model::ModelStage;
+use crate::model::{ModelStage, TunerSettings, TUNER_KEYS};
 use crate::target::Target;
 use crate::yaml_tree::{Node, Yaml};
 use serde::{Deserialize, Serialize};
@@ -152,8 +152,8 @@ pub const DTYPES: [&str; 12] = [
     "uint16", "uint32", "uint64",
 ];
 
-const TOP_KEYS: [&str; 4] = ["workloads", "target", "trials", "dtype"];
-const WORKLOAD_KEYS: [&str; 7] = [
+const TOP_KEYS: [&str; 5] = ["workloads", "target", "trials", "dtype", "tuner"];
+const WORKLOAD_KEYS: [&str; 8] = [
     "name",
     "op",
     "shape",
@@ -161,6 +161,7 @@ const WORKLOAD_KEYS: [&str; 7] = [
     "target",
     "trials",
     "tvmscript",
+    "tuner",
 ];
 
 /// `C[m, n] = A[m, k] · B[k, n]`.
@@ -393,6 +394,11 @@ pub struct Workload {
     pub dtype: String,
     pub target: Target,
     pub trials: u32,
+    /// MetaSchedule settings for this workload (`tuner:` in the file, over the
+    /// file's top-level `tuner:`); absent when all are the worker's defaults,
+    /// so the identity of a workload without them is unchanged.
+    #[serde(default, skip_serializing_if = "TunerSettings::is_default")]
+    pub tuner: TunerSettings,
 }
 
 /// Prefix of the hashed identity text; bump if the identity rule ever changes.
@@ -550,6 +556,9 @@ impl Workload {
                 "trials".into(),
                 format!("must be between 1 and {MAX_TRIALS}, got {}", self.trials),
             ));
+        }
+        for (field, message) in self.tuner.problems() {
+            problems.push((format!("tuner.{field}"), message));
         }
         for (field, min, value) in op_numbers(&self.op) {
             if let Err(m) = check_range(i128::from(value), min) {
@@ -1231,6 +1240,7 @@ struct Defaults {
     target: Inherited<Target>,
     trials: Inherited<u32>,
     dtype: Inherited<String>,
+    tuner: Inherited<TunerSettings>,
 }
 
 #[derive(Default)]
@@ -1398,6 +1408,7 @@ fn parse_document(ctx: &mut Ctx<'_>, state: &mut FileState, doc: &Node) {
         target: Inherited::from(fields.get("target").map(|n| parse_target(ctx, n, "target"))),
         trials: Inherited::from(fields.get("trials").map(|n| parse_trials(ctx, n, "trials"))),
         dtype: Inherited::from(fields.get("dtype").map(|n| parse_dtype(ctx, n, "dtype"))),
+        tuner: Inherited::from(fields.get("tuner").map(|n| parse_tuner(ctx, n, "tuner"))),
     };
     let Some(list) = fields.get("workloads") else {
         if !fields.was_suggested("workloads") {
@@ -1507,6 +1518,15 @@ fn parse_workload(
             None
         }
     };
+    let tuner = match (fields.get("tuner"), &defaults.tuner) {
+        (Some(node), Inherited::Value(base)) => {
+            parse_tuner(ctx, node, &f("tuner")).map(|t| t.over(base))
+        }
+        (Some(node), _) => parse_tuner(ctx, node, &f("tuner")),
+        (None, Inherited::Value(base)) => Some(base.clone()),
+        (None, Inherited::Missing) => Some(TunerSettings::default()),
+        (None, Inherited::Invalid) => None,
+    };
     let op = parse_op(ctx, &fields, path, item);
 
     // Names are claimed even when the workload has other errors, so a later
@@ -1540,7 +1560,53 @@ fn parse_workload(
         dtype: dtype?,
         target: target?,
         trials: trials?,
+        tuner: tuner?,
     })
+}
+
+/// `tuner: {strategy: evolutionary, cost_model: xgb, trials_per_round: 16,
+/// builder_timeout_s: 30, runner_timeout_s: 30, number: 1, repeat: 3}`.
+fn parse_tuner(ctx: &mut Ctx<'_>, node: &Node, field: &str) -> Option<TunerSettings> {
+    let Yaml::Map(entries) = &node.value else {
+        let msg = format!(
+            "must be a mapping of tuner settings ({}), got {}",
+            TUNER_KEYS.join(", "),
+            describe(node)
+        );
+        ctx.at(node, field, msg);
+        return None;
+    };
+    let errors_before = ctx.count();
+    let fields = read_fields(ctx, entries, field, &TUNER_KEYS);
+    let text = |ctx: &mut Ctx<'_>, key: &str| -> Option<String> {
+        let node = fields.get(key)?;
+        match node.as_str() {
+            Some(s) => Some(s.trim().to_string()),
+            None => {
+                let msg = format!("must be a string, got {}", describe(node));
+                ctx.at(node, &join_field(field, key), msg);
+                None
+            }
+        }
+    };
+    let number = |ctx: &mut Ctx<'_>, key: &str| -> Option<u32> {
+        let node = fields.get(key)?;
+        parse_trials(ctx, node, &join_field(field, key))
+    };
+    let tuner = TunerSettings {
+        strategy: text(ctx, "strategy"),
+        cost_model: text(ctx, "cost_model"),
+        trials_per_round: number(ctx, "trials_per_round"),
+        builder_timeout_s: number(ctx, "builder_timeout_s"),
+        runner_timeout_s: number(ctx, "runner_timeout_s"),
+        number: number(ctx, "number"),
+        repeat: number(ctx, "repeat"),
+    };
+    for (key, message) in tuner.problems() {
+        let at = fields.get(key).unwrap_or(node);
+        ctx.at(at, &join_field(field, key), message);
+    }
+    (ctx.count() == errors_before).then_some(tuner)
 }
 
 fn parse_name(ctx: &mut Ctx<'_>, node: &Node, field: &str) -> Option<String> {
@@ -2701,6 +2767,42 @@ mod tests {
         assert!(errs[0].message.contains("empty"));
         let errs = errors("# only a comment\n");
         assert!(errs[0].message.contains("empty"));
+    }
+
+    #[test]
+    fn tuner_settings_from_the_file_and_the_workload() {
+        let yaml = "target: {kind: llvm}\ntuner: {cost_model: random, repeat: 3}\nworkloads:\n  - name: a\n    op: matmul\n    shape: {m: 8, n: 8, k: 8}\n  - name: b\n    op: matmul\n    shape: {m: 8, n: 8, k: 9}\n    tuner: {strategy: replay-trace, repeat: 5}\n";
+        let ws = parse_workload_file(yaml, "t.yaml").unwrap();
+        assert_eq!(ws[0].tuner.cost_model.as_deref(), Some("random"));
+        assert_eq!(ws[0].tuner.repeat, Some(3));
+        assert_eq!(ws[1].tuner.strategy.as_deref(), Some("replay-trace"));
+        assert_eq!(
+            ws[1].tuner.cost_model.as_deref(),
+            Some("random"),
+            "inherited"
+        );
+        assert_eq!(ws[1].tuner.repeat, Some(5), "the workload's own wins");
+        // Without a tuner the identity is what it always was.
+        let plain = parse_workload_file(
+            "target: {kind: llvm}\nworkloads:\n  - name: a\n    op: matmul\n    shape: {m: 8, n: 8, k: 8}\n",
+            "t.yaml",
+        )
+        .unwrap();
+        assert!(!plain[0].identity_json().contains("tuner"));
+        assert_ne!(plain[0].job_id(), ws[0].job_id());
+
+        let bad = "target: {kind: llvm}\nworkloads:\n  - name: a\n    op: matmul\n    shape: {m: 8, n: 8, k: 8}\n    tuner: {strategy: annealing, repeat: 0, cost: xgb}\n";
+        let errs = parse_workload_file(bad, "t.yaml").unwrap_err().to_string();
+        assert!(
+            errs.contains("t.yaml:6") && errs.contains("workloads[0].tuner.strategy"),
+            "{errs}"
+        );
+        assert!(errs.contains("unknown strategy `annealing`"), "{errs}");
+        assert!(errs.contains("workloads[0].tuner.repeat"), "{errs}");
+        assert!(
+            errs.contains("cost_model"),
+            "suggests the right key: {errs}"
+        );
     }
 
     #[test]

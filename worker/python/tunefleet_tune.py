@@ -783,7 +783,15 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
         _check_tracker(rpc_config)
         runner = ms.runner.RPCRunner(rpc_config=rpc_config, max_workers=1)
     else:
-        runner = ms.runner.LocalRunner(timeout_sec=run_timeout)
+        number = job.get("number")
+        repeat = job.get("repeat")
+        if number is not None or repeat is not None:
+            evaluator = ms.runner.EvaluatorConfig(
+                number=_int_field(job, "number", 1), repeat=_int_field(job, "repeat", 1)
+            )
+            runner = ms.runner.LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator)
+        else:
+            runner = ms.runner.LocalRunner(timeout_sec=run_timeout)
 
     f_build = None
     if built.target_json.get("kind") == "llvm" and not os.environ.get("TUNEFLEET_FULL_TENSOR_INTRIN"):

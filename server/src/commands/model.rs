@@ -159,6 +159,8 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
         tuner: TunerSettings {
             strategy: flags.strategy.clone(),
             cost_model: flags.cost_model.clone(),
+            // A round is one MetaSchedule iteration (the planner sets it).
+            trials_per_round: None,
             builder_timeout_s: flags.builder_timeout,
             runner_timeout_s: flags.runner_timeout,
             number: flags.number,

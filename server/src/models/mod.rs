@@ -350,6 +350,7 @@ impl ModelRuns {
             dtype: "float32".into(),
             target: requested_target.clone(),
             trials: 1,
+            tuner: TunerSettings::default(),
         };
         let run = ModelRun {
             name: name.clone(),
@@ -558,31 +559,10 @@ impl ModelRuns {
 }
 
 fn check_tuner(tuner: &TunerSettings) -> Result<(), String> {
-    if let Some(s) = &tuner.strategy {
-        if !["evolutionary", "replay-trace", "replay-func"].contains(&s.as_str()) {
-            return Err(format!(
-                "unknown strategy `{s}` (known: evolutionary, replay-trace, replay-func)"
-            ));
-        }
+    match tuner.problems().into_iter().next() {
+        Some((field, message)) => Err(format!("tuner.{field}: {message}")),
+        None => Ok(()),
     }
-    if let Some(c) = &tuner.cost_model {
-        if !["xgb", "random", "mlp"].contains(&c.as_str()) {
-            return Err(format!(
-                "unknown cost model `{c}` (known: xgb, random, mlp)"
-            ));
-        }
-    }
-    for (field, value) in [
-        ("builder timeout", tuner.builder_timeout_s),
-        ("runner timeout", tuner.runner_timeout_s),
-        ("number", tuner.number),
-        ("repeat", tuner.repeat),
-    ] {
-        if value == Some(0) {
-            return Err(format!("{field} must be at least 1"));
-        }
-    }
-    Ok(())
 }
 
 fn fail(run: &mut ModelRun, error: String, now: Millis) {
@@ -795,6 +775,7 @@ fn round_job(run: &ModelRun, i: usize, trials: u32, target: &Target) -> (Workloa
         dtype: "float32".into(),
         target: target.clone(),
         trials,
+        tuner: TunerSettings::default(),
     };
     let warm_start = task.workload_line.as_ref().and_then(|line| {
         let records: Vec<Value> = task
@@ -810,11 +791,15 @@ fn round_job(run: &ModelRun, i: usize, trials: u32, target: &Target) -> (Workloa
             })
         })
     });
+    // A round is one MetaSchedule iteration (`num_trials_per_iter`), as one
+    // pick of MetaSchedule's own task scheduler is.
+    let mut tuner = run.tuner.clone();
+    tuner.trials_per_round.get_or_insert(trials);
     let extras = JobExtras {
         // Keep every candidate the round measures.
         nbest: Some(trials.max(1) + warm_start.as_ref().map_or(0, |w| w.records.len() as u32)),
         warm_start,
-        tuner: run.tuner.clone(),
+        tuner,
     };
     (workload, extras)
 }
@@ -851,5 +836,6 @@ fn compile_job(run: &ModelRun, target: &Target) -> Workload {
         dtype: "float32".into(),
         target: target.clone(),
         trials: 1,
+        tuner: TunerSettings::default(),
     }
 }

@@ -278,5 +278,8 @@ fn names_and_settings_are_checked() {
     let mut s = submission("ok", 10, 1);
     s.tuner.strategy = Some("annealing".into());
     let err = runs.submit(s, llvm, 0).unwrap_err();
-    assert!(err.to_string().contains("unknown strategy"), "{err}");
+    assert!(
+        err.to_string().contains("tuner.strategy: unknown strategy"),
+        "{err}"
+    );
 }

@@ -255,7 +255,7 @@ impl TvmBackend {
             "workload": job.workload,
             "nbest": job.nbest,
             "seed": 0,
-            "num_trials_per_iter": self.config.trials_per_round,
+            "num_trials_per_iter": tuner.trials_per_round.unwrap_or(self.config.trials_per_round),
             "max_workers": self.config.max_workers,
             "warm_start": job.warm_start,
             "strategy": tuner.strategy,
