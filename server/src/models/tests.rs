@@ -283,3 +283,106 @@ fn names_and_settings_are_checked() {
         "{err}"
     );
 }
+
+mod properties {
+    //! Random runs: tasks, worker counts, and outcomes of every job (done
+    //! with random latencies and trial counts, failed, cancelled) in random
+    //! order. After every step the plan must respect the run's promises.
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Outcome {
+        Done { trials: u32, latency: f64 },
+        Failed,
+    }
+
+    fn outcome() -> impl Strategy<Value = Outcome> {
+        prop_oneof![
+            4 => (0u32..6, 1e-5f64..1e-2).prop_map(|(trials, latency)| Outcome::Done { trials, latency }),
+            1 => Just(Outcome::Failed),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn budget_rounds_and_compile_are_kept(
+            tasks in proptest::collection::vec((1u32..5, any::<bool>()), 1..8),
+            budget in 1u32..60,
+            per_round in 1u32..6,
+            workers in 1usize..4,
+            outcomes in proptest::collection::vec((outcome(), 0usize..8), 1..120),
+            stop_at in proptest::option::of(0usize..120),
+        ) {
+            let slots = move |_: &Target| workers;
+            let mut runs = ModelRuns::default();
+            let plan = runs.submit(submission("p", budget, per_round), Target::of_kind("llvm"), 0).unwrap();
+            let extract = plan.jobs[0].0.clone();
+            let names: Vec<String> = (0..tasks.len()).map(|i| format!("t{i}")).collect();
+            let spec: Vec<(&str, u32, bool)> = tasks.iter().zip(&names).map(|((w, trivial), n)| (n.as_str(), *w, *trivial)).collect();
+            let plan = runs.job_ended(&done(&extract, extracted(&spec), &[]), 1, &slots);
+            // Jobs planned and not yet ended, in order.
+            let mut open: Vec<Workload> = plan.jobs.into_iter().map(|(w, _)| w).collect();
+            let mut compiles = 0;
+            let mut second_round_seen = false;
+            for (step, (outcome, pick)) in outcomes.into_iter().enumerate() {
+                if stop_at == Some(step) {
+                    let plan = runs.stop("p", 2, &slots);
+                    if let Ok(plan) = plan {
+                        open.extend(plan.jobs.into_iter().map(|(w, _)| w));
+                    }
+                }
+                if open.is_empty() {
+                    break;
+                }
+                let job = open.remove(pick % open.len());
+                if matches!(&job.op, Op::Model { .. }) {
+                    compiles += 1;
+                    continue; // the run is compiling: its outcome is tested elsewhere
+                }
+                let view = match outcome {
+                    Outcome::Done { trials, latency } => {
+                        let latencies: Vec<f64> = (0..trials.min(job.trials)).map(|i| latency * (1.0 + f64::from(i))).collect();
+                        done(&job, serde_json::json!({"workload": ["h", "b"]}), &latencies)
+                    }
+                    Outcome::Failed => view(&job, JobState::Failed),
+                };
+                let plan = runs.job_ended(&view, 3 + step as u64, &slots);
+                for (w, extras) in &plan.jobs {
+                    if w.name.contains("/r2") {
+                        second_round_seen = true;
+                    }
+                    if let Some(warm) = &extras.warm_start {
+                        prop_assert!(!warm.records.is_empty());
+                    }
+                }
+                open.extend(plan.jobs.into_iter().map(|(w, _)| w));
+
+                let run = runs.get("p").unwrap();
+                // The budget is never overspent, counting rounds in flight.
+                prop_assert!(run.trials_committed() <= budget, "{} > {budget}", run.trials_committed());
+                for task in &run.tasks {
+                    // One round in flight per task: the next warm-starts from it.
+                    prop_assert!(task.rounds.iter().filter(|r| r.in_flight()).count() <= 1);
+                    prop_assert!(!(task.trivial && !task.rounds.is_empty()), "trivial tasks get no rounds");
+                    if task.dead {
+                        prop_assert!(!task.busy() || task.rounds.len() <= 1);
+                    }
+                    // Histories only ever improve.
+                    prop_assert!(task.history.windows(2).all(|w| w[1] <= w[0]));
+                }
+                if second_round_seen {
+                    // Every live task had its first round planned before any second.
+                    prop_assert!(run.tasks.iter().all(|t| !t.live() || !t.rounds.is_empty() || t.dead));
+                }
+                // The compile job comes once, only when nothing is in flight.
+                if run.compile_job.is_some() {
+                    prop_assert_eq!(run.rounds_in_flight(), 0);
+                    prop_assert_eq!(run.state, ModelState::Compiling);
+                }
+            }
+            prop_assert!(compiles <= 1);
+        }
+    }
+}
