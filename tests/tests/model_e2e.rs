@@ -231,7 +231,10 @@ async fn squeezenet_in_faster_squeezenet_out() {
         ],
     );
     let budget = std::env::var("TUNEFLEET_MODEL_TEST_TRIALS").unwrap_or_else(|_| "40".into());
-    let submit = Command::new(bin("tunefleet"))
+    // Bounded: a hung run fails this test instead of the whole CI job.
+    let submit = Command::new("timeout")
+        .arg("2400")
+        .arg(bin("tunefleet"))
         .args(["submit", model.to_str().unwrap(), "--name", "squeezenet"])
         .args(["--trials", &budget, "--trials-per-round", "2", "--wait"])
         .args(["--server", &master.url()])
