@@ -1061,3 +1061,468 @@ async fn metaschedule_database_download() {
     browser.shot("01-metaschedule").await;
     browser.close().await;
 }
+
+/// The venv's `onnx/backend/test/data/light` directory (models shipped inside
+/// the `onnx` wheel), if the venv has onnx.
+fn light_models() -> Option<PathBuf> {
+    let lib = repo_root().join(".venv/lib");
+    std::fs::read_dir(lib).ok()?.flatten().find_map(|entry| {
+        let dir = entry
+            .path()
+            .join("site-packages/onnx/backend/test/data/light");
+        dir.is_dir().then_some(dir)
+    })
+}
+
+/// Sets an input's value as typing would: the old text goes, `input` fires.
+async fn retype(browser: &Browser, css: &str, text: &str) {
+    browser
+        .js(
+            "const i = document.querySelector(arguments[0]); i.value = ''; i.dispatchEvent(new Event('input', {bubbles: true})); return true",
+            vec![json!(css)],
+        )
+        .await;
+    browser.type_into(css, text).await;
+}
+
+#[tokio::test]
+async fn an_onnx_model_is_checked_in_the_browser_submitted_and_listed() {
+    let _serial = SERIAL.lock().await;
+    let Some(light) = light_models() else {
+        let msg = "browser test onnx_model_upload: no .venv/lib/*/site-packages/onnx/backend/test/data/light \
+                   (the venv's onnx wheel ships light_squeezenet.onnx; scripts/setup-tvm.sh installs it)";
+        if ci() {
+            panic!("{msg}; CI is set, so this is a failure, not a skip");
+        }
+        eprintln!("SKIPPED {msg}");
+        return;
+    };
+    // chromedriver takes only canonical paths for file inputs.
+    let model = light
+        .join("light_squeezenet.onnx")
+        .canonicalize()
+        .expect("light_squeezenet.onnx in the venv's onnx wheel");
+    let Some(browser) = Browser::start("onnx_model_upload", "5").await else {
+        return;
+    };
+    let dist = web_dist();
+    let dir = tempfile::tempdir().unwrap();
+    // No worker: the extract job stays queued, the run stays `extracting`.
+    let master = Master::start(dir.path(), &args(&web_args(&dist)));
+    browser.goto(&format!("http://{}/", master.addr)).await;
+    browser.sign_in().await;
+
+    // A file named .onnx that is not a model: a clear error, nothing sent.
+    let bad = dir.path().join("bad.onnx");
+    std::fs::write(&bad, "target: {kind: llvm}\nworkloads: []\n").unwrap();
+    browser.upload(&bad).await;
+    let errors = browser
+        .wait(
+            "the not-a-model error",
+            SHORT,
+            "return document.querySelector('#upload-errors')?.innerText",
+        )
+        .await;
+    let errors = errors.as_str().unwrap();
+    assert!(errors.contains("bad.onnx"), "{errors}");
+    assert!(errors.contains("not an ONNX model"), "{errors}");
+    assert!(errors.contains("nothing was sent"), "{errors}");
+    assert_eq!(
+        browser
+            .js(
+                "return [document.querySelector('#model-preview'), document.querySelector('#submit-model'), document.querySelector('#models')]",
+                vec![]
+            )
+            .await,
+        json!([null, null, null]),
+        "no preview, no submit button, no model run"
+    );
+    browser.shot("01-not-onnx").await;
+
+    // The model: its preview, checked and stripped in the page.
+    browser.upload(&model).await;
+    let inputs = browser
+        .wait(
+            "the model preview",
+            SHORT,
+            "return document.querySelector('#model-inputs tbody tr[data-input=data_0]')?.innerText",
+        )
+        .await;
+    let inputs = inputs.as_str().unwrap();
+    assert!(inputs.contains("float32"), "{inputs}");
+    assert!(inputs.contains("1×3×224×224"), "{inputs}");
+    let preview = browser
+        .js(
+            "return document.querySelector('#model-preview').innerText",
+            vec![],
+        )
+        .await;
+    let preview = preview.as_str().unwrap();
+    for expected in [
+        "ONNX model",
+        "nodes",
+        "op types",
+        "Conv",
+        "not uploaded",
+        "random weights",
+    ] {
+        assert!(preview.contains(expected), "`{expected}` in:\n{preview}");
+    }
+    assert!(
+        browser
+            .js("return document.querySelector('.source').innerText", vec![])
+            .await
+            .as_str()
+            .unwrap()
+            .contains("light_squeezenet.onnx"),
+        "the file name is shown"
+    );
+    let defaults = browser
+        .js(
+            "return [document.querySelector('#model-name').value, document.querySelector('#model-trials').value, document.querySelectorAll('.model-shape').length]",
+            vec![],
+        )
+        .await;
+    assert_eq!(defaults, json!(["light_squeezenet", "2000", 0]));
+
+    // A bad run name is caught before anything is sent.
+    retype(&browser, "#model-name", "web squeeze").await;
+    let problem = browser
+        .wait(
+            "the name problem",
+            SHORT,
+            "return document.querySelector('#model-problems')?.innerText",
+        )
+        .await;
+    assert!(
+        problem.as_str().unwrap().contains("may only hold"),
+        "{problem}"
+    );
+    assert_eq!(
+        browser
+            .js(
+                "return document.querySelector('#submit-model').disabled",
+                vec![]
+            )
+            .await,
+        json!(true)
+    );
+    retype(&browser, "#model-name", "web-squeeze").await;
+    retype(&browser, "#model-trials", "32").await;
+    browser
+        .wait(
+            "a clean form",
+            SHORT,
+            "return !document.querySelector('#model-problems') && !document.querySelector('#submit-model').disabled",
+        )
+        .await;
+    browser
+        .js(
+            "document.querySelector('#model-preview').scrollIntoView({block: 'center'}); return true",
+            vec![],
+        )
+        .await;
+    browser.shot("02-model-preview").await;
+
+    browser.click("#submit-model").await;
+    let reply = browser
+        .wait(
+            "the submit reply",
+            SHORT,
+            "return document.querySelector('#submit-result')?.innerText",
+        )
+        .await;
+    assert!(
+        reply
+            .as_str()
+            .unwrap()
+            .contains("model run `web-squeeze` accepted: extracting tasks"),
+        "{reply}"
+    );
+
+    // The run in the Models card, extracting (no TVM worker to extract it).
+    let row = "#models tr.model-row[data-model=web-squeeze]";
+    browser
+        .wait(
+            "the run in the Models card",
+            SHORT,
+            &format!(
+                "const r = document.querySelector('{row}'); return r && r.dataset.state === 'extracting' && r.querySelector('.model-state').innerText.trim() === 'extracting'"
+            ),
+        )
+        .await;
+    let trials = browser
+        .js(
+            &format!("return document.querySelector('{row} .model-trials').innerText"),
+            vec![],
+        )
+        .await;
+    assert_eq!(trials, json!("0/32"));
+    browser.click(&format!("{row} td.name")).await;
+    let detail = browser
+        .wait(
+            "the run's detail",
+            SHORT,
+            "return document.querySelector('#model-detail[data-model=web-squeeze]')?.innerText",
+        )
+        .await;
+    let detail = detail.as_str().unwrap();
+    assert!(detail.contains("Not extracted yet"), "{detail}");
+    assert!(detail.contains("0 / 32"), "{detail}");
+    browser
+        .js("window.scrollTo(0, 0); return true", vec![])
+        .await;
+    browser.shot("03-models-card").await;
+
+    // The master has the run, as the CLI sees it.
+    let out = Command::new(tunefleet_tests::bin("tunefleet"))
+        .args(["results", "--model", "web-squeeze", "--format", "json"])
+        .args(["--server", &master.url()])
+        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+        .output()
+        .expect("run tunefleet results");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: Value = serde_json::from_slice(&out.stdout).expect("results --model json");
+    assert_eq!(view["name"], json!("web-squeeze"));
+    assert_eq!(view["state"], json!("extracting"));
+    assert_eq!(view["trials_total"], json!(32));
+
+    // The same name again is caught in the page.
+    browser.upload(&model).await;
+    browser
+        .wait(
+            "the model preview again",
+            SHORT,
+            "return document.querySelector('#model-name')?.value === 'light_squeezenet'",
+        )
+        .await;
+    retype(&browser, "#model-name", "web-squeeze").await;
+    let problem = browser
+        .wait(
+            "the taken name",
+            SHORT,
+            "return document.querySelector('#model-problems')?.innerText",
+        )
+        .await;
+    assert!(
+        problem
+            .as_str()
+            .unwrap()
+            .contains("already has a model run named `web-squeeze`"),
+        "{problem}"
+    );
+    browser.close().await;
+}
+
+/// A scripted worker with the tvm backend that runs a whole model run the way
+/// a real one reports it: the extract job returns three tasks (one trivial),
+/// each round returns records that get faster round by round, and the
+/// compile job returns verified latencies. Returns once the compile result is
+/// acknowledged.
+async fn fake_tvm_worker_runs_a_model(master: &Master) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/ws/worker", master.url()))
+        .await
+        .expect("worker socket");
+    let next = async |ws: &mut tokio_tungstenite::WebSocketStream<_>| -> Value {
+        loop {
+            match ws.next().await.expect("open").expect("frame") {
+                Message::Text(t) => return serde_json::from_str(&t).unwrap(),
+                _ => continue,
+            }
+        }
+    };
+    let send = |v: Value| Message::text(v.to_string());
+    ws.send(send(json!({
+        "type": "register", "protocol": 1, "worker_id": "fake-tvm-model", "name": "fake-tvm",
+        "target": {"kind": "llvm", "num-cores": 2}, "backend": "tvm", "tvm_version": "0.27.0"
+    })))
+    .await
+    .unwrap();
+    let registered = next(&mut ws).await;
+    let token = registered["token"]
+        .as_str()
+        .expect("registered")
+        .to_string();
+    let record = |l: f64| json!([{"insts": [], "decisions": []}, [l], {"kind": "llvm"}, []]);
+    let mut rounds = 0u32;
+    loop {
+        ws.send(send(json!({"type": "request_job", "token": token})))
+            .await
+            .unwrap();
+        let assign = loop {
+            let m = next(&mut ws).await;
+            if m["type"] == "assign" {
+                break m;
+            }
+        };
+        let workload = &assign["workload"];
+        let stage = workload["model"]["stage"].as_str().unwrap_or_default();
+        let (best, trials, records, extra) = match (workload["op"].as_str(), stage) {
+            (Some("model"), "extract") => (
+                0.0,
+                0,
+                json!([]),
+                json!({
+                    "tasks": [
+                        {"name": "fused_conv2d_add_relu", "weight": 8, "tvmscript": "# conv\n", "flops": 2.0e8},
+                        {"name": "fused_conv2d_add_relu_concatenate", "weight": 4, "tvmscript": "# fire\n", "flops": 1.0e8},
+                        {"name": "softmax", "weight": 1, "tvmscript": "# softmax\n", "trivial": true}
+                    ],
+                    "inputs": [{"name": "data_0", "shape": [1, 3, 224, 224], "dtype": "float32"}],
+                    "params": [], "outputs": []
+                }),
+            ),
+            (Some("model"), "compile") => (
+                0.0,
+                0,
+                json!([]),
+                json!({
+                    "latency_s": {"untuned": 4.2e-3, "tuned": 1.05e-3, "onnxruntime": 1.4e-3},
+                    "verified": true, "applied": 2, "tuned_functions": 2,
+                    "max_abs_err": 1e-6, "tolerance": 1e-4
+                }),
+            ),
+            (Some("tvmscript"), _) => {
+                rounds += 1;
+                let trials = workload["trials"].as_u64().unwrap_or(16) as u32;
+                // Each round is faster than the last.
+                let l = 1e-4 / f64::from(rounds);
+                (
+                    l,
+                    trials,
+                    json!([{"latency_s": l, "record": record(l)}, {"latency_s": 2.0 * l, "record": record(2.0 * l)}]),
+                    json!({"workload": [format!("{:x}", 4096 + rounds), "eyJmYWtlIjp0cnVlfQ=="]}),
+                )
+            }
+            _ => panic!("the fake worker does not know this job: {assign}"),
+        };
+        ws.send(send(json!({
+            "type": "result", "token": token, "job_id": assign["job_id"], "lease": assign["lease"],
+            "result": {
+                "best_latency_s": best, "trials": trials, "wall_time_s": 0.5,
+                "backend": "tvm", "tvm_version": "0.27.0", "records": records, "extra": extra
+            }
+        })))
+        .await
+        .unwrap();
+        loop {
+            let m = next(&mut ws).await;
+            if m["type"] == "ack" {
+                assert_eq!(m["accepted"], json!(true), "{m}");
+                break;
+            }
+        }
+        if stage == "compile" {
+            break;
+        }
+    }
+    let _ = ws.close(None).await;
+}
+
+#[tokio::test]
+async fn a_finished_model_run_shows_latencies_curve_and_tasks() {
+    let _serial = SERIAL.lock().await;
+    let Some(light) = light_models() else {
+        let msg = "browser test model_run_detail: no .venv/lib/*/site-packages/onnx/backend/test/data/light";
+        if ci() {
+            panic!("{msg}; CI is set, so this is a failure, not a skip");
+        }
+        eprintln!("SKIPPED {msg}");
+        return;
+    };
+    let Some(browser) = Browser::start("model_run_detail", "6").await else {
+        return;
+    };
+    let dist = web_dist();
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = web_args(&dist);
+    extra.push("--public-read".into());
+    let master = Master::start(dir.path(), &args(&extra));
+    let model = light.join("light_squeezenet.onnx");
+    let out = Command::new(tunefleet_tests::bin("tunefleet"))
+        .arg("submit")
+        .arg(&model)
+        .args(["--name", "sq", "--trials", "64", "--server", &master.url()])
+        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+        .output()
+        .expect("run tunefleet submit");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    browser.goto(&format!("http://{}/", master.addr)).await;
+    let row = "#models tr.model-row[data-model=sq]";
+    browser
+        .wait(
+            "the run, extracting",
+            SHORT,
+            &format!("return document.querySelector('{row}[data-state=extracting]')"),
+        )
+        .await;
+    tokio::time::timeout(LONG, fake_tvm_worker_runs_a_model(&master))
+        .await
+        .expect("the fake worker ran the whole model");
+    browser
+        .wait(
+            "the run done",
+            SHORT,
+            &format!("return document.querySelector('{row}[data-state=done]')"),
+        )
+        .await;
+    let cells = browser
+        .js(
+            &format!("return Array.from(document.querySelectorAll('{row} td')).map(td => td.innerText.trim())"),
+            vec![],
+        )
+        .await;
+    let cells: Vec<String> = serde_json::from_value(cells).unwrap();
+    assert_eq!(cells[1], "done", "{cells:?}");
+    assert_eq!(cells[2], "64/64", "{cells:?}");
+    assert_eq!(cells[4], "4.200 ms", "{cells:?}");
+    assert!(cells[5].contains("1.050 ms"), "{cells:?}");
+    assert!(cells[5].contains("4.0× faster than untuned"), "{cells:?}");
+    assert!(cells[6].contains("1.400 ms"), "{cells:?}");
+    assert!(cells[6].contains("0.75× onnxruntime's time"), "{cells:?}");
+    assert_eq!(cells[7], "yes", "{cells:?}");
+    assert_eq!(cells[8], "2/2", "{cells:?}");
+
+    browser.shot("01-model-done").await;
+    browser.click(&format!("{row} td.name")).await;
+    browser
+        .wait(
+            "the estimate curve and the task table",
+            SHORT,
+            "const p = document.querySelector('#model-detail[data-model=sq] #model-chart path.curve'); return p && p.getAttribute('d').length > 10 && document.querySelectorAll('#model-tasks tbody tr').length === 3",
+        )
+        .await;
+    let tasks = browser
+        .js(
+            "return Array.from(document.querySelectorAll('#model-tasks tbody tr')).map(r => Array.from(r.querySelectorAll('td')).map(td => td.innerText.trim()))",
+            vec![],
+        )
+        .await;
+    let tasks: Vec<Vec<String>> = serde_json::from_value(tasks).unwrap();
+    let softmax = tasks.iter().find(|t| t[0] == "softmax").expect("softmax");
+    assert_eq!(softmax[5], "trivial: default schedule", "{tasks:?}");
+    let conv = tasks
+        .iter()
+        .find(|t| t[0] == "fused_conv2d_add_relu")
+        .expect("conv");
+    assert_eq!(conv[1], "8", "{tasks:?}");
+    assert!(conv[4].ends_with('%'), "{tasks:?}");
+    browser
+        .js(
+            "document.querySelector('#model-detail').scrollIntoView({block: 'start'}); window.scrollBy(0, -60); return true",
+            vec![],
+        )
+        .await;
+    browser.shot("02-model-done-detail").await;
+    browser.close().await;
+}

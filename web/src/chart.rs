@@ -190,7 +190,10 @@ mod tests {
         assert_eq!(estimate_chart(&[], 64), None);
         let c = estimate_chart(&[e(16, 3e-3), e(32, 2e-3), e(48, 1.5e-3)], 64).unwrap();
         assert_eq!(c.x_ticks[4].label, "64");
-        assert!(c.last.0 < WIDTH - RIGHT, "48 of 64 trials is not the right end");
+        assert!(
+            c.last.0 < WIDTH - RIGHT,
+            "48 of 64 trials is not the right end"
+        );
         assert_eq!(
             Some(c),
             latency_chart(&[p(16, 3e-3), p(32, 2e-3), p(48, 1.5e-3)], 64)

@@ -146,7 +146,10 @@ mod tests {
         assert_eq!(verified(&v), "–");
         assert_eq!(applied(&v), "–");
         assert_eq!(trials_percent(&v), 25.0);
-        assert_eq!(state_hint(&view(ModelState::Extracting)), "waiting for a TVM worker to extract the tasks");
+        assert_eq!(
+            state_hint(&view(ModelState::Extracting)),
+            "waiting for a TVM worker to extract the tasks"
+        );
     }
 
     #[test]
@@ -165,7 +168,10 @@ mod tests {
         assert_eq!(m.untuned, "4.000 ms");
         assert_eq!(m.onnxruntime, "2.000 ms");
         assert_eq!(m.speedup.as_deref(), Some("4.0× faster than untuned"));
-        assert_eq!(m.vs_onnxruntime.as_deref(), Some("0.50× onnxruntime's time"));
+        assert_eq!(
+            m.vs_onnxruntime.as_deref(),
+            Some("0.50× onnxruntime's time")
+        );
         assert!(m.beats_onnxruntime);
         assert_eq!(verified(&v), "yes");
         assert_eq!(applied(&v), "12/13");

@@ -79,20 +79,20 @@ impl LoadedModel {
     /// The line that says what is uploaded and why the weights are not.
     pub fn weights_note(&self) -> String {
         let r = &self.report;
-        if r.tensors > 0 {
+        let what = if r.tensors > 0 {
             format!(
-                "The weights are not uploaded: {} {} stripped, {} → {}. The fleet tunes with random weights (weights do not change which kernels a model needs).",
+                "{} weight {} stripped",
                 r.tensors,
-                if r.tensors == 1 { "tensor" } else { "tensors" },
-                human_bytes(r.bytes_before),
-                human_bytes(r.bytes_after)
+                if r.tensors == 1 { "tensor" } else { "tensors" }
             )
         } else {
-            format!(
-                "{} uploaded as is: no weights to strip.",
-                human_bytes(r.bytes_after)
-            )
-        }
+            "the file holds no weight data to strip".to_string()
+        };
+        format!(
+            "The weights are not uploaded: {} → {} ({what}). The fleet tunes with random weights: weights do not change which kernels a model needs.",
+            human_bytes(r.bytes_before),
+            human_bytes(r.bytes_after)
+        )
     }
 }
 
@@ -261,7 +261,9 @@ pub fn check_form(
     } else if existing.contains(&name.as_str()) {
         problems.push(Problem {
             field: Field::Name,
-            message: format!("the master already has a model run named `{name}`: choose another name"),
+            message: format!(
+                "the master already has a model run named `{name}`: choose another name"
+            ),
         });
     }
     let trials = match form.trials.trim().parse::<u32>() {
@@ -353,9 +355,9 @@ pub fn shape_message(e: &OnnxError) -> String {
         } => format!(
             "input `{input}` has a dynamic dimension (dim {index} = `{param}`): give its shape"
         ),
-        OnnxError::UnknownDim { input, index, .. } => format!(
-            "input `{input}` has a dimension of unknown size (dim {index}): give its shape"
-        ),
+        OnnxError::UnknownDim { input, index, .. } => {
+            format!("input `{input}` has a dimension of unknown size (dim {index}): give its shape")
+        }
         OnnxError::NoShape { input } => {
             format!("input `{input}` has no shape in the model: give its full shape")
         }
@@ -363,17 +365,17 @@ pub fn shape_message(e: &OnnxError) -> String {
             input,
             model,
             given,
-        } => format!(
-            "shape of `{input}`: {given} dimensions given, but the model input has {model}"
-        ),
+        } => {
+            format!("shape of `{input}`: {given} dimensions given, but the model input has {model}")
+        }
         OnnxError::DimMismatch {
             input,
             index,
             model,
             given,
-        } => format!(
-            "shape of `{input}`: dim {index} is {given}, but the model fixes it to {model}"
-        ),
+        } => {
+            format!("shape of `{input}`: dim {index} is {given}, but the model fixes it to {model}")
+        }
         OnnxError::BadInputShape { arg, reason } => {
             let input = arg.rsplit_once('=').map_or(arg.as_str(), |(n, _)| n);
             format!("shape of `{input}`: {reason} (sizes separated by commas, e.g. 1,3,224,224)")
@@ -498,7 +500,7 @@ mod tests {
     fn default_names_come_from_the_stem() {
         assert_eq!(default_name("light_squeezenet.onnx"), "light_squeezenet");
         assert_eq!(default_name("dir/my model (1).onnx"), "my-model--1-");
-        assert_eq!(default_name(".onnx"), "-onnx");
+        assert_eq!(default_name(".onnx"), ".onnx");
         assert_eq!(default_name(&format!("{}.onnx", "a".repeat(80))).len(), 64);
         assert!(check_model_name(&default_name("ü.onnx")).is_ok());
     }
@@ -516,11 +518,14 @@ mod tests {
         assert_eq!(m.op_type_count(), 1);
         assert_eq!(m.top_ops(5), vec![("Relu".to_string(), 1)]);
         assert_eq!(m.report.tensors, 1);
-        assert!(m.stripped.len() < bytes.len() - 3900, "the weights are gone");
+        assert!(
+            m.stripped.len() < bytes.len() - 3900,
+            "the weights are gone"
+        );
         let note = m.weights_note();
         assert!(note.contains("not uploaded"), "{note}");
         assert!(note.contains("random weights"), "{note}");
-        assert!(note.contains("1 tensor stripped"), "{note}");
+        assert!(note.contains("1 weight tensor stripped"), "{note}");
 
         let form = ModelForm::for_file("relu.onnx");
         assert_eq!(form.name, "relu");
@@ -542,7 +547,8 @@ mod tests {
     fn small_models_say_nothing_was_stripped() {
         let m = load("tiny.onnx", &model(None, 0)).unwrap();
         assert_eq!(m.report.tensors, 0);
-        assert!(m.weights_note().contains("no weights to strip"));
+        assert!(m.weights_note().contains("no weight data to strip"));
+        assert!(m.weights_note().contains("random weights"));
     }
 
     #[test]
@@ -556,7 +562,9 @@ mod tests {
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].field, Field::Shape("x".into()));
         assert!(
-            problems[0].message.contains("dynamic dimension (dim 0 = `N`)"),
+            problems[0]
+                .message
+                .contains("dynamic dimension (dim 0 = `N`)"),
             "{problems:?}"
         );
         assert!(!problems[0].message.contains("--input-shape"));
@@ -567,7 +575,10 @@ mod tests {
         assert_eq!(checked.resolved, vec![("x".to_string(), vec![8, 4])]);
         // The CLI's NAME=DIMS spelling works too.
         form.shapes.insert("x".into(), " x=2,4 ".into());
-        assert_eq!(check_form(&m, &form, &[]).unwrap().input_shapes["x"], vec![2, 4]);
+        assert_eq!(
+            check_form(&m, &form, &[]).unwrap().input_shapes["x"],
+            vec![2, 4]
+        );
 
         for (typed, expect) in [
             ("8", "1 dimensions given, but the model input has 2"),
@@ -599,7 +610,10 @@ mod tests {
             problems.iter().map(|p| p.field.clone()).collect::<Vec<_>>(),
             [Field::Name, Field::Trials]
         );
-        assert!(problems[0].message.contains("may only hold"), "{problems:?}");
+        assert!(
+            problems[0].message.contains("may only hold"),
+            "{problems:?}"
+        );
         for bad in ["", "abc", "-3", "1000001"] {
             let form = ModelForm {
                 trials: bad.into(),
@@ -616,7 +630,12 @@ mod tests {
         assert_eq!((checked.name.as_str(), checked.trials), ("r1", 64));
         let problems = check_form(&m, &form, &["r0", "r1"]).unwrap_err();
         assert_eq!(problems[0].field, Field::Name);
-        assert!(problems[0].message.contains("already has a model run named `r1`"), "{problems:?}");
+        assert!(
+            problems[0]
+                .message
+                .contains("already has a model run named `r1`"),
+            "{problems:?}"
+        );
     }
 
     #[test]
@@ -639,6 +658,39 @@ mod tests {
         let e = load("big.onnx", &m).unwrap_err();
         assert!(e.starts_with("big.onnx: "), "{e}");
         assert!(e.contains("over the 8.0 MiB upload limit"), "{e}");
+    }
+
+    /// The real squeezenet of the venv's `onnx` wheel, when there is one.
+    #[test]
+    fn light_squeezenet_previews_when_the_venv_has_it() {
+        let lib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/lib");
+        let Some(path) = std::fs::read_dir(lib).ok().and_then(|d| {
+            d.flatten()
+                .map(|e| {
+                    e.path()
+                        .join("site-packages/onnx/backend/test/data/light/light_squeezenet.onnx")
+                })
+                .find(|p| p.is_file())
+        }) else {
+            eprintln!("SKIPPED: no .venv with onnx's light_squeezenet.onnx");
+            return;
+        };
+        let bytes = std::fs::read(path).unwrap();
+        let m = load("light_squeezenet.onnx", &bytes).unwrap();
+        assert_eq!(m.inputs.len(), 1, "{:?}", m.inputs);
+        assert!(!m.inputs[0].needs_shape, "{:?}", m.inputs);
+        assert!(m.summary.op_types.contains_key("Conv"));
+        assert!(m.stripped.len() <= bytes.len(), "{:?}", m.report);
+        let checked = check_form(&m, &ModelForm::for_file("light_squeezenet.onnx"), &[]).unwrap();
+        assert_eq!(checked.name, "light_squeezenet");
+        eprintln!(
+            "{:?} {:?} {} nodes, {} op types; {}",
+            m.inputs,
+            m.report,
+            m.summary.nodes,
+            m.op_type_count(),
+            m.weights_note()
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use wasm_bindgen::prelude::*;
 use yew::prelude::*;
 
 use crate::model::{CloseAction, Effect, Session, Sort, SortKey, StateFilter};
+use crate::model_upload::{self, LoadedModel, ModelForm};
 use crate::upload::{self, Checked};
 use browser::Socket;
 
@@ -78,7 +79,40 @@ pub enum SubmitOutcome {
         new_names: Vec<String>,
         duplicate_names: Vec<String>,
     },
+    /// A model run was accepted: its extract job is queued.
+    ModelAccepted {
+        name: String,
+        extract_job: JobId,
+    },
     Rejected(String),
+}
+
+/// An ONNX file in the upload box: the model (or why it cannot be used) and
+/// the form to submit it with.
+pub struct ModelUpload {
+    file: String,
+    size: usize,
+    loaded: Result<LoadedModel, String>,
+    form: ModelForm,
+}
+
+impl ModelUpload {
+    /// The form checked against the model and the master's run names;
+    /// `None` when the file itself is not usable.
+    fn check(
+        &self,
+        app: &App,
+    ) -> Option<Result<model_upload::Checked, Vec<model_upload::Problem>>> {
+        let model = self.loaded.as_ref().ok()?;
+        let existing: Vec<&str> = app
+            .session
+            .fleet
+            .models()
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        Some(model_upload::check_form(model, &self.form, &existing))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +137,11 @@ pub enum Msg {
     UploadText(String),
     FilePicked(web_sys::File),
     FileLoaded(String, Result<String, String>),
+    ModelLoaded(String, Result<Vec<u8>, String>),
+    ModelName(String),
+    ModelTrials(String),
+    ModelShape(String, String),
+    SubmitModel,
     Dragging(bool),
     Submit,
     ClearUpload,
@@ -112,6 +151,7 @@ pub enum Msg {
     SortBy(SortKey),
     ShowMore,
     Select(Option<JobId>),
+    SelectModel(Option<String>),
     Cancel(JobId),
     Retry(JobId),
     Download(Download),
@@ -144,12 +184,16 @@ pub struct App {
     submit_outcome: Option<SubmitOutcome>,
     reader: Option<FileReader>,
     dragging: bool,
+    /// An ONNX file in the upload box (instead of YAML).
+    model: Option<ModelUpload>,
     // Fleet views
     filter: StateFilter,
     search: String,
     sort: Sort,
     limit: usize,
     selected: Option<JobId>,
+    /// The model run whose detail the Models card shows.
+    selected_model: Option<String>,
     notices: Vec<Notice>,
     next_notice: u64,
     theme: Theme,
@@ -242,12 +286,29 @@ impl App {
                     self.upload_hidden_bytes = None;
                     self.checked = Checked::Empty;
                 }
+                Effect::ModelSubmitted { name, extract_job } => {
+                    self.submit_outcome = Some(SubmitOutcome::ModelAccepted { name, extract_job });
+                    self.model = None;
+                }
                 Effect::SubmitRejected(message) => {
                     self.submit_outcome = Some(SubmitOutcome::Rejected(message))
                 }
                 Effect::Notice { text, error } => self.notice(ctx, text, error),
             }
         }
+    }
+
+    /// Puts a model file in the upload box in place of any YAML.
+    fn show_model(&mut self, file: String, size: usize, loaded: Result<LoadedModel, String>) {
+        self.upload_text.clear();
+        self.upload_hidden_bytes = None;
+        self.checked = Checked::Empty;
+        self.model = Some(ModelUpload {
+            form: ModelForm::for_file(&file),
+            file,
+            size,
+            loaded,
+        });
     }
 
     fn download(&mut self, ctx: &Context<Self>, what: Download) {
@@ -309,11 +370,13 @@ impl Component for App {
             submit_outcome: None,
             reader: None,
             dragging: false,
+            model: None,
             filter: StateFilter::All,
             search: String::new(),
             sort: Sort::default(),
             limit: PAGE_ROWS,
             selected: None,
+            selected_model: None,
             notices: Vec::new(),
             next_notice: 0,
             theme: browser::current_theme(),
@@ -413,6 +476,7 @@ impl Component for App {
                 true
             }
             Msg::UploadText(text) => {
+                self.model = None;
                 self.upload_text = text;
                 self.upload_name = "pasted.yaml".into();
                 self.upload_hidden_bytes = None;
@@ -423,6 +487,33 @@ impl Component for App {
             Msg::FilePicked(file) => {
                 let name = file.name();
                 let link = ctx.link().clone();
+                self.dragging = false;
+                if model_upload::is_model_file(&name) {
+                    self.submit_outcome = None;
+                    if file.size() > model_upload::MAX_ONNX_FILE_BYTES {
+                        // Protobuf stops at 2 GiB: such a file keeps its weights outside.
+                        self.reader = None;
+                        self.show_model(
+                            name.clone(),
+                            file.size() as usize,
+                            Err(format!(
+                                "{name}: not an ONNX model: larger than 2 GiB, the most a self-contained .onnx file can hold"
+                            )),
+                        );
+                        return true;
+                    }
+                    let gloo_file = gloo::file::File::from(file);
+                    self.reader = Some(gloo::file::callbacks::read_as_bytes(
+                        &gloo_file,
+                        move |result| {
+                            link.send_message(Msg::ModelLoaded(
+                                name,
+                                result.map_err(|e| e.to_string()),
+                            ))
+                        },
+                    ));
+                    return true;
+                }
                 let gloo_file = gloo::file::File::from(file);
                 self.reader = Some(gloo::file::callbacks::read_as_text(
                     &gloo_file,
@@ -442,9 +533,56 @@ impl Component for App {
                             (text.len() > MAX_EDITABLE_BYTES).then_some(text.len());
                         self.upload_text = text;
                         self.upload_name = name;
+                        self.model = None;
                         self.recheck();
                     }
                     Err(e) => self.notice(ctx, format!("cannot read {name}: {e}"), true),
+                }
+                true
+            }
+            Msg::ModelLoaded(name, result) => {
+                self.reader = None;
+                self.submit_outcome = None;
+                match result {
+                    Ok(bytes) => {
+                        let loaded = model_upload::load(&name, &bytes);
+                        self.show_model(name, bytes.len(), loaded);
+                    }
+                    Err(e) => self.notice(ctx, format!("cannot read {name}: {e}"), true),
+                }
+                true
+            }
+            Msg::ModelName(text) => {
+                if let Some(m) = &mut self.model {
+                    m.form.name = text;
+                }
+                true
+            }
+            Msg::ModelTrials(text) => {
+                if let Some(m) = &mut self.model {
+                    m.form.trials = text;
+                }
+                true
+            }
+            Msg::ModelShape(input, text) => {
+                if let Some(m) = &mut self.model {
+                    m.form.shapes.insert(input, text);
+                }
+                true
+            }
+            Msg::SubmitModel => {
+                let Some(upload) = &self.model else {
+                    return false;
+                };
+                let (Ok(model), Some(Ok(checked))) = (&upload.loaded, upload.check(self)) else {
+                    return false;
+                };
+                let command = ClientCommand::SubmitModel {
+                    model: Box::new(model_upload::submission(model, &checked)),
+                };
+                if let Some(frame) = self.session.request(command) {
+                    self.submit_outcome = None;
+                    self.send(frame);
                 }
                 true
             }
@@ -467,6 +605,7 @@ impl Component for App {
                 true
             }
             Msg::ClearUpload => {
+                self.model = None;
                 self.upload_text.clear();
                 self.upload_hidden_bytes = None;
                 self.checked = Checked::Empty;
@@ -493,6 +632,10 @@ impl Component for App {
             }
             Msg::Select(job) => {
                 self.selected = job;
+                true
+            }
+            Msg::SelectModel(name) => {
+                self.selected_model = name;
                 true
             }
             Msg::Cancel(job_id) => {

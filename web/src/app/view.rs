@@ -4,17 +4,20 @@
 //! ...) are stable: the browser tests find things by them.
 
 use tunefleet_shared::export::{has_metaschedule_records, job_gflops};
+use tunefleet_shared::model::{ModelState, ModelView};
 use tunefleet_shared::protocol::{JobState, JobView, Role, WorkerView};
 use web_sys::{HtmlInputElement, HtmlTextAreaElement};
 use yew::prelude::*;
 
-use super::{browser, App, Download, Msg, SubmitOutcome, Theme};
-use crate::chart;
+use super::{browser, App, Download, ModelUpload, Msg, SubmitOutcome, Theme};
+use crate::chart::{self, Chart};
 use crate::format::{
     format_bytes, format_clock, format_duration, format_flops, format_gflops, format_latency,
     short_id, target_summary,
 };
 use crate::model::{visible_jobs, Link, SortKey, StateFilter};
+use crate::model_runs;
+use crate::model_upload::{self, Field};
 use crate::upload::{Checked, ErrorRow, PreviewRow};
 
 pub fn page(app: &App, ctx: &Context<App>) -> Html {
@@ -23,8 +26,10 @@ pub fn page(app: &App, ctx: &Context<App>) -> Html {
         <div class="page">
             { header(app, ctx) }
             { banner(app, ctx) }
-            <main class={classes!("grid", (!app.session.live()).then_some("stale"))}>
+            <main class={classes!("grid", (!app.session.live()).then_some("stale"),
+                (!app.session.fleet.models().is_empty()).then_some("with-models"))}>
                 { overall(app, now) }
+                { models_card(app, ctx) }
                 { upload_card(app, ctx) }
                 { workers_card(app, ctx, now) }
                 { jobs_card(app, ctx) }
@@ -252,7 +257,15 @@ fn upload_card(app: &App, ctx: &Context<App>) -> Html {
     } else {
         app.upload_text.clone()
     };
-    let source = if app.upload_text.is_empty() {
+    let source = if let Some(m) = &app.model {
+        html! {
+            <div class="source">
+                <span class="mono">{ &m.file }</span>
+                <span class="sub">{ format!(" · {}", model_upload::human_bytes(m.size as u64)) }</span>
+                <button class="ghost small" onclick={link.callback(|_| Msg::ClearUpload)}>{ "Clear" }</button>
+            </div>
+        }
+    } else if app.upload_text.is_empty() {
         html! {}
     } else {
         html! {
@@ -268,17 +281,23 @@ fn upload_card(app: &App, ctx: &Context<App>) -> Html {
     };
     html! {
         <section class="card upload" aria-label="submit workloads">
-            <h2>{ "Submit workloads" }</h2>
+            <h2>{ "Submit workloads or a model" }</h2>
             <div class={classes!("drop", app.dragging.then_some("over"))}
                 ondragover={on_drag_over} ondragleave={on_drag_leave} ondrop={on_drop}>
-                <p>{ "Drop a workload YAML file here, or choose one:" }</p>
-                <input id="upload-file" type="file" accept=".yaml,.yml,.json,text/yaml,application/json"
-                    onchange={on_file} aria-label="workload file" />
+                <p>{ "Drop a workload YAML file or an ONNX model here, or choose one:" }</p>
+                <input id="upload-file" type="file" accept=".yaml,.yml,.json,.onnx,text/yaml,application/json"
+                    onchange={on_file} aria-label="workload file or ONNX model" />
             </div>
-            <textarea id="upload-text" rows="5" spellcheck="false" placeholder="…or paste YAML here"
-                aria-label="workload YAML" value={text_value} oninput={on_text} />
+            if app.model.is_none() {
+                <textarea id="upload-text" rows="5" spellcheck="false" placeholder="…or paste YAML here"
+                    aria-label="workload YAML" value={text_value} oninput={on_text} />
+            }
             { source }
-            { check_result(app, ctx) }
+            if let Some(m) = &app.model {
+                { model_result(app, ctx, m) }
+            } else {
+                { check_result(app, ctx) }
+            }
             { submit_outcome(app) }
         </section>
     }
@@ -405,12 +424,311 @@ fn submit_outcome(app: &App) -> Html {
                 }
             </div>
         },
+        Some(SubmitOutcome::ModelAccepted { name, extract_job }) => html! {
+            <div id="submit-result" class="result ok" role="status">
+                <b>{ model_upload::accepted_text(name) }</b>
+                <div class="sub">{ format!("Extract job {}: it waits for a worker with the tvm backend. Follow the run in the Models card.", short_id(extract_job)) }</div>
+            </div>
+        },
         Some(SubmitOutcome::Rejected(message)) => html! {
             <div id="submit-result" class="result bad" role="alert">
                 <b>{ "The master refused the file:" }</b>
                 <pre>{ message }</pre>
             </div>
         },
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ONNX model upload
+// ---------------------------------------------------------------------------
+
+fn model_result(app: &App, ctx: &Context<App>, upload: &ModelUpload) -> Html {
+    let model = match &upload.loaded {
+        Ok(model) => model,
+        Err(message) => {
+            return html! {
+                <div id="upload-errors" class="errors" role="alert">
+                    <p class="bad"><b>{ format!("{} cannot be submitted", upload.file) }</b>{ " — nothing was sent." }</p>
+                    <ul><li><span class="msg">{ message }</span></li></ul>
+                </div>
+            }
+        }
+    };
+    let link = ctx.link();
+    let checked = upload.check(app);
+    let problems = match &checked {
+        Some(Err(p)) => p.as_slice(),
+        _ => &[],
+    };
+    let invalid = |field: &Field| problems.iter().any(|p| &p.field == field);
+    let admin = app.is_admin();
+    let live = app.session.live();
+    let submitting = app.session.submitting();
+    let hint = if !admin {
+        Some("Sign in with the admin token to submit.")
+    } else if !live {
+        Some("Waiting for the connection…")
+    } else if !problems.is_empty() {
+        Some("Fix the problems above to submit.")
+    } else {
+        None
+    };
+    let s = &model.summary;
+    let ops: Vec<String> = model
+        .top_ops(8)
+        .into_iter()
+        .map(|(op, n)| format!("{op} ×{n}"))
+        .collect();
+    let more_ops = model.op_type_count().saturating_sub(ops.len());
+    let on_name = link.callback(|e: InputEvent| {
+        Msg::ModelName(e.target_unchecked_into::<HtmlInputElement>().value())
+    });
+    let on_trials = link.callback(|e: InputEvent| {
+        Msg::ModelTrials(e.target_unchecked_into::<HtmlInputElement>().value())
+    });
+    html! {
+        <div id="model-preview" class="preview model-preview" data-file={model.file.clone()}>
+            <p class="ok">
+                <b>{ "✓ ONNX model" }</b>
+                <span class="sub">{ format!(" · {} nodes · {} op types · {} {}", s.nodes, model.op_type_count(),
+                    s.inputs.len(), if s.inputs.len() == 1 { "input" } else { "inputs" }) }</span>
+            </p>
+            <p id="model-ops" class="sub ops">{ ops.join(", ") }
+                if more_ops > 0 { { format!(" and {more_ops} more") } }</p>
+            <div class="scroll">
+                <table id="model-inputs" class="compact">
+                    <thead><tr><th>{ "Input" }</th><th>{ "Type" }</th><th>{ "Shape" }</th></tr></thead>
+                    <tbody>{ for model.inputs.iter().map(|input| model_input_row(ctx, upload, input, invalid(&Field::Shape(input.name.clone())))) }</tbody>
+                </table>
+            </div>
+            <p id="model-weights" class="note">{ model.weights_note() }</p>
+            <div class="model-form">
+                <label>
+                    <span class="sub">{ "Run name" }</span>
+                    <input id="model-name" type="text" spellcheck="false" autocomplete="off"
+                        class={classes!(invalid(&Field::Name).then_some("invalid"))}
+                        value={upload.form.name.clone()} oninput={on_name} />
+                </label>
+                <label>
+                    <span class="sub">{ "Trials (whole model)" }</span>
+                    <input id="model-trials" type="text" inputmode="numeric" autocomplete="off"
+                        class={classes!(invalid(&Field::Trials).then_some("invalid"))}
+                        value={upload.form.trials.clone()} oninput={on_trials} />
+                </label>
+            </div>
+            if !problems.is_empty() {
+                <div id="model-problems" class="errors" role="alert">
+                    <ul>{ for problems.iter().map(|p| html! { <li><span class="msg">{ &p.message }</span></li> }) }</ul>
+                </div>
+            }
+            <div class="actions">
+                <button id="submit-model" class="primary"
+                    disabled={!admin || !live || submitting || !problems.is_empty()}
+                    onclick={link.callback(|_| Msg::SubmitModel)}>
+                    { if submitting { "Submitting…" } else { "Submit model run" } }</button>
+                if let Some(hint) = hint { <span class="sub">{ hint }</span> }
+            </div>
+        </div>
+    }
+}
+
+fn model_input_row(
+    ctx: &Context<App>,
+    upload: &ModelUpload,
+    input: &model_upload::InputRow,
+    invalid: bool,
+) -> Html {
+    let field = if input.needs_shape {
+        let name = input.name.clone();
+        let oninput = ctx.link().callback(move |e: InputEvent| {
+            Msg::ModelShape(
+                name.clone(),
+                e.target_unchecked_into::<HtmlInputElement>().value(),
+            )
+        });
+        html! {
+            <div class="shape-field">
+                <input type="text" class={classes!("model-shape", invalid.then_some("invalid"))}
+                    data-input={input.name.clone()} spellcheck="false" autocomplete="off"
+                    placeholder={input.example.clone()} aria-label={format!("shape of {}", input.name)}
+                    value={upload.form.shapes.get(&input.name).cloned().unwrap_or_default()} {oninput} />
+                <span class="sub">{ "dynamic: give the sizes to tune for" }</span>
+            </div>
+        }
+    } else {
+        html! {}
+    };
+    html! {
+        <tr data-input={input.name.clone()}>
+            <td class="name mono">{ &input.name }</td>
+            <td>{ &input.dtype }</td>
+            <td class="shape"><span class="mono">{ &input.dims }</span>{ field }</td>
+        </tr>
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Model runs
+// ---------------------------------------------------------------------------
+
+fn model_state_badge(state: ModelState) -> Html {
+    html! { <span class={classes!("badge", "model-state", format!("st-{state}"))} data-state={state.as_str()}>{ state.as_str() }</span> }
+}
+
+fn models_card(app: &App, ctx: &Context<App>) -> Html {
+    let models = app.session.fleet.models();
+    if models.is_empty() {
+        return html! {};
+    }
+    html! {
+        <section id="models" class="card models" aria-label="model runs">
+            <h2>{ "Models" }<span class="count">{ models.len() }</span>
+                <span class="sub">{ " · whole ONNX models, tuned task by task; click a run for its tasks" }</span></h2>
+            <div class="scroll">
+                <table id="models-table">
+                    <thead><tr>
+                        <th>{ "Run" }</th><th>{ "State" }</th><th>{ "Trials" }</th>
+                        <th class="num">{ "Estimated" }</th>
+                        <th class="num">{ "Untuned" }</th><th class="num">{ "Tuned" }</th>
+                        <th class="num">{ "onnxruntime" }</th>
+                        <th>{ "Verified" }</th><th class="num" title="tuned schedules applied / functions tuned">{ "Applied" }</th>
+                    </tr></thead>
+                    <tbody>{ for models.iter().map(|m| model_row(app, ctx, m)) }</tbody>
+                </table>
+            </div>
+            { model_detail(app, ctx) }
+        </section>
+    }
+}
+
+fn model_row(app: &App, ctx: &Context<App>, m: &ModelView) -> Html {
+    let selected = app.selected_model.as_deref() == Some(m.name.as_str());
+    let name = m.name.clone();
+    let onclick = ctx
+        .link()
+        .callback(move |_| Msg::SelectModel((!selected).then(|| name.clone())));
+    let key_name = m.name.clone();
+    let onkeydown = ctx.link().batch_callback(move |e: KeyboardEvent| {
+        (e.key() == "Enter").then(|| Msg::SelectModel((!selected).then(|| key_name.clone())))
+    });
+    let measured = model_runs::measured(m);
+    let pct = model_runs::trials_percent(m);
+    let hint = model_runs::state_hint(m);
+    let verified = model_runs::verified(m);
+    html! {
+        <>
+        <tr class={classes!("model-row", selected.then_some("selected"))}
+            data-model={m.name.clone()} data-state={m.state.as_str()} tabindex="0"
+            aria-expanded={selected.to_string()} {onclick} {onkeydown}>
+            <td class="name">
+                <div>{ &m.name }</div>
+                <div class="sub">{ format!("{} · {} tasks", target_summary(&m.target), m.tasks.len()) }</div>
+            </td>
+            <td>{ model_state_badge(m.state) }
+                if !hint.is_empty() { <div class="sub hint">{ hint }</div> }</td>
+            <td>
+                <div class="trials">
+                    <div class="bar small" role="progressbar" aria-valuemin="0" aria-valuemax={m.trials_total.to_string()}
+                        aria-valuenow={m.trials_done.to_string()}>
+                        <div class={classes!("seg", format!("st-{}", m.state))} style={format!("width:{pct:.1}%")}></div>
+                    </div>
+                    <span class="sub model-trials">{ format!("{}/{}", m.trials_done, m.trials_total) }</span>
+                </div>
+            </td>
+            <td class="num model-estimate">{ model_runs::latency(m.estimated_latency_s) }</td>
+            if let Some(x) = &measured {
+                <td class="num">{ &x.untuned }</td>
+                <td class="num model-tuned"><b>{ &x.tuned }</b>
+                    if let Some(s) = &x.speedup { <div class="sub ok">{ s }</div> }</td>
+                <td class="num">{ &x.onnxruntime }
+                    if let Some(r) = &x.vs_onnxruntime { <div class={classes!("sub", if x.beats_onnxruntime { "ok" } else { "warnish" })}>{ r }</div> }</td>
+            } else {
+                <td class="num">{ "–" }</td><td class="num model-tuned">{ "–" }</td><td class="num">{ "–" }</td>
+            }
+            <td class={classes!("model-verified", match verified { "yes" => Some("ok"), "no" => Some("bad"), _ => None })}>{ verified }</td>
+            <td class="num">{ model_runs::applied(m) }</td>
+        </tr>
+        if let Some(e) = &m.error {
+            <tr class="model-error" data-model={m.name.clone()}>
+                <td colspan="9"><span class="bad"><b>{ "error: " }</b>{ e }</span></td>
+            </tr>
+        }
+        </>
+    }
+}
+
+fn model_detail(app: &App, ctx: &Context<App>) -> Html {
+    let Some(name) = &app.selected_model else {
+        return html! {};
+    };
+    let Some(m) = app.session.fleet.models().iter().find(|m| &m.name == name) else {
+        return html! {};
+    };
+    let tz = browser::tz_offset_min();
+    let when = |t: Option<u64>| t.map_or_else(|| "–".to_string(), |t| format_clock(t, tz));
+    let close = ctx.link().callback(|_| Msg::SelectModel(None));
+    let chart = chart::estimate_chart(&m.curve, m.trials_total);
+    let extract = m.extract_job.clone();
+    let open_extract = ctx.link().callback(move |e: MouseEvent| {
+        e.prevent_default();
+        Msg::Select(Some(extract.clone()))
+    });
+    html! {
+        <div id="model-detail" class="model-detail" data-model={m.name.clone()}>
+            <div class="drawer-head">
+                <h2>{ &m.name }</h2>
+                { model_state_badge(m.state) }
+                <div class="spacer"></div>
+                <button class="icon" aria-label="close" onclick={close}>{ "×" }</button>
+            </div>
+            <div class="model-detail-body">
+                <div>
+                    <dl class="facts">
+                        <dt>{ "Target" }</dt><dd>{ target_summary(&m.target) }</dd>
+                        <dt>{ "Trials" }</dt><dd>{ format!("{} / {} ({} per round)", m.trials_done, m.trials_total, m.trials_per_round) }</dd>
+                        <dt>{ "Estimated" }</dt><dd>{ model_runs::latency(m.estimated_latency_s) }</dd>
+                        <dt>{ "Extract job" }</dt><dd><a class="mono" href="#" onclick={open_extract}>{ short_id(&m.extract_job) }</a></dd>
+                        <dt>{ "Created" }</dt><dd>{ when(Some(m.created_at)) }</dd>
+                        <dt>{ "Finished" }</dt><dd>{ when(m.finished_at) }</dd>
+                        if m.stop_requested { <dt>{ "Stop" }</dt><dd>{ "requested: no more rounds" }</dd> }
+                    </dl>
+                    <h3>{ "Estimated latency over trials" }</h3>
+                    if let Some(c) = &chart {
+                        { chart_svg("model-chart", &format!("estimated latency over trials for {}", m.name), c,
+                            format!("x: trials · y: Σ weight × best latency over the tasks measured so far{}", if c.log { " (log scale)" } else { "" })) }
+                    } else {
+                        <p class="empty">{ "No estimate yet: it starts once tasks have measured candidates." }</p>
+                    }
+                </div>
+                <div>
+                    <h3>{ format!("Tasks ({})", m.tasks.len()) }</h3>
+                    if m.tasks.is_empty() {
+                        <p class="empty">{ if m.state == ModelState::Extracting { "Not extracted yet." } else { "No tasks." } }</p>
+                    } else {
+                        <div class="scroll tasks-scroll">
+                            <table id="model-tasks" class="compact">
+                                <thead><tr><th>{ "Task" }</th><th class="num">{ "Weight" }</th><th class="num">{ "Trials" }</th>
+                                    <th class="num">{ "Best" }</th><th class="num">{ "Share" }</th><th>{ "Note" }</th></tr></thead>
+                                <tbody>
+                                    { for m.tasks.iter().map(|t| html! {
+                                        <tr data-task={t.name.clone()}
+                                            class={classes!((t.trivial || t.dead).then_some("known"))}>
+                                            <td class="mono task-name" title={t.name.clone()}>{ &t.name }</td>
+                                            <td class="num">{ t.weight }</td>
+                                            <td class="num">{ t.trials }</td>
+                                            <td class="num">{ model_runs::latency(t.best_latency_s) }</td>
+                                            <td class="num">{ model_runs::share(t) }</td>
+                                            <td class="sub">{ model_runs::task_note(t) }</td>
+                                        </tr>
+                                    }) }
+                                </tbody>
+                            </table>
+                        </div>
+                    }
+                </div>
+            </div>
+        </div>
     }
 }
 
@@ -765,12 +1083,24 @@ fn curve(job: &JobView) -> Html {
     let Some(c) = chart::latency_chart(&job.history, job.trials_total) else {
         return html! { <p class="empty">{ "No measurements yet." }</p> };
     };
+    chart_svg(
+        "job-chart",
+        &format!("best latency over trials for {}", job.name),
+        &c,
+        format!(
+            "x: trials · y: best latency so far{}",
+            if c.log { " (log scale)" } else { "" }
+        ),
+    )
+}
+
+fn chart_svg(id: &'static str, label: &str, c: &Chart, caption: String) -> Html {
     let (x0, x1) = (chart::LEFT, chart::WIDTH - chart::RIGHT);
     let y_axis = chart::HEIGHT - chart::BOTTOM;
     html! {
         <figure class="chart">
-            <svg id="job-chart" viewBox={format!("0 0 {} {}", chart::WIDTH, chart::HEIGHT)} role="img"
-                aria-label={format!("best latency over trials for {}", job.name)}>
+            <svg {id} viewBox={format!("0 0 {} {}", chart::WIDTH, chart::HEIGHT)} role="img"
+                aria-label={label.to_string()}>
                 { for c.y_ticks.iter().map(|t| html! {
                     <>
                         <line class="gridline" x1={x0.to_string()} x2={x1.to_string()} y1={t.at.to_string()} y2={t.at.to_string()} />
@@ -784,9 +1114,7 @@ fn curve(job: &JobView) -> Html {
                 <path class="curve" d={c.path.clone()} />
                 <circle class="last" cx={c.last.0.to_string()} cy={c.last.1.to_string()} r="3.5" />
             </svg>
-            <figcaption class="sub">
-                { format!("x: trials · y: best latency so far{}", if c.log { " (log scale)" } else { "" }) }
-            </figcaption>
+            <figcaption class="sub">{ caption }</figcaption>
         </figure>
     }
 }
