@@ -218,6 +218,8 @@ def test_warm_start():
     r2 = _result(events, stderr, rc)
     assert r2["warm_start_records"] == len(warm["records"]) and r2["warm_start_ignored"] is None, r2
     assert r2["trials"] == 4, r2["trials"]  # this round's trials only
+    # ... and only this round's records: the master already has round 1's.
+    assert not any(x["record"] in warm["records"] for x in r2["records"]), "warm records sent back"
     assert r2["best_latency_s"] <= r1["best_latency_s"], (r1["best_latency_s"], r2["best_latency_s"])
     assert r2["workload"] == r1["workload"]
     # MetaSchedule's own log says the evolutionary search seeded from the database.

@@ -34,8 +34,9 @@ JOB.json::
 `warm_start` (optional) seeds the search with records of an earlier round of
 the same workload: they are written into work_dir's database before tuning
 (see `_write_warm_start`). The result's `trials` then counts only this
-round's new measurements, while `records` and `best_latency_s` cover the
-warm-start records too (best overall); `warm_start_records` says how many
+round's new measurements and `records` holds only this round's records (the
+master has the others), while `best_latency_s` is the best overall, warm-start
+records included; `warm_start_records` says how many
 were loaded; `warm_start_ignored` (null or a reason) is set when the
 warm-start workload is not this job's module (its records are then unused).
 
@@ -855,8 +856,15 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
         if mean is not None:
             scored.append((mean, rec))
     scored.sort(key=lambda x: x[0])
-    # Only this round's measurements (the warm-start records come first in the file).
-    measured = max(len(ours) - n_warm, state["done"])
+    # Only this round's measurements (the warm-start records come first in the
+    # file): the master already has the others, and a round's result stays the
+    # size of the round however long the task has been tuned.
+    fresh = ours[n_warm:] if n_warm and not warm_ignored else ours
+    fresh_scored = sorted(
+        ((m, rec) for m, rec in ((valid_mean(r[1]), r) for r in fresh) if m is not None),
+        key=lambda x: x[0],
+    )
+    measured = max(len(fresh), state["done"])
     if not scored:
         detail = f" (first error: {_summarise_error(state['first_error'])})" if state["first_error"] else ""
         raise JobError(f"no valid measurement in {measured} trials{detail}")
@@ -882,7 +890,7 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
         "wall_time_s": round(time.monotonic() - t0, 3),
         "tvm_version": tvm.__version__,
         "flops": built.flops,
-        "records": [{"latency_s": mean, "record": rec} for mean, rec in scored[:nbest]],
+        "records": [{"latency_s": mean, "record": rec} for mean, rec in fresh_scored[:nbest]],
         "workload": wl_lines[wl_index],
         "tuned_lib": os.path.abspath(tuned_path),
         "reference_lib": os.path.abspath(ref_path),

@@ -796,8 +796,9 @@ fn round_job(run: &ModelRun, i: usize, trials: u32, target: &Target) -> (Workloa
     let mut tuner = run.tuner.clone();
     tuner.trials_per_round.get_or_insert(trials);
     let extras = JobExtras {
-        // Keep every candidate the round measures.
-        nbest: Some(trials.max(1) + warm_start.as_ref().map_or(0, |w| w.records.len() as u32)),
+        // Keep every candidate the round measures (the driver returns only
+        // this round's, not the warm start's).
+        nbest: Some(trials.max(1)),
         warm_start,
         tuner,
     };
