@@ -158,6 +158,9 @@ pub enum OnnxError {
     NotOnnx(String),
     #[error("the model has no graph")]
     NoGraph,
+    /// Operators TVM's ONNX importer has no converter for.
+    #[error("unsupported ONNX operator(s): {} (TVM's Relax ONNX importer cannot convert them)", .0.join(", "))]
+    UnsupportedOps(Vec<String>),
     #[error("the model is beyond tunefleet's limits: {what} at byte {offset}")]
     Limit { offset: usize, what: String },
     #[error(
@@ -1436,6 +1439,18 @@ fn apply_edits(bytes: &[u8], edits: &mut [Edit]) -> Result<Vec<u8>, OnnxError> {
     out.extend_from_slice(bytes.get(pos..).unwrap_or_default());
     Ok(out)
 }
+
+/// Refuses a model with operators TVM cannot import, naming all of them.
+pub fn check_ops(summary: &OnnxSummary) -> Result<(), OnnxError> {
+    let unsupported = supported::unsupported_ops(summary.op_types.keys());
+    if unsupported.is_empty() {
+        Ok(())
+    } else {
+        Err(OnnxError::UnsupportedOps(unsupported))
+    }
+}
+
+pub mod supported;
 
 #[cfg(test)]
 mod tests;

@@ -127,6 +127,21 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
         err.contains("input `x` has a dynamic dimension") && err.contains("--input-shape"),
         "{err}"
     );
+    // The same graph with an operator TVM cannot import.
+    let fancy = dir.path().join("fancy.onnx");
+    let bytes = std::fs::read(&dynamic).unwrap();
+    let at = bytes.windows(4).position(|w| w == b"Relu").unwrap();
+    let mut renamed = bytes.clone();
+    renamed[at..at + 4].copy_from_slice(b"Rely");
+    std::fs::write(&fancy, renamed).unwrap();
+    let out = tunefleet(
+        &master,
+        &["submit", fancy.to_str().unwrap(), "--input-shape", "x=1,4"],
+    );
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("unsupported ONNX operator(s): Rely"), "{err}");
+
     let out = tunefleet(&master, &["submit", model, "--input-shape", "y=1,4"]);
     assert!(!out.status.success());
     assert!(
@@ -396,5 +411,31 @@ fn model_driver_python_tests() {
         "{}\n{}",
         text(&out.stdout),
         text(&out.stderr)
+    );
+}
+
+/// The operator list the CLI and the master check uploads against is the one
+/// the venv's TVM converts.
+#[cfg(feature = "tvm")]
+#[test]
+fn supported_operator_list_matches_the_venvs_tvm() {
+    let python = repo_root().join(".venv/bin/python");
+    let out = Command::new(&python)
+        .arg("-c")
+        .arg(
+            "from tvm.relax.frontend.onnx import onnx_frontend as f\n\
+             print('\\n'.join(sorted(set(f._get_convert_map()) | {'Constant', 'If'})))",
+        )
+        .output()
+        .expect("ask TVM for its ONNX converters");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tvm: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    let ours: Vec<String> = tunefleet_shared::onnx::supported::SUPPORTED_OPS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        ours, tvm,
+        "regenerate shared/src/onnx/supported.rs for this TVM"
     );
 }

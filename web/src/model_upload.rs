@@ -109,6 +109,7 @@ pub fn human_bytes(n: u64) -> String {
 /// the file name: not an ONNX model, external data, too big without weights.
 pub fn load(file: &str, bytes: &[u8]) -> Result<LoadedModel, String> {
     let summary = onnx::summarize(bytes).map_err(|e| format!("{file}: {e}"))?;
+    onnx::check_ops(&summary).map_err(|e| format!("{file}: {e}"))?;
     let (stripped, report) =
         onnx::strip_weights(bytes, STRIP_MIN_ELEMENTS).map_err(|e| format!("{file}: {e}"))?;
     if stripped.len() > MAX_MODEL_BYTES {

@@ -111,6 +111,7 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
             onnx::parse_input_shape(arg).map_err(|e| anyhow::anyhow!("--input-shape: {e}"))?;
         shapes.insert(name, dims);
     }
+    onnx::check_ops(&summary).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     onnx::check_inputs(&summary, &shapes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let (stripped, report) = onnx::strip_weights(&bytes, STRIP_MIN_ELEMENTS)
         .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;

@@ -520,6 +520,7 @@ fn check_model_upload(model: &ModelSubmission) -> Result<(), String> {
         ));
     }
     let summary = onnx::summarize(&bytes).map_err(|e| format!("model `{name}`: {e}"))?;
+    onnx::check_ops(&summary).map_err(|e| format!("model `{name}`: {e}"))?;
     onnx::check_inputs(&summary, &model.source.input_shapes)
         .map_err(|e| format!("model `{name}`: {e}"))?;
     Ok(())
