@@ -903,7 +903,7 @@ impl Scheduler {
                 job_id: job_id.to_string(),
                 lease: job.lease,
                 attempt: job.view.attempts,
-                workload: job.view.workload.clone(),
+                workload: Box::new(job.view.workload.clone()),
                 nbest: job.extras.nbest.unwrap_or(default_nbest),
                 warm_start: job.extras.warm_start.clone(),
                 tuner: {

@@ -221,7 +221,7 @@ pub enum MasterMessage {
         job_id: JobId,
         lease: Lease,
         attempt: u32,
-        workload: Workload,
+        workload: Box<Workload>,
         /// How many best records the master keeps.
         nbest: u32,
         /// Records to seed the search with (later rounds of a model's task).

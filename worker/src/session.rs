@@ -540,13 +540,14 @@ impl Worker {
                 job_id,
                 lease,
                 attempt,
-                mut workload,
+                workload,
                 nbest,
                 warm_start,
                 tuner,
             } => {
                 // Tune, compile and measure for the machine that runs the
                 // kernel: what the job leaves open comes from this worker.
+                let mut workload = *workload;
                 workload.target = workload.target.completed_by(&self.config.target);
                 let spec = JobSpec {
                     job_id,

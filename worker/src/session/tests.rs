@@ -111,7 +111,7 @@ fn assign(workload: Workload, lease: Lease, nbest: u32) -> MasterMessage {
         job_id: workload.job_id(),
         lease,
         attempt: 1,
-        workload,
+        workload: Box::new(workload),
         nbest,
         warm_start: None,
         tuner: None,
