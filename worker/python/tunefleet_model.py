@@ -903,57 +903,21 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
     return run_compile(job, prep, work_dir, proto, t0)
 
 
+def _threads_from_target(job) -> None:
+    if isinstance(job, dict) and isinstance(job.get("target"), dict):
+        # Before TVM's thread pool exists: the same thread count for TVM and onnxruntime.
+        os.environ["TVM_NUM_THREADS"] = str(_target_num_cores(job["target"]))
+
+
 def main(argv: list[str] | None = None) -> int:
-    t0 = time.monotonic()
-    proto = tt.Protocol()
-    tt._PROTOCOL = proto
-    tt._install_signal_handlers()
-    try:
-        ap = tt._ArgParser(description="tunefleet whole-model driver (ONNX -> Relax -> MetaSchedule)")
-        ap.add_argument("--job", required=True, help="job JSON file")
-        ap.add_argument("--work-dir", required=True, help="directory for the database and model.so")
-        args = ap.parse_args(argv)
-        try:
-            with open(args.job, encoding="utf-8") as f:
-                job = json.load(f)
-        except (OSError, ValueError) as err:
-            raise JobError(f"cannot read job file {args.job}: {err}") from err
-        work_dir = os.path.abspath(args.work_dir)
-        if isinstance(job, dict) and isinstance(job.get("target"), dict):
-            # Before TVM's thread pool exists: the same thread count for TVM and onnxruntime.
-            os.environ["TVM_NUM_THREADS"] = str(_target_num_cores(job["target"]))
-    except JobError as err:
-        proto.error(str(err))
-        return 1
-
-    import logging
-
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.INFO)
-    try:
-        import tvm  # noqa: F401
-        from tvm.s_tir import meta_schedule  # noqa: F401
-    except BaseException as err:  # noqa: BLE001
-        traceback.print_exc(file=sys.stderr)
-        proto.error(f"cannot import tvm: {type(err).__name__}: {tt._shorten(str(err))}")
-        return 1
-
-    try:
-        result = run_job(job, work_dir, proto, t0)
-    except (JobError, tt.WorkloadError) as err:
-        proto.error(str(err))
-        return 1
-    except Exception as err:  # noqa: BLE001
-        traceback.print_exc(file=sys.stderr)
-        proto.error(f"model job failed: {type(err).__name__}: {tt._shorten(str(err))}")
-        return 1
-    proto.emit(result)
-    return 0
+    return tt.driver_main(
+        run_job,
+        "tunefleet whole-model driver (ONNX -> Relax -> MetaSchedule)",
+        "model job failed",
+        argv,
+        before_import=_threads_from_target,
+    )
 
 
 if __name__ == "__main__":
-    code = main()
-    try:
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001
-        pass
-    tt._die(code)
+    tt.exit_fast(main())

@@ -952,14 +952,19 @@ class _ArgParser(argparse.ArgumentParser):
         raise JobError(f"bad arguments: {message}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def driver_main(run, description: str, failure: str, argv=None, before_import=None) -> int:
+    """The shared entry of the drivers (this one and tunefleet_model.py):
+    protocol and signal set-up, `--job JOB.json --work-dir DIR`, `import tvm`
+    with a clear error, then `run(job, work_dir, proto, t0)`, whose result line
+    is emitted; errors become the protocol's `error` line and exit code 1.
+    `before_import(job)` runs before TVM is imported (e.g. to set its threads)."""
     global _PROTOCOL
     t0 = time.monotonic()
     proto = Protocol()
     _PROTOCOL = proto
     _install_signal_handlers()
     try:
-        ap = _ArgParser(description="tunefleet MetaSchedule tuning driver")
+        ap = _ArgParser(description=description)
         ap.add_argument("--job", required=True, help="job JSON file")
         ap.add_argument("--work-dir", required=True, help="directory for the database, logs and libraries")
         args = ap.parse_args(argv)
@@ -969,6 +974,8 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as err:
             raise JobError(f"cannot read job file {args.job}: {err}") from err
         work_dir = os.path.abspath(args.work_dir)
+        if before_import is not None:
+            before_import(job)
     except JobError as err:
         proto.error(str(err))
         return 1
@@ -987,24 +994,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     try:
-        result = run_job(job, work_dir, proto, t0)
+        result = run(job, work_dir, proto, t0)
     except (JobError, WorkloadError) as err:
         proto.error(str(err))
         return 1
     except Exception as err:  # noqa: BLE001
         traceback.print_exc(file=sys.stderr)
-        proto.error(f"tuning failed: {type(err).__name__}: {_shorten(str(err))}")
+        proto.error(f"{failure}: {type(err).__name__}: {_shorten(str(err))}")
         return 1
     proto.emit(result)
     return 0
 
 
-if __name__ == "__main__":
-    code = main()
-    # Skip interpreter teardown: TVM's thread pools and popen workers can make
-    # a normal exit slow; the protocol stream is already flushed.
+def exit_fast(code: int) -> None:
+    """Skips interpreter teardown: TVM's thread pools and popen workers can
+    make a normal exit slow; the protocol stream is already flushed."""
     try:
         sys.stderr.flush()
     except Exception:  # noqa: BLE001
         pass
     _die(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return driver_main(run_job, "tunefleet MetaSchedule tuning driver", "tuning failed", argv)
+
+
+if __name__ == "__main__":
+    exit_fast(main())
