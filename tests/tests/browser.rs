@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use tunefleet_tests::{bin_dir, matmul_yaml, repo_root, Master, Worker, ADMIN_TOKEN};
+use tunefleet_tests::{bin_dir, matmul_yaml, raw, repo_root, Master, Worker, ADMIN_TOKEN};
 
 /// One browser at a time: the machine is small and Chromium is not.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -960,42 +960,25 @@ async fn the_page_reconnects_and_resyncs_after_a_master_restart() {
 /// A scripted worker that "tunes" one job the way the tvm backend reports it:
 /// records in MetaSchedule's JSON form and the workload in database form.
 async fn fake_tvm_worker_finishes_one_job(master: &Master) {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/ws/worker", master.url()))
-        .await
-        .expect("worker socket");
-    let next = async |ws: &mut tokio_tungstenite::WebSocketStream<_>| -> Value {
-        loop {
-            match ws.next().await.expect("open").expect("frame") {
-                Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-                _ => continue,
-            }
-        }
-    };
-    let send = |v: Value| Message::text(v.to_string());
-    ws.send(send(json!({
+    let mut ws = raw::connect(&format!("{}/ws/worker", master.url())).await;
+    raw::send(&mut ws, json!({
         "type": "register", "protocol": 1, "worker_id": "fake-tvm", "name": "fake-tvm",
         "target": {"kind": "llvm", "num-cores": 2}, "backend": "tvm", "tvm_version": "0.27.0"
-    })))
-    .await
-    .unwrap();
-    let registered = next(&mut ws).await;
+    })).await;
+    let registered = raw::next(&mut ws).await.expect("the master keeps the socket open");
     let token = registered["token"]
         .as_str()
         .expect("registered")
         .to_string();
-    ws.send(send(json!({"type": "request_job", "token": token})))
-        .await
-        .unwrap();
+    raw::send(&mut ws, json!({"type": "request_job", "token": token})).await;
     let assign = loop {
-        let m = next(&mut ws).await;
+        let m = raw::next(&mut ws).await.expect("the master keeps the socket open");
         if m["type"] == "assign" {
             break m;
         }
     };
     let record = |l: f64| json!([{"insts": [], "decisions": []}, [l], {"kind": "llvm"}, []]);
-    ws.send(send(json!({
+    raw::send(&mut ws, json!({
         "type": "result", "token": token, "job_id": assign["job_id"], "lease": assign["lease"],
         "result": {
             "best_latency_s": 1e-5, "gflops": 6.5, "trials": 8, "wall_time_s": 0.5,
@@ -1003,11 +986,9 @@ async fn fake_tvm_worker_finishes_one_job(master: &Master) {
             "records": [{"latency_s": 1e-5, "record": record(1e-5)}, {"latency_s": 2e-5, "record": record(2e-5)}],
             "extra": {"workload": ["1234567890", "eyJmYWtlIjp0cnVlfQ=="]}
         }
-    })))
-    .await
-    .unwrap();
+    })).await;
     loop {
-        let m = next(&mut ws).await;
+        let m = raw::next(&mut ws).await.expect("the master keeps the socket open");
         if m["type"] == "ack" {
             assert_eq!(m["accepted"], json!(true), "{m}");
             break;
@@ -1324,27 +1305,12 @@ async fn an_onnx_model_is_checked_in_the_browser_submitted_and_listed() {
 /// compile job returns verified latencies. Returns once the compile result is
 /// acknowledged.
 async fn fake_tvm_worker_runs_a_model(master: &Master) {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/ws/worker", master.url()))
-        .await
-        .expect("worker socket");
-    let next = async |ws: &mut tokio_tungstenite::WebSocketStream<_>| -> Value {
-        loop {
-            match ws.next().await.expect("open").expect("frame") {
-                Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-                _ => continue,
-            }
-        }
-    };
-    let send = |v: Value| Message::text(v.to_string());
-    ws.send(send(json!({
+    let mut ws = raw::connect(&format!("{}/ws/worker", master.url())).await;
+    raw::send(&mut ws, json!({
         "type": "register", "protocol": 1, "worker_id": "fake-tvm-model", "name": "fake-tvm",
         "target": {"kind": "llvm", "num-cores": 2}, "backend": "tvm", "tvm_version": "0.27.0"
-    })))
-    .await
-    .unwrap();
-    let registered = next(&mut ws).await;
+    })).await;
+    let registered = raw::next(&mut ws).await.expect("the master keeps the socket open");
     let token = registered["token"]
         .as_str()
         .expect("registered")
@@ -1352,11 +1318,9 @@ async fn fake_tvm_worker_runs_a_model(master: &Master) {
     let record = |l: f64| json!([{"insts": [], "decisions": []}, [l], {"kind": "llvm"}, []]);
     let mut rounds = 0u32;
     loop {
-        ws.send(send(json!({"type": "request_job", "token": token})))
-            .await
-            .unwrap();
+        raw::send(&mut ws, json!({"type": "request_job", "token": token})).await;
         let assign = loop {
-            let m = next(&mut ws).await;
+            let m = raw::next(&mut ws).await.expect("the master keeps the socket open");
             if m["type"] == "assign" {
                 break m;
             }
@@ -1402,17 +1366,15 @@ async fn fake_tvm_worker_runs_a_model(master: &Master) {
             }
             _ => panic!("the fake worker does not know this job: {assign}"),
         };
-        ws.send(send(json!({
+        raw::send(&mut ws, json!({
             "type": "result", "token": token, "job_id": assign["job_id"], "lease": assign["lease"],
             "result": {
                 "best_latency_s": best, "trials": trials, "wall_time_s": 0.5,
                 "backend": "tvm", "tvm_version": "0.27.0", "records": records, "extra": extra
             }
-        })))
-        .await
-        .unwrap();
+        })).await;
         loop {
-            let m = next(&mut ws).await;
+            let m = raw::next(&mut ws).await.expect("the master keeps the socket open");
             if m["type"] == "ack" {
                 assert_eq!(m["accepted"], json!(true), "{m}");
                 break;
