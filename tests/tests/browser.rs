@@ -305,6 +305,14 @@ impl Browser {
     }
 
     async fn sign_in(&self) {
+        // The wasm app renders the prompt after it loads: wait, on a busy
+        // machine that takes a while.
+        self.wait(
+            "the token prompt",
+            LONG,
+            "return document.querySelector('#token') !== null",
+        )
+        .await;
         self.type_into("#token", ADMIN_TOKEN).await;
         self.click("form.token button[type=submit]").await;
         self.wait(
