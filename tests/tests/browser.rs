@@ -969,18 +969,26 @@ async fn the_page_reconnects_and_resyncs_after_a_master_restart() {
 /// records in MetaSchedule's JSON form and the workload in database form.
 async fn fake_tvm_worker_finishes_one_job(master: &Master) {
     let mut ws = raw::connect(&format!("{}/ws/worker", master.url())).await;
-    raw::send(&mut ws, json!({
-        "type": "register", "protocol": 1, "worker_id": "fake-tvm", "name": "fake-tvm",
-        "target": {"kind": "llvm", "num-cores": 2}, "backend": "tvm", "tvm_version": "0.27.0"
-    })).await;
-    let registered = raw::next(&mut ws).await.expect("the master keeps the socket open");
+    raw::send(
+        &mut ws,
+        json!({
+            "type": "register", "protocol": 1, "worker_id": "fake-tvm", "name": "fake-tvm",
+            "target": {"kind": "llvm", "num-cores": 2}, "backend": "tvm", "tvm_version": "0.27.0"
+        }),
+    )
+    .await;
+    let registered = raw::next(&mut ws)
+        .await
+        .expect("the master keeps the socket open");
     let token = registered["token"]
         .as_str()
         .expect("registered")
         .to_string();
     raw::send(&mut ws, json!({"type": "request_job", "token": token})).await;
     let assign = loop {
-        let m = raw::next(&mut ws).await.expect("the master keeps the socket open");
+        let m = raw::next(&mut ws)
+            .await
+            .expect("the master keeps the socket open");
         if m["type"] == "assign" {
             break m;
         }
@@ -996,7 +1004,9 @@ async fn fake_tvm_worker_finishes_one_job(master: &Master) {
         }
     })).await;
     loop {
-        let m = raw::next(&mut ws).await.expect("the master keeps the socket open");
+        let m = raw::next(&mut ws)
+            .await
+            .expect("the master keeps the socket open");
         if m["type"] == "ack" {
             assert_eq!(m["accepted"], json!(true), "{m}");
             break;
@@ -1314,11 +1324,17 @@ async fn an_onnx_model_is_checked_in_the_browser_submitted_and_listed() {
 /// acknowledged.
 async fn fake_tvm_worker_runs_a_model(master: &Master) {
     let mut ws = raw::connect(&format!("{}/ws/worker", master.url())).await;
-    raw::send(&mut ws, json!({
-        "type": "register", "protocol": 1, "worker_id": "fake-tvm-model", "name": "fake-tvm",
-        "target": {"kind": "llvm", "num-cores": 2}, "backend": "tvm", "tvm_version": "0.27.0"
-    })).await;
-    let registered = raw::next(&mut ws).await.expect("the master keeps the socket open");
+    raw::send(
+        &mut ws,
+        json!({
+            "type": "register", "protocol": 1, "worker_id": "fake-tvm-model", "name": "fake-tvm",
+            "target": {"kind": "llvm", "num-cores": 2}, "backend": "tvm", "tvm_version": "0.27.0"
+        }),
+    )
+    .await;
+    let registered = raw::next(&mut ws)
+        .await
+        .expect("the master keeps the socket open");
     let token = registered["token"]
         .as_str()
         .expect("registered")
@@ -1328,7 +1344,9 @@ async fn fake_tvm_worker_runs_a_model(master: &Master) {
     loop {
         raw::send(&mut ws, json!({"type": "request_job", "token": token})).await;
         let assign = loop {
-            let m = raw::next(&mut ws).await.expect("the master keeps the socket open");
+            let m = raw::next(&mut ws)
+                .await
+                .expect("the master keeps the socket open");
             if m["type"] == "assign" {
                 break m;
             }
@@ -1382,7 +1400,9 @@ async fn fake_tvm_worker_runs_a_model(master: &Master) {
             }
         })).await;
         loop {
-            let m = raw::next(&mut ws).await.expect("the master keeps the socket open");
+            let m = raw::next(&mut ws)
+                .await
+                .expect("the master keeps the socket open");
             if m["type"] == "ack" {
                 assert_eq!(m["accepted"], json!(true), "{m}");
                 break;
