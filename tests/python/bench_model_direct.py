@@ -93,9 +93,13 @@ def main() -> int:
     ]
 
     os.makedirs(args.work_dir, exist_ok=True)
-    contexts = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        chosen, args.work_dir, strategy="evolutionary", num_tuning_cores=prep.num_cores, seed=0
+    contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        chosen, args.work_dir, strategy="evolutionary", num_threads=prep.num_cores, seed=0
     )
+    # The builder's processes cannot import the driver: ship cpu_build by value.
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(tt)
     builder = ms.builder.LocalBuilder(max_workers=prep.num_cores, f_build=tt.cpu_build)
     runner = ms.runner.LocalRunner()
     t_tune = time.monotonic()
