@@ -296,6 +296,8 @@ pub struct ModelView {
     pub records_applied: Option<u32>,
     pub functions_tuned: Option<u32>,
     pub error: Option<String>,
+    /// The estimate after each round, from the round that gave every live
+    /// task a first measurement on.
     pub curve: Vec<EstimatePoint>,
     pub extract_job: JobId,
     pub compile_job: Option<JobId>,

@@ -145,7 +145,7 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
     let run = runs.get("sq").unwrap();
     assert_eq!(run.trials_done(), 5);
     assert!((run.estimated_latency_s().unwrap() - (2.0 * 0.2e-3 + 0.5e-3)).abs() < 1e-12);
-    assert_eq!(run.curve.len(), 3);
+    assert_eq!(run.curve.len(), 2, "from the end of the warm-up on");
 
     // The last round fails for good: its trials return, then the budget goes
     // to the next best task until it is spent.
