@@ -695,10 +695,7 @@ fn round_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> bool {
     }
     // The curve starts once every live task has a best: before that the sum
     // grows with each task measured, which reads as the model getting slower.
-    let complete = run
-        .tasks
-        .iter()
-        .all(|t| !t.live() || t.best().is_some());
+    let complete = run.tasks.iter().all(|t| !t.live() || t.best().is_some());
     if let (true, Some(estimate)) = (complete, run.estimated_latency_s()) {
         let trials = run.trials_done();
         run.curve.push(EstimatePoint {
