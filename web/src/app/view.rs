@@ -696,7 +696,7 @@ fn model_detail(app: &App, ctx: &Context<App>) -> Html {
                     <h3>{ "Estimated latency over trials" }</h3>
                     if let Some(c) = &chart {
                         { chart_svg("model-chart", &format!("estimated latency over trials for {}", m.name), c,
-                            format!("x: trials · y: Σ weight × best latency over the tasks measured so far{}", if c.log { " (log scale)" } else { "" })) }
+                            format!("x: trials · y: Σ weight × best latency of the tuned tasks, once every task has a first measurement{}", if c.log { " (log scale)" } else { "" })) }
                     } else {
                         <p class="empty">{ "No estimate yet: it starts once tasks have measured candidates." }</p>
                     }
