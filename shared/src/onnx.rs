@@ -122,6 +122,22 @@ pub struct ValueInfo {
     pub rank_known: bool,
 }
 
+impl ValueInfo {
+    /// A shape to suggest for `--input-shape`: the fixed dims as they are,
+    /// each dynamic or unknown one as 1 (`1,3,224,224`).
+    pub fn example_shape(&self) -> String {
+        let dims: Vec<String> = self
+            .dims
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(v) if *v > 0 => v.to_string(),
+                _ => "1".to_string(),
+            })
+            .collect();
+        dims.join(",")
+    }
+}
+
 /// One dimension of a graph input or output. Serialized as a number, a string
 /// or `null`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -356,17 +372,7 @@ pub fn check_inputs(
         if !input.rank_known {
             return Err(OnnxError::NoShape { input: name });
         }
-        let example = || {
-            let dims: Vec<String> = input
-                .dims
-                .iter()
-                .map(|d| match d {
-                    Dim::Fixed(v) if *v > 0 => v.to_string(),
-                    _ => "1".to_string(),
-                })
-                .collect();
-            dims.join(",")
-        };
+        let example = || input.example_shape();
         let mut shape = Vec::with_capacity(input.dims.len());
         for (index, dim) in input.dims.iter().enumerate() {
             match dim {

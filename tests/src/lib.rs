@@ -153,6 +153,16 @@ impl Master {
             .expect("client connects to the master")
     }
 
+    /// Runs the `tunefleet` CLI against this master with the admin token.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin("tunefleet"))
+            .args(args)
+            .args(["--server", &self.url()])
+            .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+            .output()
+            .expect("run tunefleet")
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("master.log")).unwrap_or_default()
     }

@@ -42,3 +42,14 @@ pub async fn next(ws: &mut Ws) -> Result<Value, (u16, String)> {
         }
     }
 }
+
+/// The next message of `kind` (its `type`), skipping others (events, errors
+/// the test does not care about); panics if the master closes first.
+pub async fn next_of_type(ws: &mut Ws, kind: &str) -> Value {
+    loop {
+        let m = next(ws).await.expect("the master keeps the socket open");
+        if m["type"] == kind {
+            return m;
+        }
+    }
+}

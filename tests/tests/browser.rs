@@ -965,34 +965,27 @@ async fn the_page_reconnects_and_resyncs_after_a_master_restart() {
     browser.close().await;
 }
 
-/// A scripted worker that "tunes" one job the way the tvm backend reports it:
-/// records in MetaSchedule's JSON form and the workload in database form.
-async fn fake_tvm_worker_finishes_one_job(master: &Master) {
-    let mut ws = raw::connect(&format!("{}/ws/worker", master.url())).await;
+/// Registers a scripted worker that says it has the tvm backend; returns its token.
+async fn register_fake_tvm(ws: &mut raw::Ws, worker_id: &str) -> String {
     raw::send(
-        &mut ws,
+        ws,
         json!({
-            "type": "register", "protocol": 1, "worker_id": "fake-tvm", "name": "fake-tvm",
+            "type": "register", "protocol": 1, "worker_id": worker_id, "name": "fake-tvm",
             "target": {"kind": "llvm", "num-cores": 2}, "backend": "tvm", "tvm_version": "0.27.0"
         }),
     )
     .await;
-    let registered = raw::next(&mut ws)
-        .await
-        .expect("the master keeps the socket open");
-    let token = registered["token"]
-        .as_str()
-        .expect("registered")
-        .to_string();
+    let registered = raw::next_of_type(ws, "registered").await;
+    registered["token"].as_str().expect("token").to_string()
+}
+
+/// A scripted worker that "tunes" one job the way the tvm backend reports it:
+/// records in MetaSchedule's JSON form and the workload in database form.
+async fn fake_tvm_worker_finishes_one_job(master: &Master) {
+    let mut ws = raw::connect(&format!("{}/ws/worker", master.url())).await;
+    let token = register_fake_tvm(&mut ws, "fake-tvm").await;
     raw::send(&mut ws, json!({"type": "request_job", "token": token})).await;
-    let assign = loop {
-        let m = raw::next(&mut ws)
-            .await
-            .expect("the master keeps the socket open");
-        if m["type"] == "assign" {
-            break m;
-        }
-    };
+    let assign = raw::next_of_type(&mut ws, "assign").await;
     let record = |l: f64| json!([{"insts": [], "decisions": []}, [l], {"kind": "llvm"}, []]);
     raw::send(&mut ws, json!({
         "type": "result", "token": token, "job_id": assign["job_id"], "lease": assign["lease"],
@@ -1003,15 +996,8 @@ async fn fake_tvm_worker_finishes_one_job(master: &Master) {
             "extra": {"workload": ["1234567890", "eyJmYWtlIjp0cnVlfQ=="]}
         }
     })).await;
-    loop {
-        let m = raw::next(&mut ws)
-            .await
-            .expect("the master keeps the socket open");
-        if m["type"] == "ack" {
-            assert_eq!(m["accepted"], json!(true), "{m}");
-            break;
-        }
-    }
+    let ack = raw::next_of_type(&mut ws, "ack").await;
+    assert_eq!(ack["accepted"], json!(true), "{ack}");
     let _ = ws.close(None).await;
 }
 
@@ -1274,12 +1260,7 @@ async fn an_onnx_model_is_checked_in_the_browser_submitted_and_listed() {
     browser.shot("03-models-card").await;
 
     // The master has the run, as the CLI sees it.
-    let out = Command::new(tunefleet_tests::bin("tunefleet"))
-        .args(["results", "--model", "web-squeeze", "--format", "json"])
-        .args(["--server", &master.url()])
-        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
-        .output()
-        .expect("run tunefleet results");
+    let out = master.cli(&["results", "--model", "web-squeeze", "--format", "json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -1324,33 +1305,12 @@ async fn an_onnx_model_is_checked_in_the_browser_submitted_and_listed() {
 /// acknowledged.
 async fn fake_tvm_worker_runs_a_model(master: &Master) {
     let mut ws = raw::connect(&format!("{}/ws/worker", master.url())).await;
-    raw::send(
-        &mut ws,
-        json!({
-            "type": "register", "protocol": 1, "worker_id": "fake-tvm-model", "name": "fake-tvm",
-            "target": {"kind": "llvm", "num-cores": 2}, "backend": "tvm", "tvm_version": "0.27.0"
-        }),
-    )
-    .await;
-    let registered = raw::next(&mut ws)
-        .await
-        .expect("the master keeps the socket open");
-    let token = registered["token"]
-        .as_str()
-        .expect("registered")
-        .to_string();
+    let token = register_fake_tvm(&mut ws, "fake-tvm-model").await;
     let record = |l: f64| json!([{"insts": [], "decisions": []}, [l], {"kind": "llvm"}, []]);
     let mut rounds = 0u32;
     loop {
         raw::send(&mut ws, json!({"type": "request_job", "token": token})).await;
-        let assign = loop {
-            let m = raw::next(&mut ws)
-                .await
-                .expect("the master keeps the socket open");
-            if m["type"] == "assign" {
-                break m;
-            }
-        };
+        let assign = raw::next_of_type(&mut ws, "assign").await;
         let workload = &assign["workload"];
         let stage = workload["model"]["stage"].as_str().unwrap_or_default();
         let (best, trials, records, extra) = match (workload["op"].as_str(), stage) {
@@ -1399,15 +1359,8 @@ async fn fake_tvm_worker_runs_a_model(master: &Master) {
                 "backend": "tvm", "tvm_version": "0.27.0", "records": records, "extra": extra
             }
         })).await;
-        loop {
-            let m = raw::next(&mut ws)
-                .await
-                .expect("the master keeps the socket open");
-            if m["type"] == "ack" {
-                assert_eq!(m["accepted"], json!(true), "{m}");
-                break;
-            }
-        }
+        let ack = raw::next_of_type(&mut ws, "ack").await;
+        assert_eq!(ack["accepted"], json!(true), "{ack}");
         if stage == "compile" {
             break;
         }

@@ -7,15 +7,6 @@ use std::time::Duration;
 
 use tunefleet_tests::*;
 
-fn tunefleet(master: &Master, args: &[&str]) -> std::process::Output {
-    Command::new(bin("tunefleet"))
-        .args(args)
-        .args(["--server", &master.url()])
-        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
-        .output()
-        .expect("run tunefleet")
-}
-
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -28,7 +19,7 @@ async fn submit_watch_status_results_export_as_a_script_sees_them() {
     let file = examples.join("workloads.yaml");
     let file = file.to_str().expect("utf-8 path");
 
-    let out = tunefleet(&master, &["submit", file, "--json"]);
+    let out = master.cli(&["submit", file, "--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -38,7 +29,7 @@ async fn submit_watch_status_results_export_as_a_script_sees_them() {
         serde_json::from_str(&stdout(&out)).expect("submit --json is JSON");
     let new_jobs = reports[0]["new_jobs"].as_array().expect("new_jobs").len();
     assert!(new_jobs >= 3, "{reports}");
-    let out = tunefleet(&master, &["submit", file]);
+    let out = master.cli(&["submit", file]);
     assert!(
         stdout(&out).contains(&format!("0 new jobs, {new_jobs} duplicates skipped")),
         "{}",
@@ -46,7 +37,7 @@ async fn submit_watch_status_results_export_as_a_script_sees_them() {
     );
 
     let bad = examples.join("bad/unknown-op.yaml");
-    let out = tunefleet(&master, &["submit", bad.to_str().expect("path")]);
+    let out = master.cli(&["submit", bad.to_str().expect("path")]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -72,7 +63,7 @@ async fn submit_watch_status_results_export_as_a_script_sees_them() {
         "{text}"
     );
 
-    let out = tunefleet(&master, &["status", "--json"]);
+    let out = master.cli(&["status", "--json"]);
     let status: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status --json");
     for key in ["total", "queued", "running", "done", "failed"] {
         assert!(
@@ -83,7 +74,7 @@ async fn submit_watch_status_results_export_as_a_script_sees_them() {
     assert_eq!(status["jobs"]["done"].as_u64(), Some(new_jobs as u64));
     assert_eq!(status["workers"].as_u64(), Some(2));
 
-    let out = tunefleet(&master, &["results", "--format", "json"]);
+    let out = master.cli(&["results", "--format", "json"]);
     let results: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("results json");
     let results = results.as_array().expect("an array");
     assert_eq!(results.len(), new_jobs);
@@ -100,7 +91,7 @@ async fn submit_watch_status_results_export_as_a_script_sees_them() {
         assert!(!job["records"].as_array().expect("records").is_empty());
     }
 
-    let out = tunefleet(&master, &["results", "--format", "csv"]);
+    let out = master.cli(&["results", "--format", "csv"]);
     let csv = stdout(&out);
     let mut lines = csv.lines();
     assert_eq!(
@@ -110,16 +101,13 @@ async fn submit_watch_status_results_export_as_a_script_sees_them() {
     assert_eq!(lines.count(), new_jobs);
 
     let export = dir.path().join("results.csv");
-    let out = tunefleet(
-        &master,
-        &[
-            "export",
-            "--format",
-            "csv",
-            "--out",
-            export.to_str().expect("path"),
-        ],
-    );
+    let out = master.cli(&[
+        "export",
+        "--format",
+        "csv",
+        "--out",
+        export.to_str().expect("path"),
+    ]);
     assert!(out.status.success());
     assert_eq!(
         std::fs::read_to_string(&export).expect("export written"),

@@ -13,15 +13,6 @@ use std::time::Duration;
 
 use tunefleet_tests::*;
 
-fn tunefleet(master: &Master, args: &[&str]) -> std::process::Output {
-    Command::new(bin("tunefleet"))
-        .args(args)
-        .args(["--server", &master.url()])
-        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
-        .output()
-        .expect("run tunefleet")
-}
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -106,10 +97,7 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
 
     let not_onnx = dir.path().join("workloads.onnx");
     std::fs::copy(examples_dir().join("workloads.yaml"), &not_onnx).expect("copy");
-    let out = tunefleet(
-        &master,
-        &["submit", not_onnx.to_str().unwrap(), "--name", "x"],
-    );
+    let out = master.cli(&["submit", not_onnx.to_str().unwrap(), "--name", "x"]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(
@@ -120,7 +108,7 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
     let dynamic = dir.path().join("dyn.onnx");
     dynamic_relu_model(&dynamic);
     let model = dynamic.to_str().unwrap();
-    let out = tunefleet(&master, &["submit", model, "--name", "dyn"]);
+    let out = master.cli(&["submit", model, "--name", "dyn"]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(
@@ -134,15 +122,12 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
     let mut renamed = bytes.clone();
     renamed[at..at + 4].copy_from_slice(b"Rely");
     std::fs::write(&fancy, renamed).unwrap();
-    let out = tunefleet(
-        &master,
-        &["submit", fancy.to_str().unwrap(), "--input-shape", "x=1,4"],
-    );
+    let out = master.cli(&["submit", fancy.to_str().unwrap(), "--input-shape", "x=1,4"]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains("unsupported ONNX operator(s): Rely"), "{err}");
 
-    let out = tunefleet(&master, &["submit", model, "--input-shape", "y=1,4"]);
+    let out = master.cli(&["submit", model, "--input-shape", "y=1,4"]);
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("not a model input"),
@@ -173,23 +158,20 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
 
     // With the shape given, the run is accepted; a sim worker cannot extract,
     // so it fails with the worker's reason, and the master goes on.
-    let out = tunefleet(
-        &master,
-        &[
-            "submit",
-            model,
-            "--name",
-            "dyn",
-            "--input-shape",
-            "x=1,4",
-            "--trials",
-            "4",
-        ],
-    );
+    let out = master.cli(&[
+        "submit",
+        model,
+        "--name",
+        "dyn",
+        "--input-shape",
+        "x=1,4",
+        "--trials",
+        "4",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let _sim = Worker::start(&master, "sim", 0.0, &["--max-jobs", "3"]);
     let view = eventually(Duration::from_secs(30), "the run to fail", || async {
-        let out = tunefleet(&master, &["results", "--model", "dyn", "--format", "json"]);
+        let out = master.cli(&["results", "--model", "dyn", "--format", "json"]);
         let view: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
         (view["state"] == "failed").then_some(view)
     })
@@ -256,10 +238,7 @@ async fn squeezenet_in_faster_squeezenet_out() {
         .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
         .output()
         .expect("run tunefleet submit --wait");
-    let results = tunefleet(
-        &master,
-        &["results", "--model", "squeezenet", "--format", "json"],
-    );
+    let results = master.cli(&["results", "--model", "squeezenet", "--format", "json"]);
     let view: serde_json::Value =
         serde_json::from_slice(&results.stdout).expect("results --model --format json is JSON");
     assert!(
@@ -322,18 +301,15 @@ async fn squeezenet_in_faster_squeezenet_out() {
     assert!(tuned_s < untuned, "tuned must beat untuned: {lat}");
 
     let db = dir.path().join("db");
-    let out = tunefleet(
-        &master,
-        &[
-            "export",
-            "--model",
-            "squeezenet",
-            "--format",
-            "metaschedule",
-            "--out",
-            db.to_str().unwrap(),
-        ],
-    );
+    let out = master.cli(&[
+        "export",
+        "--model",
+        "squeezenet",
+        "--format",
+        "metaschedule",
+        "--out",
+        db.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let records = std::fs::read_to_string(db.join("database_tuning_record.json")).unwrap();
     let workloads = std::fs::read_to_string(db.join("database_workload.json")).unwrap();
@@ -341,18 +317,15 @@ async fn squeezenet_in_faster_squeezenet_out() {
     assert!(workloads.lines().count() >= tuned.len());
 
     let lib = dir.path().join("squeezenet.so");
-    let out = tunefleet(
-        &master,
-        &[
-            "export",
-            "--model",
-            "squeezenet",
-            "--format",
-            "library",
-            "--out",
-            lib.to_str().unwrap(),
-        ],
-    );
+    let out = master.cli(&[
+        "export",
+        "--model",
+        "squeezenet",
+        "--format",
+        "library",
+        "--out",
+        lib.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
     // The README's snippet, verbatim, runs the library and the database opens in TVM.

@@ -152,21 +152,13 @@ fn input_row(input: &onnx::ValueInfo) -> InputRow {
             .collect();
         parts.join("×")
     };
-    let example: Vec<String> = input
-        .dims
-        .iter()
-        .map(|d| match d {
-            Dim::Fixed(v) if *v > 0 => v.to_string(),
-            _ => "1".to_string(),
-        })
-        .collect();
     InputRow {
         name: input.name.clone(),
         dtype,
         dims,
         needs_shape: !input.rank_known || !input.dims.iter().all(fixed),
         example: if input.rank_known {
-            example.join(",")
+            input.example_shape()
         } else {
             "D0,D1,...".to_string()
         },
