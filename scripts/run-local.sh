@@ -23,24 +23,22 @@ export PATH="$PWD/.venv/bin:$PATH"
 cargo build --release -p tunefleet-server -p tunefleet-worker --features tunefleet-worker/tvm --bins
 if [ -x scripts/build-web.sh ]; then scripts/build-web.sh; fi
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
-
+# The master starts and supervises its own worker(s): `--local-workers auto`
+# is one per 2 cores, each pinned to its cores, restarted if it dies.
+LOCAL_WORKERS=${TUNEFLEET_LOCAL_WORKERS:-auto}
 target/release/tunefleet serve --bind "$BIND" --state "$STATE" --admin-token "$TOKEN" \
+    --local-workers "$LOCAL_WORKERS" --local-worker-args "--target $(printf %q "$TARGET") --backend tvm" \
     --workloads "${WORKLOADS[@]}" 2> tunefleet-master.log &
-pids+=($!)
+master=$!
+trap 'kill "$master" 2>/dev/null || true; wait 2>/dev/null || true' EXIT INT TERM
 for _ in $(seq 100); do curl -sf "http://$BIND/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
-target/release/tunefleet-worker --server "ws://$BIND" --target "$TARGET" --backend tvm \
-    --name "local-$(hostname)" 2> tunefleet-worker.log &
-pids+=($!)
 
 echo "master: ws://$BIND  dashboard: http://$BIND/  admin token: $TOKEN"
-echo "logs: tunefleet-master.log, tunefleet-worker.log"
+echo "log: tunefleet-master.log (the local workers' lines are in it, under their names)"
 export TUNEFLEET_TOKEN="$TOKEN"
 target/release/tunefleet watch --server "ws://$BIND" || true
 target/release/tunefleet results --server "ws://$BIND" --format table
 if [ -z "${EXIT_WHEN_DONE:-}" ]; then
     echo "tuning finished; the master keeps serving http://$BIND/ until Ctrl-C"
-    wait "${pids[0]}"
+    wait "$master"
 fi

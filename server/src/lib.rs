@@ -12,6 +12,7 @@ pub mod client;
 pub mod commands;
 pub mod core;
 pub mod export_trace;
+pub mod local_workers;
 pub mod models;
 pub mod net;
 pub mod scheduler;

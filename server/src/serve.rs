@@ -25,6 +25,7 @@ use tracing::{info, warn};
 use tunefleet_shared::workload::{parse_workload_file, MAX_WORKLOADS_PER_FILE};
 
 use crate::core::{Command, Core, CoreHandle};
+use crate::local_workers::{self, LocalFleet};
 use crate::net::{self, AppState, NetConfig};
 use crate::scheduler::SchedulerConfig;
 use crate::store::{Durability, Store};
@@ -106,6 +107,25 @@ pub struct ServeArgs {
     /// progress not counted; a faster worker is read more slowly. 0: no limit.
     #[arg(long, default_value_t = 1000)]
     pub max_worker_messages_per_second: u32,
+    /// Start and supervise this many workers on this machine, each pinned to
+    /// its own cores (`auto`: one per 2 cores, at least one). They connect
+    /// over loopback, restart with backoff when they die, and stop with the master.
+    #[arg(long, value_name = "N|auto", value_parser = local_workers::parse_local_workers)]
+    pub local_workers: Option<local_workers::LocalWorkers>,
+    /// Extra arguments appended to every local worker's command line
+    /// (e.g. '--backend sim --sim-seconds 0.2'); shell quoting applies.
+    #[arg(
+        long,
+        value_name = "ARGS",
+        default_value = "",
+        requires = "local_workers",
+        allow_hyphen_values = true
+    )]
+    pub local_worker_args: String,
+    /// The worker program for --local-workers (default: tunefleet-worker
+    /// beside this executable, else on PATH).
+    #[arg(long, value_name = "PATH", requires = "local_workers")]
+    pub local_worker_bin: Option<PathBuf>,
 }
 
 fn workloads_per_upload(text: &str) -> Result<usize, String> {
@@ -172,6 +192,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         if secrets_equal(secret, token) {
             bail!("--worker-secret must differ from --admin-token: a worker must not hold the admin token");
         }
+    }
+    // Checked before anything binds; planned for real once the port is known.
+    if let Some(count) = args.local_workers {
+        local_workers::plan(
+            count,
+            &local_cpus(),
+            "ws://127.0.0.1:0",
+            &args.local_worker_args,
+        )?;
     }
     // Parse start-up files first: a typo should stop us before anything binds.
     let mut initial = Vec::new();
@@ -276,6 +305,28 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     println!("tunefleet master listening on {addr} (dashboard {http}://{addr}/, workers {ws}://{addr}/ws/worker)");
     info!(%addr, state = %args.state.display(), tls = tls.is_some(), "master up");
 
+    let local_fleet = match args.local_workers {
+        Some(count) => {
+            let url = local_workers::local_server_url(addr, tls.is_some());
+            let specs = local_workers::plan(count, &local_cpus(), &url, &args.local_worker_args)?;
+            let launch = local_workers::Launch {
+                program: args
+                    .local_worker_bin
+                    .clone()
+                    .unwrap_or_else(local_workers::default_worker_program),
+                worker_secret: args.worker_secret.clone(),
+                ca_cert: args.tls_cert.clone(),
+            };
+            info!(
+                "starting {} local worker(s): {}",
+                specs.len(),
+                local_workers::describe(&specs, &launch.program)
+            );
+            Some(LocalFleet::start(specs, launch))
+        }
+        None => None,
+    };
+    let (fleet_stop_tx, fleet_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = net::router(state).into_make_service_with_connect_info::<SocketAddr>();
     let stopping = async move {
         tokio::select! {
@@ -283,8 +334,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             _ = stop.notified() => {}
         }
         info!("shutting down: closing connections");
+        let _ = fleet_stop_tx.send(());
         let _ = shutdown_tx.send(true);
     };
+    // Local workers start handing back their jobs as soon as shutdown begins.
+    let local_fleet = local_fleet.map(|fleet| {
+        tokio::spawn(async move {
+            let _ = fleet_stop_rx.await;
+            fleet.stop().await;
+        })
+    });
     match tls {
         None => {
             // Small JSON messages must not wait for delayed ACKs (a 40 ms stall
@@ -311,6 +370,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
 
+    if let Some(fleet) = local_fleet {
+        let _ = fleet.await;
+    }
     // Every connection task holds a clone of `alive`; recv() returns None once all are gone.
     if tokio::time::timeout(Duration::from_secs(5), alive_rx.recv())
         .await
@@ -324,6 +386,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let _ = tokio::task::spawn_blocking(move || core_thread.join()).await;
     info!("master stopped");
     Ok(())
+}
+
+/// The CPUs local workers are spread over: those this process may run on,
+/// cut down to the CPU quota (cgroups) when that is smaller.
+fn local_cpus() -> tunefleet_shared::cpus::CpuSet {
+    let allowed = local_workers::allowed_cpus();
+    let quota = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if quota < allowed.cpus().len() {
+        if let Ok(cut) =
+            tunefleet_shared::cpus::CpuSet::from_cpus(allowed.cpus()[..quota].iter().copied())
+        {
+            return cut;
+        }
+    }
+    allowed
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` if set, else at `default_level`.

@@ -2,6 +2,7 @@
 //! format and targets. Compiled for the native master and worker and for the
 //! wasm32 web app, so it must stay free of I/O, threads and clocks.
 
+pub mod cpus;
 pub mod export;
 pub mod lorien;
 pub mod model;

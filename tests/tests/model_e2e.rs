@@ -8,7 +8,6 @@
 //! serving (no TVM needed for those).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use tunefleet_tests::*;
@@ -229,7 +228,7 @@ async fn squeezenet_in_faster_squeezenet_out() {
     );
     let budget = std::env::var("TUNEFLEET_MODEL_TEST_TRIALS").unwrap_or_else(|_| "40".into());
     // Bounded: a hung run fails this test instead of the whole CI job.
-    let submit = Command::new("timeout")
+    let submit = std::process::Command::new("timeout")
         .arg("2400")
         .arg(bin("tunefleet"))
         .args(["submit", model.to_str().unwrap(), "--name", "squeezenet"])
@@ -337,7 +336,7 @@ async fn squeezenet_in_faster_squeezenet_out() {
         .expect("README has the model snippet");
     let results_json = dir.path().join("squeezenet.json");
     std::fs::write(&results_json, &results.stdout).unwrap();
-    let run = Command::new(&python)
+    let run = std::process::Command::new(&python)
         .arg("-c")
         .arg(snippet)
         .current_dir(dir.path())
@@ -353,7 +352,7 @@ async fn squeezenet_in_faster_squeezenet_out() {
         "{}",
         text(&run.stdout)
     );
-    let open_db = Command::new(&python)
+    let open_db = std::process::Command::new(&python)
         .arg("-c")
         .arg(
             "import sys\nfrom tvm.s_tir import meta_schedule as ms\n\
@@ -374,7 +373,7 @@ async fn squeezenet_in_faster_squeezenet_out() {
 #[test]
 fn model_driver_python_tests() {
     let python = repo_root().join(".venv/bin/python");
-    let out = Command::new(&python)
+    let out = std::process::Command::new(&python)
         .arg(repo_root().join("tests/python/test_model_driver.py"))
         .current_dir(repo_root())
         .output()
@@ -393,7 +392,7 @@ fn model_driver_python_tests() {
 #[test]
 fn supported_operator_list_matches_the_venvs_tvm() {
     let python = repo_root().join(".venv/bin/python");
-    let out = Command::new(&python)
+    let out = std::process::Command::new(&python)
         .arg("-c")
         .arg(
             "from tvm.relax.frontend.onnx import onnx_frontend as f\n\

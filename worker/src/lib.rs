@@ -10,7 +10,9 @@
 //! - [`backend`]: the [`Backend`] trait, the real `tvm` backend (feature `tvm`)
 //!   and the `sim` test backend.
 //! - [`backoff`]: reconnect delays.
+//! - [`affinity`]: `--cpus`, pinning the process to its own cores.
 
+pub mod affinity;
 pub mod backend;
 pub mod backoff;
 pub mod connection;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tunefleet_shared::target::Target;
+use tunefleet_worker::affinity::{pin_current_process, CpuSet};
 use tunefleet_worker::{run_worker, Backend, Backoff, SimBackend, WorkerConfig};
 
 // No `Debug`: it holds the join secret.
@@ -93,6 +94,22 @@ struct Cli {
     /// Exit after this many jobs have been reported and acknowledged (for tests).
     #[arg(long)]
     max_jobs: Option<u64>,
+
+    /// Run only on these CPUs (e.g. `0-3` or `0,2`), the Python driver and its
+    /// build and measurement processes included; `--target auto` then counts
+    /// these as `num-cores`.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    cpus: Option<CpuSet>,
+
+    /// Started by a supervisor (`tunefleet serve --local-workers`) that holds
+    /// this process's stdin: when stdin closes (the supervisor stopped or
+    /// died), hand back the job and exit, as on SIGTERM.
+    #[arg(long)]
+    supervised: bool,
+}
+
+fn parse_cpus(text: &str) -> Result<CpuSet, String> {
+    CpuSet::parse(text).map_err(|e| e.to_string())
 }
 
 /// Every backend, whatever this build provides, so the command line is the
@@ -188,8 +205,23 @@ async fn make_tvm_backend(_cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Optio
     )
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// Completes on SIGINT or SIGTERM, or when a supervisor closes our stdin.
+async fn shutdown_signal(supervised: bool) {
+    let supervisor_gone = async {
+        if !supervised {
+            return std::future::pending::<()>().await;
+        }
+        use tokio::io::AsyncReadExt;
+        let mut stdin = tokio::io::stdin();
+        let mut buf = [0u8; 64];
+        // Anything the supervisor writes is ignored; only EOF (or an error) counts.
+        while let Ok(n) = stdin.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+        tracing::info!("supervisor closed stdin");
+    };
     let ctrl_c = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %e, "cannot listen for Ctrl-C");
@@ -214,6 +246,7 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = term => {}
+        _ = supervisor_gone => {}
     }
     tracing::info!("shutdown requested");
 }
@@ -221,6 +254,14 @@ async fn shutdown_signal() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // Before the runtime starts a thread: threads keep the mask they start with.
+    if let Some(cpus) = &cli.cpus {
+        if let Err(e) = pin_current_process(cpus) {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+        tracing::info!(%cpus, "pinned to CPUs (--cpus)");
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -290,7 +331,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         worker_id: None,
         ca_cert: cli.ca_cert.clone().filter(|p| !p.as_os_str().is_empty()),
     };
-    let stats = run_worker(config, shutdown_signal()).await?;
+    let stats = run_worker(config, shutdown_signal(cli.supervised)).await?;
     tracing::info!(?stats, "worker stopped");
     Ok(())
 }
