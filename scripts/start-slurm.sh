@@ -7,6 +7,7 @@
 #
 #   scripts/start-slurm.sh           # install/start; exits at once if already up
 #   scripts/start-slurm.sh --check   # ...then submit test jobs to prove it works
+#   scripts/start-slurm.sh --clean   # ...and cancel every job left in the queue
 #
 # Idempotent: a second run, or a run after the daemons were killed, only
 # (re)starts what is missing. Cluster layout: one node named `hostname -s`
@@ -16,9 +17,11 @@
 set -euo pipefail
 
 CHECK=0
+CLEAN=0
 for arg in "$@"; do
   case "$arg" in
     --check) CHECK=1 ;;
+    --clean) CLEAN=1 ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "start-slurm: unknown argument: $arg" >&2; exit 2 ;;
   esac
@@ -65,6 +68,23 @@ show_logs() {
     echo "----- last lines of $f -----" >&2
     tail -n 40 "$f" >&2 2>/dev/null || echo "(missing)" >&2
   done
+}
+
+# Cancel every job in the queue and wait (15 s at most) until it is empty.
+# Useful after slurmctld was SIGKILLed: it recovers jobs from its last state
+# save, which can bring back jobs that had already been cancelled.
+clean_queue() {
+  local ids i
+  ids=$(squeue -h -o %A 2>/dev/null | sort -u | tr '\n' ' ')
+  [ -n "${ids// }" ] || return 0
+  log "--clean: cancelling jobs $ids"
+  # shellcheck disable=SC2086
+  scancel $ids 2>/dev/null || true
+  for i in $(seq 1 60); do
+    [ -z "$(squeue -h -o %A 2>/dev/null)" ] && return 0
+    sleep 0.25
+  done
+  die "--clean: jobs still queued 15 s after scancel: $(squeue -h -o '%i %T' | tr '\n' ' ')"
 }
 
 # ---------------------------------------------------------------- checks ---
@@ -174,6 +194,7 @@ if command -v sinfo >/dev/null && [ "$(cat "$CONF" 2>/dev/null || true)" = "$NEW
     && alive "$MUNGE_PID" munged && alive "$CTLD_PID" slurmctld \
     && alive "$SLURMD_PID" slurmd && usable "$(node_state)"; then
   report_up
+  [ "$CLEAN" -eq 1 ] && clean_queue
   [ "$CHECK" -eq 1 ] && run_check
   exit 0
 fi
@@ -266,5 +287,6 @@ while :; do
 done
 
 report_up
+[ "$CLEAN" -eq 1 ] && clean_queue
 [ "$CHECK" -eq 1 ] && run_check
 exit 0

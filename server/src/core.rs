@@ -33,6 +33,7 @@ use tunefleet_shared::protocol::{
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload};
 
+use crate::metrics::{CoreCounters, FleetMetrics};
 use crate::models::{ModelError, ModelRuns, Plan};
 use crate::scheduler::{
     CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection, Scheduler,
@@ -135,6 +136,9 @@ pub enum Command {
         artifact: ModelArtifactKind,
         reply: oneshot::Sender<Result<Vec<ArtifactFile>, String>>,
     },
+    Metrics {
+        reply: oneshot::Sender<FleetMetrics>,
+    },
     Tick,
     Shutdown {
         done: oneshot::Sender<()>,
@@ -186,6 +190,7 @@ pub struct Core {
     seq: u64,
     events: broadcast::Sender<Arc<Published>>,
     server_version: String,
+    counters: CoreCounters,
 }
 
 impl Core {
@@ -224,6 +229,7 @@ impl Core {
             seq: 0,
             events,
             server_version: env!("CARGO_PKG_VERSION").to_string(),
+            counters: CoreCounters::default(),
         })
     }
 
@@ -353,6 +359,12 @@ impl Core {
                         new_jobs,
                         duplicates,
                     });
+                }));
+            }
+            Command::Metrics { reply } => {
+                let metrics = self.metrics();
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(metrics);
                 }));
             }
             Command::Status { reply } => {
@@ -570,12 +582,15 @@ impl Core {
                     (event, true)
                 }
                 Output::WorkerJoined(session) => match self.scheduler.worker(session) {
-                    Some(view) => (
-                        FleetEvent::WorkerJoined {
-                            worker: Box::new(view.clone()),
-                        },
-                        true,
-                    ),
+                    Some(view) => {
+                        self.counters.worker_joins += 1;
+                        (
+                            FleetEvent::WorkerJoined {
+                                worker: Box::new(view.clone()),
+                            },
+                            true,
+                        )
+                    }
                     None => continue,
                 },
                 Output::WorkerChanged(session) => match self.scheduler.worker(session) {
@@ -589,6 +604,7 @@ impl Core {
                     None => continue,
                 },
                 Output::WorkerLeft { session, reason } => {
+                    self.counters.worker_leaves += 1;
                     self.sessions.remove(&session);
                     let event = FleetEvent::WorkerLeft {
                         session: crate::scheduler::session_label(session),
@@ -597,6 +613,9 @@ impl Core {
                     (event, true)
                 }
                 Output::Send { session, msg } => {
+                    if matches!(msg, MasterMessage::Assign { .. }) {
+                        self.counters.assignments += 1;
+                    }
                     batch.sends.push((session, Outbound::Msg(msg)));
                     continue;
                 }
@@ -637,6 +656,7 @@ impl Core {
                 .iter()
                 .filter_map(|name| self.models.get(name))
                 .collect();
+            self.counters.commits += 1;
             let mut attempt = 0;
             while let Err(e) = self.store.commit(
                 jobs.iter().copied(),
@@ -655,6 +675,7 @@ impl Core {
                 std::thread::sleep(Duration::from_millis(100 * attempt));
             }
         }
+        self.counters.events += batch.events.len() as u64;
         for event in batch.events {
             self.seq += 1;
             // Same shape as `ServerMessage::Event { seq, event }` (tested below).
@@ -699,6 +720,34 @@ impl Core {
             workers_busy: workers.iter().filter(|w| w.current_job.is_some()).count(),
             server_version: self.server_version.clone(),
         }
+    }
+
+    fn metrics(&self) -> FleetMetrics {
+        let mut metrics = FleetMetrics {
+            jobs: JobState::ALL.iter().map(|s| (*s, 0)).collect(),
+            counters: self.counters.clone(),
+            ..FleetMetrics::default()
+        };
+        for job in self.scheduler.jobs() {
+            let state = job.state();
+            *metrics.jobs.entry(state).or_default() += 1;
+            if state == JobState::Queued {
+                let target = job.view.workload.target.to_string();
+                *metrics.queued_by_target.entry(target).or_default() += 1;
+            }
+        }
+        for worker in self.scheduler.workers() {
+            match worker.current_job {
+                Some(_) => metrics.workers_busy += 1,
+                None => metrics.workers_idle += 1,
+            }
+        }
+        metrics.model_runs_active = self
+            .models
+            .runs()
+            .filter(|r| !r.state.is_terminal())
+            .count() as u64;
+        metrics
     }
 
     fn results(&self, job_ids: Option<&[JobId]>) -> Vec<JobView> {

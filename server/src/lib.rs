@@ -13,6 +13,7 @@ pub mod commands;
 pub mod core;
 pub mod export_trace;
 pub mod local_workers;
+pub mod metrics;
 pub mod models;
 pub mod net;
 pub mod scheduler;

@@ -286,6 +286,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_workloads_per_upload: args.max_workloads_per_upload,
             max_requests_per_second: args.max_requests_per_second,
             max_worker_messages_per_second: args.max_worker_messages_per_second,
+            max_connections: args.max_connections,
+            started_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
         }),
         shutdown: shutdown_rx,
         alive: alive_tx,

@@ -56,6 +56,10 @@ pub struct NetConfig {
     pub max_requests_per_second: u32,
     /// Messages per second per worker connection, progress excepted (0: unlimited).
     pub max_worker_messages_per_second: u32,
+    /// `--max-connections`, reported by `/metrics` beside the open count.
+    pub max_connections: usize,
+    /// When the master started (seconds since the Unix epoch), for `/metrics`.
+    pub started_at: f64,
 }
 
 impl fmt::Debug for NetConfig {
@@ -78,7 +82,8 @@ impl fmt::Debug for NetConfig {
                 "max_worker_messages_per_second",
                 &self.max_worker_messages_per_second,
             )
-            .finish()
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
     }
 }
 
@@ -101,7 +106,8 @@ pub fn router(state: AppState) -> Router {
     let router = Router::new()
         .route("/ws/worker", get(worker_upgrade))
         .route("/ws/client", get(client_upgrade))
-        .route("/healthz", get(|| async { "ok" }));
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics));
     let router = match web_dir {
         Some(dir) if dir.join("index.html").is_file() => {
             let index = dir.join("index.html");
@@ -110,6 +116,33 @@ pub fn router(state: AppState) -> Router {
         _ => router.route("/", get(no_dashboard)),
     };
     router.with_state(state)
+}
+
+/// Prometheus text format; open like `/healthz`: counts only, no job content.
+async fn metrics(State(state): State<AppState>) -> Response {
+    use crate::metrics::{render, ProcessMetrics, ServerMetrics};
+    let Some(fleet) = state
+        .core
+        .ask(|reply| crate::core::Command::Metrics { reply })
+        .await
+    else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the master is stopping").into_response();
+    };
+    let max = state.config.max_connections;
+    let server = ServerMetrics {
+        connections_open: max.saturating_sub(state.connections.available_permits()) as u64,
+        connections_max: max as u64,
+        subscribers: state.core.events.receiver_count() as u64,
+        process: ProcessMetrics::read(state.config.started_at),
+    };
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render(&fleet, &server),
+    )
+        .into_response()
 }
 
 async fn no_dashboard() -> impl IntoResponse {
