@@ -12,6 +12,7 @@ pub mod client;
 pub mod commands;
 pub mod core;
 pub mod export_trace;
+pub mod launch;
 pub mod local_workers;
 pub mod metrics;
 pub mod models;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tunefleet_server::commands::{self, ClientCli};
-use tunefleet_server::{export_trace, serve};
+use tunefleet_server::{export_trace, launch, serve};
 
 #[derive(Parser)]
 #[command(
@@ -25,6 +25,8 @@ enum Cmd {
     Client(ClientCli),
     /// Print the state database's event log as JSON lines (works offline).
     ExportTrace(export_trace::ExportTraceArgs),
+    /// Start workers through a cluster's job manager (Slurm).
+    Launch(launch::LaunchArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
             Cmd::Serve(args) => runtime.block_on(serve::run(args)),
             Cmd::Client(command) => runtime.block_on(command.run()),
             Cmd::ExportTrace(args) => export_trace::run(args),
+            Cmd::Launch(args) => args.run(),
         },
         Err(e) => Err(e.into()),
     };
