@@ -309,3 +309,27 @@ async fn clients_without_the_admin_token_cannot_change_anything() {
         0
     );
 }
+
+/// PROTOCOL.md: `id` is a number; a string id is refused with `"id": null`
+/// (it cannot be echoed as an id) and the connection stays usable.
+#[tokio::test]
+async fn a_string_id_is_refused_and_the_connection_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = Master::start(dir.path(), &[]);
+    let mut ws = raw(&master, "/ws/client").await;
+    send(
+        &mut ws,
+        json!({"id": 1, "type": "hello", "protocol": 1, "token": ADMIN_TOKEN}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await.expect("welcome")["type"], "reply");
+    send(&mut ws, json!({"id": "2", "type": "status"})).await;
+    let refused = next(&mut ws).await.expect("an error, not a close");
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(refused["code"], "bad_request", "{refused}");
+    assert!(refused["id"].is_null(), "{refused}");
+    send(&mut ws, json!({"id": 3, "type": "status"})).await;
+    let status = next(&mut ws).await.expect("status reply");
+    assert_eq!(status["id"], 3, "{status}");
+    assert_eq!(status["type"], "reply", "{status}");
+}

@@ -49,14 +49,29 @@ impl Connection {
             Some(Ok(Message::Text(text))) => Frame::Text(text.to_string()),
             Some(Ok(Message::Binary(_))) => Frame::Binary,
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => Frame::Control,
-            Some(Ok(Message::Close(frame))) => Frame::Closed {
-                code: frame.as_ref().map(|f| f.code),
-                reason: frame.map(|f| f.reason.to_string()).unwrap_or_default(),
-            },
+            Some(Ok(Message::Close(frame))) => {
+                self.answer_close().await;
+                Frame::Closed {
+                    code: frame.as_ref().map(|f| f.code),
+                    reason: frame.map(|f| f.reason.to_string()).unwrap_or_default(),
+                }
+            }
             Some(Err(e)) => classify(e),
         };
         self.last_seen = Instant::now();
         frame
+    }
+
+    /// RFC 6455 §5.5.1: a close frame is answered before the TCP close.
+    /// tungstenite queues the answer when it reads the peer's close, but only
+    /// writes it on the next flush; without this the handler drops the
+    /// socket first and the peer sees 1006 (abnormal closure).
+    async fn answer_close(&mut self) {
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            futures_util::SinkExt::flush(&mut self.socket),
+        )
+        .await;
     }
 
     pub async fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), axum::Error> {
