@@ -193,13 +193,20 @@ class Mirror:
             self.jobs = {job["job_id"]: job for job in msg["snapshot"]["jobs"]}
             self.last_seq = seq
             return True
-        if self.last_seq is not None and seq < self.last_seq:
-            return True  # older than the snapshot we have
-        in_order = self.last_seq is None or seq <= self.last_seq + 1
+        if self.last_seq is None or seq <= self.last_seq:
+            return True  # already in the snapshot we have
+        in_order = seq == self.last_seq + 1
         event = msg["event"]
         if event.get("kind") == "job_updated":
             job = event["job"]
-            self.jobs[job["job_id"]] = job  # events carry the full job
+            self.jobs[job["job_id"]] = job  # the full job
+        elif event.get("kind") == "job_progress":
+            p = event["progress"]  # a delta for a running job
+            job = self.jobs.get(p["job_id"])
+            if job is not None:
+                job.update(state="running", trials_done=p["trials_done"],
+                           trials_total=p["trials_total"],
+                           best_latency_s=p["best_latency_s"], updated_at=p["updated_at"])
         self.last_seq = seq
         return in_order
 

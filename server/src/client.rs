@@ -35,7 +35,7 @@
 //! snapshot and the events and tells the caller when it missed events.
 
 use futures_util::{SinkExt, StreamExt};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,11 +46,9 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
-use tunefleet_shared::model::ModelView;
 use tunefleet_shared::protocol::{
-    close_code, ClientCommand, ClientRequest, ErrorCode, FleetEvent, FleetSnapshot, JobCounts,
-    JobId, JobState, JobView, ReplyBody, Role, ServerMessage, StatusReport, SubmitReport,
-    WorkerView, PROTOCOL_VERSION,
+    close_code, ClientCommand, ClientRequest, ErrorCode, FleetEvent, FleetSnapshot, JobId, JobView,
+    ReplyBody, Role, ServerMessage, StatusReport, SubmitReport, PROTOCOL_VERSION,
 };
 
 /// The path of the client endpoint, appended to the `--server` base URL.
@@ -864,132 +862,16 @@ impl Client {
     }
 }
 
-/// What [`FleetView::apply_event`] made of an event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventOutcome {
-    /// The next event in order (or a harmless repeat of the last one); applied.
-    Applied,
-    /// Older than what the view already reflects; ignored.
-    Stale,
-    /// Events `expected..got` were missed. The event was applied (events carry
-    /// full state of one job or worker), but other changes may be missing:
-    /// resubscribe to get a fresh snapshot.
-    Gap { expected: u64, got: u64 },
-}
-
-/// A subscriber's local mirror of the fleet.
-///
-/// Sequence rule: a snapshot numbered `S` reflects every event up to `S`; the
-/// next event is `S + 1`. Every event carries the full state of one job or
-/// worker, so applying one twice is harmless; an event numbered `S` right after
-/// the snapshot is therefore re-applied rather than dropped, which keeps the
-/// view right even if the master numbers snapshots with the *next* seq.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct FleetView {
-    pub jobs: HashMap<JobId, JobView>,
-    /// By session id.
-    pub workers: HashMap<String, WorkerView>,
-    /// Model runs by name.
-    pub models: HashMap<String, ModelView>,
-    last_seq: Option<u64>,
-}
-
-impl FleetView {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Seq of the last snapshot or event applied.
-    pub fn last_seq(&self) -> Option<u64> {
-        self.last_seq
-    }
-
-    /// Replaces the whole view.
-    pub fn apply_snapshot(&mut self, seq: u64, snapshot: FleetSnapshot) {
-        self.jobs = snapshot
-            .jobs
-            .into_iter()
-            .map(|job| (job.job_id.clone(), job))
-            .collect();
-        self.workers = snapshot
-            .workers
-            .into_iter()
-            .map(|w| (w.session.clone(), w))
-            .collect();
-        self.models = snapshot
-            .models
-            .into_iter()
-            .map(|m| (m.name.clone(), m))
-            .collect();
-        self.last_seq = Some(seq);
-    }
-
-    /// Applies one event and reports whether it followed the previous one.
-    pub fn apply_event(&mut self, seq: u64, event: &FleetEvent) -> EventOutcome {
-        let outcome = match self.last_seq {
-            Some(last) if seq < last => return EventOutcome::Stale,
-            Some(last) if seq > last.saturating_add(1) => EventOutcome::Gap {
-                expected: last + 1,
-                got: seq,
-            },
-            _ => EventOutcome::Applied,
-        };
-        match event {
-            FleetEvent::WorkerJoined { worker } | FleetEvent::WorkerUpdated { worker } => {
-                self.workers
-                    .insert(worker.session.clone(), (**worker).clone());
-            }
-            FleetEvent::WorkerLeft { session, .. } => {
-                self.workers.remove(session);
-            }
-            FleetEvent::JobUpdated { job } => {
-                self.jobs.insert(job.job_id.clone(), (**job).clone());
-            }
-            FleetEvent::ModelUpdated { model } => {
-                self.models.insert(model.name.clone(), (**model).clone());
-            }
-        }
-        self.last_seq = Some(seq);
-        outcome
-    }
-
-    /// Jobs per state, computed from the mirror.
-    pub fn counts(&self) -> JobCounts {
-        let mut counts = JobCounts {
-            total: self.jobs.len(),
-            ..JobCounts::default()
-        };
-        for job in self.jobs.values() {
-            match job.state {
-                JobState::Queued => counts.queued += 1,
-                JobState::Assigned | JobState::Running => counts.running += 1,
-                JobState::Done => counts.done += 1,
-                JobState::Failed => counts.failed += 1,
-                JobState::Cancelled => counts.cancelled += 1,
-            }
-        }
-        counts
-    }
-
-    /// Workers currently working on a job.
-    pub fn workers_busy(&self) -> usize {
-        self.workers
-            .values()
-            .filter(|w| w.current_job.is_some())
-            .count()
-    }
-
-    /// Whether there is at least one job and every job is done, failed or cancelled.
-    pub fn all_terminal(&self) -> bool {
-        !self.jobs.is_empty() && self.jobs.values().all(|j| j.state.is_terminal())
-    }
-}
+/// A subscriber's mirror of the fleet: the reducer the dashboard uses too,
+/// written once in `tunefleet_shared::fleet`.
+pub use tunefleet_shared::fleet::{EventOutcome, Fleet as FleetView};
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use serde_json::json;
     use tokio::net::TcpListener;
+    use tunefleet_shared::protocol::{JobCounts, JobState};
     use tunefleet_shared::workload::Workload;
 
     /// The one place tests build a workload (its format is still moving).
@@ -1020,28 +902,6 @@ pub(crate) mod tests {
             updated_at: 1,
             started_at: None,
             finished_at: None,
-        }
-    }
-
-    fn worker(session: &str, current: Option<&str>) -> WorkerView {
-        WorkerView {
-            session: session.into(),
-            worker_id: format!("id-{session}"),
-            name: format!("w-{session}"),
-            target: tunefleet_shared::target::Target::of_kind("llvm"),
-            backend: "sim".into(),
-            tvm_version: None,
-            current_job: current.map(str::to_owned),
-            jobs_done: 0,
-            connected_at: 0,
-        }
-    }
-
-    fn snapshot() -> FleetSnapshot {
-        FleetSnapshot {
-            jobs: vec![job("a", JobState::Queued), job("b", JobState::Running)],
-            workers: vec![worker("s1", Some("b"))],
-            models: vec![],
         }
     }
 
@@ -1113,86 +973,6 @@ pub(crate) mod tests {
             reason: String::new()
         }
         .is_retryable());
-    }
-
-    #[test]
-    fn fleet_view_applies_snapshot_and_events_in_order() {
-        let mut view = FleetView::new();
-        view.apply_snapshot(10, snapshot());
-        assert_eq!(view.last_seq(), Some(10));
-        assert_eq!(view.counts().total, 2);
-        assert_eq!(view.counts().queued, 1);
-        assert_eq!(view.counts().running, 1);
-        assert_eq!(view.workers_busy(), 1);
-
-        let ev = FleetEvent::JobUpdated {
-            job: Box::new(job("a", JobState::Done)),
-        };
-        assert_eq!(view.apply_event(11, &ev), EventOutcome::Applied);
-        let ev = FleetEvent::JobUpdated {
-            job: Box::new(job("c", JobState::Failed)),
-        };
-        assert_eq!(view.apply_event(12, &ev), EventOutcome::Applied);
-        let ev = FleetEvent::WorkerLeft {
-            session: "s1".into(),
-            reason: "gone".into(),
-        };
-        assert_eq!(view.apply_event(13, &ev), EventOutcome::Applied);
-        let counts = view.counts();
-        assert_eq!(
-            counts,
-            JobCounts {
-                total: 3,
-                queued: 0,
-                running: 1,
-                done: 1,
-                failed: 1,
-                cancelled: 0
-            }
-        );
-        assert!(view.workers.is_empty());
-        assert!(!view.all_terminal());
-        let ev = FleetEvent::JobUpdated {
-            job: Box::new(job("b", JobState::Cancelled)),
-        };
-        view.apply_event(14, &ev);
-        assert!(view.all_terminal());
-    }
-
-    #[test]
-    fn fleet_view_reports_gaps_and_ignores_stale_events() {
-        let mut view = FleetView::new();
-        view.apply_snapshot(5, snapshot());
-        let done_a = FleetEvent::JobUpdated {
-            job: Box::new(job("a", JobState::Done)),
-        };
-        // An event already reflected by the snapshot must not roll state back.
-        let queued_b = FleetEvent::JobUpdated {
-            job: Box::new(job("b", JobState::Queued)),
-        };
-        assert_eq!(view.apply_event(4, &queued_b), EventOutcome::Stale);
-        assert_eq!(view.jobs["b"].state, JobState::Running);
-        // Same seq as the snapshot: re-applied, harmless.
-        assert_eq!(view.apply_event(5, &done_a), EventOutcome::Applied);
-        assert_eq!(
-            view.apply_event(9, &done_a),
-            EventOutcome::Gap {
-                expected: 6,
-                got: 9
-            }
-        );
-        assert_eq!(view.last_seq(), Some(9));
-        // A fresh snapshot resets the sequence, even backwards (master restart).
-        view.apply_snapshot(1, FleetSnapshot::default());
-        assert!(view.jobs.is_empty());
-        assert_eq!(view.counts(), JobCounts::default());
-        assert!(!view.all_terminal(), "no jobs is not 'all done'");
-        let joined = FleetEvent::WorkerJoined {
-            worker: Box::new(worker("s2", None)),
-        };
-        assert_eq!(view.apply_event(2, &joined), EventOutcome::Applied);
-        assert_eq!(view.workers.len(), 1);
-        assert_eq!(view.workers_busy(), 0);
     }
 
     /// A scripted master: accepts one client, answers `hello`, then runs `script`.

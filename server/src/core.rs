@@ -27,7 +27,7 @@ use tunefleet_shared::model::{
     base64, ArtifactFile, ModelArtifactKind, ModelStage, ModelSubmission, ModelView,
 };
 use tunefleet_shared::protocol::{
-    FleetEvent, FleetSnapshot, JobCounts, JobId, JobResult, JobState, JobView, Lease,
+    FleetEvent, FleetSnapshot, JobCounts, JobId, JobProgress, JobResult, JobState, JobView, Lease,
     MasterMessage, Millis, StatusReport, SubmitReport, WorkerHello,
 };
 use tunefleet_shared::target::Target;
@@ -580,6 +580,23 @@ impl Core {
                     };
                     batch.dirty.push(id);
                     (event, true)
+                }
+                // Only published: a progress report changes nothing a restart keeps.
+                Output::JobProgressed(id) => {
+                    let Some(job) = self.scheduler.job(&id) else {
+                        continue;
+                    };
+                    let v = &job.view;
+                    let event = FleetEvent::JobProgress {
+                        progress: JobProgress {
+                            job_id: id,
+                            trials_done: v.trials_done,
+                            trials_total: v.trials_total,
+                            best_latency_s: v.best_latency_s,
+                            updated_at: v.updated_at,
+                        },
+                    };
+                    (event, false)
                 }
                 Output::WorkerJoined(session) => match self.scheduler.worker(session) {
                     Some(view) => {

@@ -20,8 +20,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use tunefleet_shared::model::{TunerSettings, WarmStart};
 use tunefleet_shared::protocol::{
-    JobError, JobId, JobResult, JobState, JobView, Lease, MasterMessage, Millis, ProgressPoint,
-    ResultMeta, TuningRecord, WorkerHello, WorkerView, MAX_HISTORY_POINTS,
+    record_progress_point, JobError, JobId, JobResult, JobState, JobView, Lease, MasterMessage,
+    Millis, ResultMeta, TuningRecord, WorkerHello, WorkerView,
 };
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload};
@@ -118,6 +118,9 @@ struct Session {
 pub enum Output {
     /// The job changed: persist it, then publish its view.
     JobChanged(JobId),
+    /// Only a running job's progress changed: publish the delta; nothing to
+    /// persist (an in-flight job is recycled with its curve cleared on recovery).
+    JobProgressed(JobId),
     WorkerJoined(SessionId),
     WorkerChanged(SessionId),
     WorkerLeft {
@@ -500,6 +503,7 @@ impl Scheduler {
             best_latency_s,
         } = *report;
         let job = self.held_job_mut(session, job_id, lease)?;
+        let was_running = job.view.state == JobState::Running;
         job.view.state = JobState::Running;
         job.view.trials_done = trials_done.min(trials_total.max(job.view.trials_total));
         if trials_total > 0 {
@@ -508,11 +512,15 @@ impl Scheduler {
         if let Some(best) = best_latency_s.filter(|b| b.is_finite() && *b > 0.0) {
             let best = job.view.best_latency_s.map_or(best, |b| b.min(best));
             job.view.best_latency_s = Some(best);
-            record_point(&mut job.view.history, job.view.trials_done, best);
+            record_progress_point(&mut job.view.history, job.view.trials_done, best);
         }
         job.view.updated_at = now;
         job.last_progress_at = now;
-        out.push(Output::JobChanged(job_id.clone()));
+        out.push(if was_running {
+            Output::JobProgressed(job_id.clone())
+        } else {
+            Output::JobChanged(job_id.clone())
+        });
         Ok(())
     }
 
@@ -950,24 +958,6 @@ impl Scheduler {
 }
 
 /// Appends a curve point, thinning old points to stay within the cap.
-fn record_point(history: &mut Vec<ProgressPoint>, trials: u32, best_latency_s: f64) {
-    match history.last_mut() {
-        Some(last) if last.trials == trials => last.best_latency_s = best_latency_s,
-        _ => history.push(ProgressPoint {
-            trials,
-            best_latency_s,
-        }),
-    }
-    if history.len() > MAX_HISTORY_POINTS {
-        let last = history.len() - 1;
-        let mut i = 0;
-        history.retain(|_| {
-            i += 1;
-            i % 2 == 1 || i - 1 == last
-        });
-    }
-}
-
 pub fn session_label(session: SessionId) -> String {
     format!("w{session}")
 }

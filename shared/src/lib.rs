@@ -4,6 +4,7 @@
 
 pub mod cpus;
 pub mod export;
+pub mod fleet;
 pub mod lorien;
 pub mod model;
 pub mod onnx;

@@ -536,6 +536,56 @@ pub struct ProgressPoint {
 /// Most points kept per job; older ones are thinned out, never the latest.
 pub const MAX_HISTORY_POINTS: usize = 256;
 
+/// Adds a point to a job's curve, exactly as the master does, so that a
+/// subscriber applying `job_progress` events keeps the same curve as the
+/// master's view: a point with the same `trials` as the last one replaces it;
+/// past [`MAX_HISTORY_POINTS`], every other point goes, never the latest.
+pub fn record_progress_point(history: &mut Vec<ProgressPoint>, trials: u32, best_latency_s: f64) {
+    match history.last_mut() {
+        Some(last) if last.trials == trials => last.best_latency_s = best_latency_s,
+        _ => history.push(ProgressPoint {
+            trials,
+            best_latency_s,
+        }),
+    }
+    if history.len() > MAX_HISTORY_POINTS {
+        let last = history.len() - 1;
+        let mut i = 0;
+        history.retain(|_| {
+            i += 1;
+            i % 2 == 1 || i - 1 == last
+        });
+    }
+}
+
+/// A running job's progress, as the small event subscribers get for each
+/// accepted report (the job's other fields are unchanged).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct JobProgress {
+    pub job_id: JobId,
+    pub trials_done: u32,
+    pub trials_total: u32,
+    /// The job's best latency so far; when set, the curve gets the point
+    /// (`trials_done`, `best_latency_s`) by [`record_progress_point`]'s rule.
+    pub best_latency_s: Option<f64>,
+    pub updated_at: Millis,
+}
+
+impl JobProgress {
+    /// Applies the delta to a job's view: what a subscriber does with it.
+    pub fn apply_to(&self, job: &mut JobView) {
+        job.state = JobState::Running;
+        job.trials_done = self.trials_done;
+        job.trials_total = self.trials_total;
+        job.best_latency_s = self.best_latency_s;
+        if let Some(best) = self.best_latency_s {
+            record_progress_point(&mut job.history, self.trials_done, best);
+        }
+        job.updated_at = self.updated_at;
+    }
+}
+
 /// Everything a client may want to know about one job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -576,11 +626,27 @@ pub struct FleetSnapshot {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FleetEvent {
-    WorkerJoined { worker: Box<WorkerView> },
-    WorkerLeft { session: String, reason: String },
-    WorkerUpdated { worker: Box<WorkerView> },
-    JobUpdated { job: Box<JobView> },
-    ModelUpdated { model: Box<ModelView> },
+    WorkerJoined {
+        worker: Box<WorkerView>,
+    },
+    WorkerLeft {
+        session: String,
+        reason: String,
+    },
+    WorkerUpdated {
+        worker: Box<WorkerView>,
+    },
+    JobUpdated {
+        job: Box<JobView>,
+    },
+    /// Progress of a job already `running`: a delta to apply to its view
+    /// ([`JobProgress::apply_to`]), not a whole view.
+    JobProgress {
+        progress: JobProgress,
+    },
+    ModelUpdated {
+        model: Box<ModelView>,
+    },
 }
 
 /// What `Debug` prints instead of a secret.

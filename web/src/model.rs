@@ -13,180 +13,19 @@
 //!   replies, and what to do when the socket closes.
 
 use std::collections::HashMap;
-use tunefleet_shared::model::ModelView;
 
 use tunefleet_shared::protocol::{
-    close_code, ClientCommand, ClientRequest, ErrorCode, FleetEvent, FleetSnapshot, JobId,
-    JobState, JobView, Millis, ReplyBody, Role, ServerMessage, SubmitReport, WorkerView,
-    PROTOCOL_VERSION,
+    close_code, ClientCommand, ClientRequest, ErrorCode, JobId, JobState, JobView, Millis,
+    ReplyBody, Role, ServerMessage, SubmitReport, PROTOCOL_VERSION,
 };
 
-/// Everything the master told us about jobs and workers.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Fleet {
-    /// Ordered like the master's `results`: `created_at`, then name, then id.
-    jobs: Vec<JobView>,
-    index: HashMap<JobId, usize>,
-    /// Live workers, ordered by `connected_at` then session.
-    workers: Vec<WorkerView>,
-    /// Model runs, oldest first.
-    models: Vec<ModelView>,
-    /// `seq` of the last snapshot or event applied; `None` before the first snapshot.
-    seq: Option<u64>,
-    /// Snapshots applied so far (1 after the first subscribe; more after resyncs).
-    pub snapshots: u64,
-}
+/// The state reducer for the pub/sub stream, shared with the native client
+/// (`tunefleet watch`): one sequence rule, one way to apply a progress delta.
+pub use tunefleet_shared::fleet::{job_order, EventOutcome, Fleet};
 
-/// What [`Fleet::apply_event`] made of an event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventOutcome {
-    Applied,
-    /// Older than the state we have (or before any snapshot): ignored.
-    Stale,
-    /// Applied, but events were missed before it: ask for a fresh snapshot.
-    Gap,
-}
-
-fn job_order(a: &JobView, b: &JobView) -> std::cmp::Ordering {
-    (a.created_at, &a.name, &a.job_id).cmp(&(b.created_at, &b.name, &b.job_id))
-}
-
-impl Fleet {
-    pub fn jobs(&self) -> &[JobView] {
-        &self.jobs
-    }
-
-    pub fn workers(&self) -> &[WorkerView] {
-        &self.workers
-    }
-
-    pub fn seq(&self) -> Option<u64> {
-        self.seq
-    }
-
-    /// True once a snapshot arrived (the tables show data, not a placeholder).
-    pub fn synced(&self) -> bool {
-        self.seq.is_some()
-    }
-
-    pub fn job(&self, job_id: &str) -> Option<&JobView> {
-        self.index.get(job_id).map(|&i| &self.jobs[i])
-    }
-
-    pub fn models(&self) -> &[ModelView] {
-        &self.models
-    }
-
-    pub fn worker_by_session(&self, session: &str) -> Option<&WorkerView> {
-        self.workers.iter().find(|w| w.session == session)
-    }
-
-    /// Replaces the whole state with a snapshot.
-    pub fn apply_snapshot(&mut self, seq: u64, snapshot: FleetSnapshot) {
-        let FleetSnapshot {
-            mut jobs,
-            mut workers,
-            mut models,
-        } = snapshot;
-        models.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
-        self.models = models;
-        // The master sends each job once; should it not, the last copy wins
-        // rather than showing two rows.
-        let mut seen = HashMap::with_capacity(jobs.len());
-        for (i, job) in jobs.iter().enumerate() {
-            seen.insert(job.job_id.clone(), i);
-        }
-        let mut i = 0;
-        jobs.retain(|job| {
-            let keep = seen.get(&job.job_id) == Some(&i);
-            i += 1;
-            keep
-        });
-        jobs.sort_by(job_order);
-        let mut sessions = std::collections::HashSet::new();
-        workers.reverse();
-        workers.retain(|w| sessions.insert(w.session.clone()));
-        workers.sort_by(|a, b| (a.connected_at, &a.session).cmp(&(b.connected_at, &b.session)));
-        self.jobs = jobs;
-        self.workers = workers;
-        self.reindex();
-        self.seq = Some(seq);
-        self.snapshots += 1;
-    }
-
-    /// Applies one event of the stream.
-    pub fn apply_event(&mut self, seq: u64, event: FleetEvent) -> EventOutcome {
-        let outcome = match self.seq {
-            None => return EventOutcome::Stale,
-            Some(last) if seq <= last => return EventOutcome::Stale,
-            Some(last) if seq == last + 1 => EventOutcome::Applied,
-            Some(_) => EventOutcome::Gap,
-        };
-        self.seq = Some(seq);
-        match event {
-            FleetEvent::JobUpdated { job } => self.upsert_job(*job),
-            FleetEvent::WorkerJoined { worker } | FleetEvent::WorkerUpdated { worker } => {
-                self.upsert_worker(*worker)
-            }
-            FleetEvent::WorkerLeft { session, .. } => self.workers.retain(|w| w.session != session),
-            FleetEvent::ModelUpdated { model } => {
-                match self.models.iter_mut().find(|m| m.name == model.name) {
-                    Some(slot) => *slot = *model,
-                    None => self.models.push(*model),
-                }
-            }
-        }
-        outcome
-    }
-
-    fn upsert_job(&mut self, job: JobView) {
-        match self.index.get(&job.job_id) {
-            Some(&i) if job_order(&self.jobs[i], &job).is_eq() => self.jobs[i] = job,
-            Some(&i) => {
-                self.jobs[i] = job;
-                self.jobs.sort_by(job_order);
-                self.reindex();
-            }
-            None => {
-                let at = self
-                    .jobs
-                    .partition_point(|j| job_order(j, &job) == std::cmp::Ordering::Less);
-                self.jobs.insert(at, job);
-                self.reindex();
-            }
-        }
-    }
-
-    fn upsert_worker(&mut self, worker: WorkerView) {
-        match self
-            .workers
-            .iter_mut()
-            .find(|w| w.session == worker.session)
-        {
-            Some(slot) => *slot = worker,
-            None => {
-                let key = (worker.connected_at, worker.session.clone());
-                let at = self
-                    .workers
-                    .partition_point(|w| (w.connected_at, w.session.clone()) < key);
-                self.workers.insert(at, worker);
-            }
-        }
-    }
-
-    fn reindex(&mut self) {
-        self.index = self
-            .jobs
-            .iter()
-            .enumerate()
-            .map(|(i, j)| (j.job_id.clone(), i))
-            .collect();
-    }
-
-    /// The fleet-wide numbers behind the overall progress bar.
-    pub fn overall(&self, now: Millis) -> Overall {
-        overall(&self.jobs, now)
-    }
+/// The fleet-wide numbers behind the overall progress bar.
+pub fn fleet_overall(fleet: &Fleet, now: Millis) -> Overall {
+    overall(fleet.jobs(), now)
 }
 
 /// The overall progress bar's numbers.
@@ -684,7 +523,7 @@ impl Session {
                 self.fresh = true;
             }
             ServerMessage::Event { seq, event } => {
-                if self.fleet.apply_event(seq, event) == EventOutcome::Gap {
+                if matches!(self.fleet.apply_event(seq, event), EventOutcome::Gap { .. }) {
                     let frame = self.frame(ClientCommand::Subscribe, Pending::Subscribe);
                     effects.push(Effect::Send(frame));
                 }
@@ -754,6 +593,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tunefleet_shared::protocol::{FleetEvent, FleetSnapshot, WorkerView};
     use tunefleet_shared::protocol::{ProgressPoint, ResultMeta};
     use tunefleet_shared::target::Target;
     use tunefleet_shared::workload::parse_workload_file;
@@ -871,7 +711,13 @@ mod tests {
         assert_eq!(out, EventOutcome::Stale);
         assert_eq!(fleet.job("a").unwrap().state, JobState::Running);
         let out = fleet.apply_event(8, job_event(job("a", "a", 1, JobState::Done)));
-        assert_eq!(out, EventOutcome::Gap);
+        assert_eq!(
+            out,
+            EventOutcome::Gap {
+                expected: 6,
+                got: 8
+            }
+        );
         assert_eq!(fleet.job("a").unwrap().state, JobState::Done);
     }
 

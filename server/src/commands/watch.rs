@@ -154,7 +154,7 @@ async fn follow(
                 view.apply_snapshot(seq, snapshot);
                 display.resync(view);
             }
-            Ok(Some(Update::Event(seq, event))) => match view.apply_event(seq, &event) {
+            Ok(Some(Update::Event(seq, event))) => match view.apply_event(seq, event) {
                 EventOutcome::Applied | EventOutcome::Stale => {}
                 EventOutcome::Gap { expected, got } => {
                     display.update(view);
@@ -212,7 +212,7 @@ impl Progress {
     pub fn of(view: &FleetView) -> Self {
         let c = view.counts();
         Progress {
-            workers: view.workers.len(),
+            workers: view.workers().len(),
             finished: c.done + c.failed + c.cancelled,
             total: c.total,
             failed: c.failed,
@@ -239,7 +239,7 @@ impl Progress {
 /// One line per model run that is not finished (or finished since the last
 /// look): `model squeezenet: tuning 24/40 trials, estimated 62.1 ms`.
 pub fn model_lines(view: &FleetView) -> Vec<String> {
-    let mut models: Vec<_> = view.models.values().collect();
+    let mut models: Vec<_> = view.models().iter().collect();
     models.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
     models
         .into_iter()

@@ -1,0 +1,198 @@
+use super::*;
+use crate::protocol::{JobCounts, ProgressPoint, MAX_HISTORY_POINTS};
+use crate::target::Target;
+use crate::workload::Workload;
+
+fn job(id: &str, state: JobState) -> JobView {
+    let workload: Workload = serde_json::from_value(serde_json::json!({
+        "name": format!("job-{id}"), "op": "matmul", "shape": {"m": 64, "n": 64, "k": 64},
+        "dtype": "float32", "target": {"kind": "llvm"}, "trials": 16
+    }))
+    .unwrap();
+    JobView {
+        job_id: id.into(),
+        name: format!("job-{id}"),
+        workload,
+        state,
+        attempts: 1,
+        worker: None,
+        trials_done: 0,
+        trials_total: 16,
+        best_latency_s: None,
+        records: vec![],
+        history: vec![],
+        errors: vec![],
+        result: None,
+        created_at: 1,
+        updated_at: 1,
+        started_at: None,
+        finished_at: None,
+    }
+}
+
+fn worker(session: &str, current: Option<&str>) -> WorkerView {
+    WorkerView {
+        session: session.into(),
+        worker_id: format!("id-{session}"),
+        name: format!("w-{session}"),
+        target: Target::of_kind("llvm"),
+        backend: "sim".into(),
+        tvm_version: None,
+        current_job: current.map(str::to_owned),
+        jobs_done: 0,
+        connected_at: 0,
+    }
+}
+
+fn snapshot() -> FleetSnapshot {
+    FleetSnapshot {
+        jobs: vec![job("a", JobState::Queued), job("b", JobState::Running)],
+        workers: vec![worker("s1", Some("b"))],
+        models: vec![],
+    }
+}
+
+fn updated(id: &str, state: JobState) -> FleetEvent {
+    FleetEvent::JobUpdated {
+        job: Box::new(job(id, state)),
+    }
+}
+
+fn progress(id: &str, trials_done: u32, best: Option<f64>) -> FleetEvent {
+    FleetEvent::JobProgress {
+        progress: JobProgress {
+            job_id: id.into(),
+            trials_done,
+            trials_total: 16,
+            best_latency_s: best,
+            updated_at: 2,
+        },
+    }
+}
+
+#[test]
+fn applies_a_snapshot_then_events_in_order() {
+    let mut fleet = Fleet::new();
+    fleet.apply_snapshot(10, snapshot());
+    assert_eq!(fleet.seq(), Some(10));
+    assert_eq!(fleet.counts().queued, 1);
+    assert_eq!(fleet.counts().running, 1);
+    assert_eq!(fleet.workers_busy(), 1);
+    assert_eq!(
+        fleet.apply_event(11, updated("a", JobState::Done)),
+        EventOutcome::Applied
+    );
+    assert_eq!(
+        fleet.apply_event(12, updated("c", JobState::Failed)),
+        EventOutcome::Applied
+    );
+    let left = FleetEvent::WorkerLeft {
+        session: "s1".into(),
+        reason: "gone".into(),
+    };
+    assert_eq!(fleet.apply_event(13, left), EventOutcome::Applied);
+    assert_eq!(
+        fleet.counts(),
+        JobCounts {
+            total: 3,
+            queued: 0,
+            running: 1,
+            done: 1,
+            failed: 1,
+            cancelled: 0
+        }
+    );
+    assert!(fleet.workers().is_empty());
+    assert!(!fleet.all_terminal());
+    fleet.apply_event(14, updated("b", JobState::Cancelled));
+    assert!(fleet.all_terminal());
+}
+
+#[test]
+fn an_event_numbered_like_the_snapshot_is_already_in_it() {
+    let mut fleet = Fleet::new();
+    // Before any snapshot there is nothing to apply an event to.
+    assert_eq!(
+        fleet.apply_event(1, updated("a", JobState::Done)),
+        EventOutcome::Stale
+    );
+    fleet.apply_snapshot(5, snapshot());
+    assert_eq!(
+        fleet.apply_event(4, updated("b", JobState::Queued)),
+        EventOutcome::Stale
+    );
+    assert_eq!(
+        fleet.apply_event(5, updated("b", JobState::Queued)),
+        EventOutcome::Stale
+    );
+    assert_eq!(fleet.job("b").unwrap().state, JobState::Running);
+    assert_eq!(
+        fleet.apply_event(9, updated("a", JobState::Done)),
+        EventOutcome::Gap {
+            expected: 6,
+            got: 9
+        }
+    );
+    assert_eq!(
+        fleet.job("a").unwrap().state,
+        JobState::Done,
+        "a gap's event is applied"
+    );
+    assert_eq!(fleet.seq(), Some(9));
+    // A fresh snapshot replaces everything, even with a lower number.
+    fleet.apply_snapshot(1, FleetSnapshot::default());
+    assert!(fleet.jobs().is_empty());
+    assert!(!fleet.all_terminal(), "no jobs is not 'all done'");
+    assert_eq!(fleet.snapshots, 2);
+}
+
+#[test]
+fn a_progress_delta_updates_the_job_and_its_curve_like_the_master() {
+    let mut fleet = Fleet::new();
+    fleet.apply_snapshot(0, snapshot());
+    fleet.apply_event(1, progress("b", 4, Some(2e-3)));
+    fleet.apply_event(2, progress("b", 8, None));
+    fleet.apply_event(3, progress("b", 8, Some(1e-3)));
+    let b = fleet.job("b").unwrap();
+    assert_eq!((b.trials_done, b.best_latency_s), (8, Some(1e-3)));
+    assert_eq!(
+        b.history,
+        [
+            ProgressPoint {
+                trials: 4,
+                best_latency_s: 2e-3
+            },
+            ProgressPoint {
+                trials: 8,
+                best_latency_s: 1e-3
+            }
+        ]
+    );
+    // A delta for a job the mirror has never seen changes nothing.
+    let before = fleet.clone();
+    assert_eq!(
+        fleet.apply_event(4, progress("zz", 1, Some(1.0))),
+        EventOutcome::Applied
+    );
+    assert_eq!(fleet.jobs(), before.jobs());
+}
+
+#[test]
+fn a_long_curve_is_thinned_the_same_way_on_both_sides() {
+    let mut master_side = Vec::new();
+    let mut fleet = Fleet::new();
+    fleet.apply_snapshot(0, snapshot());
+    for t in 1..=1000u32 {
+        let best = 1.0 / f64::from(t);
+        crate::protocol::record_progress_point(&mut master_side, t, best);
+        fleet.apply_event(u64::from(t), progress("b", t, Some(best)));
+    }
+    let mirrored = &fleet.job("b").unwrap().history;
+    assert_eq!(mirrored, &master_side);
+    assert!(mirrored.len() <= MAX_HISTORY_POINTS);
+    assert_eq!(
+        mirrored.last().unwrap().trials,
+        1000,
+        "the latest point is kept"
+    );
+}
