@@ -810,7 +810,7 @@ fn worker_row(app: &App, ctx: &Context<App>, w: &WorkerView, now: u64, tz: i64) 
 fn jobs_card(app: &App, ctx: &Context<App>) -> Html {
     let link = ctx.link();
     let fleet = &app.session.fleet;
-    let o = crate::model::fleet_overall(&fleet, 0);
+    let o = crate::model::fleet_overall(fleet, 0);
     let rows = visible_jobs(fleet.jobs(), app.filter, &app.search, app.sort);
     let shown = rows.len().min(app.limit);
     let any_ms = fleet.jobs().iter().any(has_metaschedule_records);
