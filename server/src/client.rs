@@ -514,6 +514,7 @@ impl Client {
         connector: Connector,
     ) -> Result<Client, ClientError> {
         let config = WebSocketConfig::default()
+            .read_buffer_size(tunefleet_shared::protocol::WS_READ_BUFFER_BYTES)
             .max_message_size(Some(MAX_MESSAGE))
             .max_frame_size(Some(MAX_MESSAGE));
         let (ws, _response) = tokio_tungstenite::connect_async_tls_with_config(

@@ -30,6 +30,13 @@ use serde::{Deserialize, Serialize};
 /// Bumped on any incompatible change to the messages below.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// Read buffer for every WebSocket, master and peers alike. tungstenite's
+/// default (128 KiB) is zero-filled before each read and held per socket:
+/// most of the master's CPU at a few thousand jobs/s, and most of its memory
+/// with 10,000 idle workers. Messages are small; bigger ones still arrive
+/// whole (the buffer grows for a frame that needs it), in more reads.
+pub const WS_READ_BUFFER_BYTES: usize = 8 * 1024;
+
 /// Stable job identity: hex prefix of the SHA-256 of the normalised workload.
 pub type JobId = String;
 

@@ -130,8 +130,11 @@ impl Connection {
         tls: Option<&Connector>,
     ) -> Result<Connection, ConnectionError> {
         // Messages are small and latency-sensitive (acks, assigns): no Nagle.
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .read_buffer_size(tunefleet_shared::protocol::WS_READ_BUFFER_BYTES);
         let (ws, _response) =
-            tokio_tungstenite::connect_async_tls_with_config(url, None, true, tls.cloned()).await?;
+            tokio_tungstenite::connect_async_tls_with_config(url, Some(config), true, tls.cloned())
+                .await?;
         Ok(Connection { ws, close: None })
     }
 

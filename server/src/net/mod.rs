@@ -192,6 +192,7 @@ async fn worker_upgrade(
     let max = state.config.max_message_bytes;
     ws.max_message_size(max)
         .max_frame_size(max)
+        .read_buffer_size(tunefleet_shared::protocol::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             let _permit = permit;
             worker_conn::run(Connection::new(socket, max), state).await
@@ -211,6 +212,7 @@ async fn client_upgrade(
     let max = state.config.max_message_bytes;
     ws.max_message_size(max)
         .max_frame_size(max)
+        .read_buffer_size(tunefleet_shared::protocol::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             let _permit = permit;
             client_conn::run(Connection::new(socket, max), state).await
