@@ -39,7 +39,7 @@ use crate::scheduler::{
     CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection, Scheduler,
     SchedulerConfig, SessionId,
 };
-use crate::store::Store;
+use crate::store::{Store, TraceJob};
 
 /// Commands taken per batch, at most; bounds the latency a batch adds.
 const MAX_BATCH: usize = 1024;
@@ -575,11 +575,15 @@ impl Core {
                     let Some(job) = self.scheduler.job(&id) else {
                         continue;
                     };
-                    let event = FleetEvent::JobUpdated {
-                        job: Box::new(job.view.clone()),
-                    };
+                    // The whole view for subscribers, the lifecycle for the
+                    // trace (the row holds the rest); neither clones the view.
+                    batch.events.push(job_updated_event(&job.view));
+                    let line = serde_json::to_string(&TraceJob::of(job)).unwrap_or_default();
+                    batch
+                        .trace
+                        .push((now, format!(r#"{{"kind":"job_updated","job":{line}}}"#)));
                     batch.dirty.push(id);
-                    (event, true)
+                    continue;
                 }
                 // Only published: a progress report changes nothing a restart keeps.
                 Output::JobProgressed(id) => {
@@ -805,10 +809,30 @@ fn error_msg(rejection: &Rejection) -> Outbound {
     })
 }
 
+/// `FleetEvent::JobUpdated` as JSON, serialised from the borrowed view (the
+/// event type owns a boxed copy; building one per change was a clone of
+/// every job's records and workload).
+fn job_updated_event(view: &JobView) -> String {
+    let view = serde_json::to_string(view).unwrap_or_default();
+    format!(r#"{{"kind":"job_updated","job":{view}}}"#)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tunefleet_shared::protocol::ServerMessage;
+
+    #[test]
+    fn hand_built_job_event_is_the_protocol_event() {
+        let view = crate::client::tests::job("j1", JobState::Running);
+        let parsed: FleetEvent = serde_json::from_str(&job_updated_event(&view)).unwrap();
+        assert_eq!(
+            parsed,
+            FleetEvent::JobUpdated {
+                job: Box::new(view)
+            }
+        );
+    }
 
     #[test]
     fn hand_built_event_frame_parses_as_server_message() {

@@ -11,11 +11,20 @@
 //! switches to `synchronous=FULL`, which also survives power loss at the cost
 //! of an fsync per batch.
 //!
-//! Tables: `jobs` holds each job's latest state as JSON (the scheduler's
-//! `Job`), `trace` is the append-only log of every published state change
-//! (what `tunefleet export-trace` prints), `meta` holds the schema version.
-//! This module never decides anything: it stores what the core hands it.
+//! Tables: `jobs` holds each job's latest state (a [`row`] of its own, not
+//! the wire view) and, in a column written once, its workload; `models` and
+//! `artifacts` the model runs and their compiled libraries; `trace` is the
+//! append-only log of state changes (what `tunefleet export-trace` prints:
+//! lifecycle lines, not whole views; progress is never stored); `meta` holds
+//! the schema version. A database of an older schema is migrated in place
+//! ([`migrate`]) after a backup copy is written beside it; a newer one is
+//! refused. This module never decides anything: it stores what the core
+//! hands it.
 
+mod migrate;
+mod row;
+
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
@@ -24,8 +33,11 @@ use tunefleet_shared::protocol::Millis;
 
 use crate::models::ModelRun;
 use crate::scheduler::Job;
+pub use row::TraceJob;
 
-const SCHEMA_VERSION: i64 = 1;
+/// 1: jobs rows were the scheduler's `Job` whole. 2: [`row::JobRowOut`] plus
+/// a `workload` column; compact trace lines.
+pub const SCHEMA_VERSION: i64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -35,8 +47,17 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
-    #[error("state database {path} has schema version {found}; this tunefleet understands {SCHEMA_VERSION}")]
-    Schema { path: String, found: i64 },
+    #[error("state database {path} has schema version {found}, newer than this tunefleet's ({SCHEMA_VERSION}): it was written by a later release; run that release, or start this one with another --state file")]
+    Newer { path: String, found: i64 },
+    #[error("state database {path} has schema version {found}, which no tunefleet release wrote")]
+    UnknownSchema { path: String, found: String },
+    #[error("state database {path}: cannot migrate from schema {from} to {to}: {reason}")]
+    Migration {
+        path: String,
+        from: i64,
+        to: i64,
+        reason: String,
+    },
     #[error("state database {path}: job row {job_id} is unreadable: {message}")]
     CorruptJob {
         path: String,
@@ -58,6 +79,8 @@ pub enum Durability {
 pub struct Store {
     conn: Connection,
     path: String,
+    /// Jobs that have a row: only new ones need their workload written.
+    stored: HashSet<String>,
 }
 
 impl Store {
@@ -76,62 +99,46 @@ impl Store {
             "PRAGMA journal_mode=WAL;
              PRAGMA synchronous={sync};
              PRAGMA busy_timeout=5000;
-             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS jobs (
-                 job_id TEXT PRIMARY KEY,
-                 state TEXT NOT NULL,
-                 queue_key INTEGER NOT NULL,
-                 data TEXT NOT NULL
-             );
-             CREATE TABLE IF NOT EXISTS models (
-                 name TEXT PRIMARY KEY,
-                 state TEXT NOT NULL,
-                 data TEXT NOT NULL
-             );
-             CREATE TABLE IF NOT EXISTS artifacts (
-                 run TEXT NOT NULL,
-                 kind TEXT NOT NULL,
-                 data BLOB NOT NULL,
-                 PRIMARY KEY (run, kind)
-             );
-             CREATE TABLE IF NOT EXISTS trace (
-                 seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                 at INTEGER NOT NULL,
-                 event TEXT NOT NULL
-             );"
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
         ))
         .map_err(err)?;
-        let found: Option<i64> = conn
+        let found: Option<String> = conn
             .query_row(
                 "SELECT value FROM meta WHERE key = 'schema_version'",
                 [],
                 |r| r.get::<_, String>(0),
             )
-            .map(|v| v.parse().ok())
+            .map(Some)
             .or_else(|e| match e {
                 rusqlite::Error::QueryReturnedNoRows => Ok(None),
                 other => Err(other),
             })
             .map_err(err)?;
-        match found {
-            None => {
-                conn.execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
-                    params![SCHEMA_VERSION.to_string()],
-                )
-                .map_err(err)?;
-            }
-            Some(v) if v != SCHEMA_VERSION => {
-                return Err(StoreError::Schema {
+        match found.as_deref().map(|v| (v, v.trim().parse::<i64>())) {
+            None => conn
+                .execute_batch("BEGIN")
+                .and_then(|()| create_tables(&conn))
+                .and_then(|()| conn.execute_batch("COMMIT"))
+                .map_err(err)?,
+            Some((_, Ok(SCHEMA_VERSION))) => {}
+            Some((_, Ok(v))) if v > SCHEMA_VERSION => {
+                return Err(StoreError::Newer {
                     path: path_text,
                     found: v,
                 })
             }
-            Some(_) => {}
+            Some((_, Ok(1))) => migrate::from_1(&conn, path, &path_text)?,
+            Some((v, _)) => {
+                return Err(StoreError::UnknownSchema {
+                    path: path_text,
+                    found: v.to_string(),
+                })
+            }
         }
         Ok(Store {
             conn,
             path: path_text,
+            stored: HashSet::new(),
         })
     }
 
@@ -147,6 +154,7 @@ impl Store {
         Ok(Store {
             conn,
             path: path_text,
+            stored: HashSet::new(),
         })
     }
 
@@ -157,24 +165,35 @@ impl Store {
         }
     }
 
-    pub fn load_jobs(&self) -> Result<Vec<Job>, StoreError> {
+    pub fn load_jobs(&mut self) -> Result<Vec<Job>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT job_id, data FROM jobs ORDER BY queue_key")
+            .prepare("SELECT job_id, queue_key, data, workload FROM jobs ORDER BY queue_key")
             .map_err(|e| self.sql_err(e))?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
             .map_err(|e| self.sql_err(e))?;
         let mut jobs = Vec::new();
         for row in rows {
-            let (job_id, data) = row.map_err(|e| self.sql_err(e))?;
-            let job: Job = serde_json::from_str(&data).map_err(|e| StoreError::CorruptJob {
+            let (job_id, queue_key, data, workload) = row.map_err(|e| self.sql_err(e))?;
+            let corrupt = |what: &str, e: serde_json::Error| StoreError::CorruptJob {
                 path: self.path.clone(),
                 job_id: job_id.clone(),
-                message: e.to_string(),
-            })?;
-            jobs.push(job);
+                message: format!("{what}: {e}"),
+            };
+            let row: row::JobRowIn = serde_json::from_str(&data).map_err(|e| corrupt("data", e))?;
+            let workload = serde_json::from_str(&workload).map_err(|e| corrupt("workload", e))?;
+            jobs.push(row.into_job(job_id.clone(), queue_key, workload));
         }
+        drop(stmt);
+        self.stored = jobs.iter().map(|j| j.id().clone()).collect();
         Ok(jobs)
     }
 
@@ -230,19 +249,35 @@ impl Store {
             path: path.clone(),
             source,
         };
+        let mut new_rows = Vec::new();
         let tx = self.conn.transaction().map_err(err)?;
         {
-            let mut upsert = tx
+            let mut update = tx
                 .prepare_cached(
-                    "INSERT INTO jobs (job_id, state, queue_key, data) VALUES (?1, ?2, ?3, ?4)
+                    "UPDATE jobs SET state = ?2, queue_key = ?3, data = ?4 WHERE job_id = ?1",
+                )
+                .map_err(err)?;
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO jobs (job_id, state, queue_key, data, workload)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
                      ON CONFLICT(job_id) DO UPDATE SET state = ?2, queue_key = ?3, data = ?4",
                 )
                 .map_err(err)?;
             for job in jobs {
-                let data = serde_json::to_string(job).unwrap_or_default();
-                upsert
-                    .execute(params![job.id(), job.state().as_str(), job.queue_key, data])
-                    .map_err(err)?;
+                let data = serde_json::to_string(&row::JobRowOut::of(job)).unwrap_or_default();
+                let state = job.state().as_str();
+                if self.stored.contains(job.id()) {
+                    update
+                        .execute(params![job.id(), state, job.queue_key, data])
+                        .map_err(err)?;
+                } else {
+                    let workload = serde_json::to_string(&job.view.workload).unwrap_or_default();
+                    insert
+                        .execute(params![job.id(), state, job.queue_key, data, workload])
+                        .map_err(err)?;
+                    new_rows.push(job.id().clone());
+                }
             }
             let mut upsert_model = tx
                 .prepare_cached(
@@ -274,7 +309,10 @@ impl Store {
                 append.execute(params![*at as i64, line]).map_err(err)?;
             }
         }
-        tx.commit().map_err(err)
+        tx.commit().map_err(err)?;
+        // Only once committed: a failed commit is retried with the workload.
+        self.stored.extend(new_rows);
+        Ok(())
     }
 
     /// Writes the trace as JSON lines: `{"seq":..,"at":..,"event":{..}}`.
@@ -301,3 +339,38 @@ impl Store {
         Ok(n)
     }
 }
+
+/// The current schema's tables and version, for a new database and at the
+/// end of a migration (which has renamed the tables it rebuilds). Run inside
+/// a transaction.
+fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "CREATE TABLE IF NOT EXISTS jobs (
+             job_id TEXT PRIMARY KEY,
+             state TEXT NOT NULL,
+             queue_key INTEGER NOT NULL,
+             data TEXT NOT NULL,
+             workload TEXT NOT NULL
+         );
+         CREATE TABLE IF NOT EXISTS models (
+             name TEXT PRIMARY KEY,
+             state TEXT NOT NULL,
+             data TEXT NOT NULL
+         );
+         CREATE TABLE IF NOT EXISTS artifacts (
+             run TEXT NOT NULL,
+             kind TEXT NOT NULL,
+             data BLOB NOT NULL,
+             PRIMARY KEY (run, kind)
+         );
+         CREATE TABLE IF NOT EXISTS trace (
+             seq INTEGER PRIMARY KEY AUTOINCREMENT,
+             at INTEGER NOT NULL,
+             event TEXT NOT NULL
+         );
+         INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');"
+    ))
+}
+
+#[cfg(test)]
+mod tests;

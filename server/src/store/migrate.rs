@@ -1,0 +1,111 @@
+//! Schema migrations, oldest first. Each works on the stored JSON as JSON
+//! (`serde_json::Value`), never through today's Rust types, so that a
+//! migration written now still reads what an old release wrote after those
+//! types have moved on.
+//!
+//! Before the first change a backup copy of the whole database is written
+//! beside it (`FILE.schemaN.bak`, by SQLite's `VACUUM INTO`, consistent even
+//! with a WAL), and the migration itself is one transaction: a crash halfway
+//! leaves the old schema, which the next start migrates again.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection};
+use serde_json::Value;
+
+use super::{create_tables, row, StoreError, SCHEMA_VERSION};
+
+/// Schema 1 → 2: each `jobs.data` (the scheduler's `Job` as JSON, workload
+/// included) becomes a schema-2 row plus a `workload` column.
+pub(super) fn from_1(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
+    let fail = |reason: String| StoreError::Migration {
+        path: path_text.to_string(),
+        from: 1,
+        to: SCHEMA_VERSION,
+        reason,
+    };
+    let sql = |e: rusqlite::Error| fail(e.to_string());
+    let backup = backup_path(path, 1);
+    if !backup.exists() {
+        conn.execute("VACUUM INTO ?1", params![backup.to_string_lossy()])
+            .map_err(|e| fail(format!("cannot write the backup {}: {e}", backup.display())))?;
+    }
+    tracing::info!(
+        state = path_text,
+        backup = %backup.display(),
+        "migrating the state database from schema 1 to {SCHEMA_VERSION}"
+    );
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(sql)?;
+    let result = (|| {
+        conn.execute_batch("ALTER TABLE jobs RENAME TO jobs_v1")
+            .map_err(sql)?;
+        // The new `jobs` (and the version), as a new database has them.
+        create_tables(conn).map_err(sql)?;
+        let rows: Vec<(String, String, i64, String)> = {
+            let mut stmt = conn
+                .prepare("SELECT job_id, state, queue_key, data FROM jobs_v1")
+                .map_err(sql)?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .map_err(sql)?;
+            rows.collect::<Result<_, _>>().map_err(sql)?
+        };
+        let mut insert = conn
+            .prepare(
+                "INSERT INTO jobs (job_id, state, queue_key, data, workload)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .map_err(sql)?;
+        for (job_id, state, queue_key, data) in rows {
+            let (row, workload) = job_row_from_1(&data)
+                .map_err(|reason| fail(format!("job row {job_id}: {reason}")))?;
+            insert
+                .execute(params![job_id, state, queue_key, row, workload])
+                .map_err(sql)?;
+        }
+        drop(insert);
+        conn.execute_batch("DROP TABLE jobs_v1").map_err(sql)?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(sql),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+/// `jobs.data` of schema 1 → (schema-2 `data`, `workload`).
+pub(super) fn job_row_from_1(data: &str) -> Result<(String, String), String> {
+    let mut job: Value = serde_json::from_str(data).map_err(|e| format!("not JSON: {e}"))?;
+    let Some(job) = job.as_object_mut() else {
+        return Err("not a JSON object".into());
+    };
+    let mut view = match job.remove("view") {
+        Some(Value::Object(view)) => view,
+        _ => return Err("no `view` object".into()),
+    };
+    let workload = view
+        .remove("workload")
+        .ok_or_else(|| "no `view.workload`".to_string())?;
+    view.remove("job_id");
+    // What schema 1 kept beside the view, except the queue key (a column).
+    for field in ["lease", "lease_history", "last_progress_at", "extras"] {
+        if let Some(value) = job.remove(field) {
+            view.insert(field.into(), value);
+        }
+    }
+    let row = Value::Object(view);
+    // Checked now, with the reason, rather than at the next start.
+    serde_json::from_value::<row::JobRowIn>(row.clone())
+        .map_err(|e| format!("does not make a schema-{SCHEMA_VERSION} row: {e}"))?;
+    Ok((row.to_string(), workload.to_string()))
+}
+
+/// `fleet.db` → `fleet.db.schema1.bak`.
+pub(super) fn backup_path(path: &Path, schema: i64) -> std::path::PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".schema{schema}.bak"));
+    path.with_file_name(name)
+}

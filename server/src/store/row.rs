@@ -1,0 +1,191 @@
+//! What a `jobs` row holds (schema 2), apart from the scheduler's `Job` and
+//! the wire's `JobView`.
+//!
+//! Why a type of its own: when the row was the scheduler's `Job` serialised
+//! whole, any change to the protocol's `JobView` silently changed the
+//! database format, and every state change rewrote the job's workload (up to
+//! a MiB of TVMScript). Here the workload has a column of its own, written
+//! once when the job is first stored, and [`JobRowOut::of`] destructures the
+//! view without `..`: a field added to `JobView` does not compile until
+//! someone decides whether and how it is stored (and whether that needs a
+//! migration).
+
+use serde::{Deserialize, Serialize};
+use tunefleet_shared::protocol::{
+    JobError, JobState, JobView, Lease, Millis, ProgressPoint, ResultMeta, TuningRecord,
+};
+use tunefleet_shared::workload::Workload;
+
+use crate::scheduler::{Job, JobExtras, LeaseRecord};
+
+/// The `data` column, written (borrowed, no copies).
+#[derive(Serialize)]
+pub(super) struct JobRowOut<'a> {
+    name: &'a str,
+    state: JobState,
+    attempts: u32,
+    worker: &'a Option<String>,
+    trials_done: u32,
+    trials_total: u32,
+    best_latency_s: Option<f64>,
+    records: &'a [TuningRecord],
+    history: &'a [ProgressPoint],
+    errors: &'a [JobError],
+    result: &'a Option<ResultMeta>,
+    created_at: Millis,
+    updated_at: Millis,
+    started_at: Option<Millis>,
+    finished_at: Option<Millis>,
+    lease: Lease,
+    lease_history: &'a [LeaseRecord],
+    last_progress_at: Millis,
+    extras: &'a JobExtras,
+}
+
+/// The `data` column, read back.
+#[derive(Deserialize)]
+pub(super) struct JobRowIn {
+    name: String,
+    state: JobState,
+    attempts: u32,
+    worker: Option<String>,
+    trials_done: u32,
+    trials_total: u32,
+    best_latency_s: Option<f64>,
+    records: Vec<TuningRecord>,
+    #[serde(default)]
+    history: Vec<ProgressPoint>,
+    errors: Vec<JobError>,
+    result: Option<ResultMeta>,
+    created_at: Millis,
+    updated_at: Millis,
+    started_at: Option<Millis>,
+    finished_at: Option<Millis>,
+    lease: Lease,
+    lease_history: Vec<LeaseRecord>,
+    last_progress_at: Millis,
+    #[serde(default)]
+    extras: JobExtras,
+}
+
+impl<'a> JobRowOut<'a> {
+    pub(super) fn of(job: &'a Job) -> JobRowOut<'a> {
+        let Job {
+            view,
+            lease,
+            holder: _,
+            lease_history,
+            last_progress_at,
+            queue_key: _,
+            extras,
+        } = job;
+        let JobView {
+            job_id: _,
+            name,
+            workload: _,
+            state,
+            attempts,
+            worker,
+            trials_done,
+            trials_total,
+            best_latency_s,
+            records,
+            history,
+            errors,
+            result,
+            created_at,
+            updated_at,
+            started_at,
+            finished_at,
+        } = view;
+        JobRowOut {
+            name,
+            state: *state,
+            attempts: *attempts,
+            worker,
+            trials_done: *trials_done,
+            trials_total: *trials_total,
+            best_latency_s: *best_latency_s,
+            records,
+            history,
+            errors,
+            result,
+            created_at: *created_at,
+            updated_at: *updated_at,
+            started_at: *started_at,
+            finished_at: *finished_at,
+            lease: *lease,
+            lease_history,
+            last_progress_at: *last_progress_at,
+            extras,
+        }
+    }
+}
+
+impl JobRowIn {
+    pub(super) fn into_job(self, job_id: String, queue_key: i64, workload: Workload) -> Job {
+        Job {
+            view: JobView {
+                job_id,
+                name: self.name,
+                workload,
+                state: self.state,
+                attempts: self.attempts,
+                worker: self.worker,
+                trials_done: self.trials_done,
+                trials_total: self.trials_total,
+                best_latency_s: self.best_latency_s,
+                records: self.records,
+                history: self.history,
+                errors: self.errors,
+                result: self.result,
+                created_at: self.created_at,
+                updated_at: self.updated_at,
+                started_at: self.started_at,
+                finished_at: self.finished_at,
+            },
+            lease: self.lease,
+            holder: None,
+            lease_history: self.lease_history,
+            last_progress_at: self.last_progress_at,
+            queue_key,
+            extras: self.extras,
+        }
+    }
+}
+
+/// One job's line in the trace: its lifecycle, not its content (workload,
+/// records and curve are in the `jobs` table). Same shape as the event's
+/// `job` so that a reader of either finds `job_id` and `state` in one place.
+#[derive(Serialize)]
+pub struct TraceJob<'a> {
+    job_id: &'a str,
+    name: &'a str,
+    state: JobState,
+    attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker: Option<&'a str>,
+    lease: Lease,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    best_latency_s: Option<f64>,
+    /// Why it is back in the queue or failed: the newest error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a JobError>,
+}
+
+impl<'a> TraceJob<'a> {
+    pub fn of(job: &'a Job) -> TraceJob<'a> {
+        let v = &job.view;
+        let after_an_error = matches!(v.state, JobState::Queued | JobState::Failed);
+        TraceJob {
+            job_id: &v.job_id,
+            name: &v.name,
+            state: v.state,
+            attempts: v.attempts,
+            worker: v.worker.as_deref(),
+            lease: job.lease,
+            best_latency_s: v.best_latency_s,
+            error: v.errors.last().filter(|_| after_an_error),
+        }
+    }
+}

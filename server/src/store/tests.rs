@@ -1,0 +1,173 @@
+use super::*;
+use crate::scheduler::{Scheduler, SchedulerConfig};
+use tunefleet_shared::protocol::JobState;
+use tunefleet_shared::workload::parse_workload_file;
+
+fn fixture_v1() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/fleet-v1.db")
+}
+
+/// Jobs as the scheduler makes them, one of them assigned.
+fn some_jobs() -> Vec<Job> {
+    let yaml = "target: {kind: llvm}\ntrials: 8\nworkloads:\n  - {name: a, op: matmul, shape: {m: 8, n: 8, k: 8}}\n  - {name: b, op: matmul, shape: {m: 16, n: 16, k: 16}}\n";
+    let workloads = parse_workload_file(yaml, "t.yaml").unwrap();
+    let config = SchedulerConfig {
+        max_attempts: 3,
+        job_timeout_ms: None,
+        nbest: 5,
+    };
+    let mut scheduler = Scheduler::recover(config, Vec::new(), 1, &mut Vec::new());
+    scheduler.submit(workloads, 2, &mut Vec::new());
+    scheduler.jobs().cloned().collect()
+}
+
+#[test]
+fn a_job_comes_back_as_it_was_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let jobs = some_jobs();
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    store.commit(&jobs, [], &[], &[]).unwrap();
+    drop(store);
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    let mut loaded = store.load_jobs().unwrap();
+    loaded.sort_by_key(|j| j.queue_key);
+    assert_eq!(loaded, jobs);
+}
+
+#[test]
+fn the_workload_is_written_once_and_not_in_the_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let mut jobs = some_jobs();
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    store.commit(&jobs, [], &[], &[]).unwrap();
+    jobs[0].view.attempts = 2;
+    store.commit(&jobs[..1], [], &[], &[]).unwrap();
+    let (data, workload): (String, String) = store
+        .conn
+        .query_row(
+            "SELECT data, workload FROM jobs WHERE job_id = ?1",
+            params![jobs[0].id()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(!data.contains("\"op\""), "no workload in the row: {data}");
+    assert!(data.contains("\"attempts\":2"), "{data}");
+    assert_eq!(
+        serde_json::from_str::<tunefleet_shared::workload::Workload>(&workload).unwrap(),
+        jobs[0].view.workload
+    );
+}
+
+#[test]
+fn a_schema_1_database_is_backed_up_migrated_and_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    std::fs::copy(fixture_v1(), &path).unwrap();
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    let jobs = store.load_jobs().unwrap();
+    assert_eq!(jobs.len(), 7);
+    let by_name = |name: &str| jobs.iter().find(|j| j.view.name == name).unwrap();
+    let done = by_name("fixture-mm32");
+    assert_eq!(done.state(), JobState::Done);
+    assert!(!done.view.records.is_empty(), "records survive");
+    assert!(done.view.result.is_some(), "the result survives");
+    assert_eq!(by_name("fixture-mm96").state(), JobState::Assigned);
+    assert_eq!(
+        by_name("fixture-mm96").lease_history.len(),
+        1,
+        "lease history survives"
+    );
+    assert_eq!(
+        jobs.iter()
+            .filter(|j| j.state() == JobState::Queued)
+            .count(),
+        4
+    );
+    let models = store.load_models().unwrap();
+    assert_eq!(models.len(), 1);
+    assert_eq!(models[0].name, "fixture-squeezenet");
+    let version: String = store
+        .conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION.to_string());
+    let backup = migrate::backup_path(&path, 1);
+    assert!(backup.is_file(), "the schema-1 copy is kept");
+    drop(store);
+
+    // The backup is the untouched original; opening the migrated file again changes nothing.
+    let original = Connection::open(&backup).unwrap();
+    let v: String = original
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(v, "1");
+    let mut again = Store::open(&path, Durability::Normal).unwrap();
+    assert_eq!(again.load_jobs().unwrap(), jobs);
+}
+
+#[test]
+fn a_newer_or_unknown_schema_is_refused_with_the_file_named() {
+    let dir = tempfile::tempdir().unwrap();
+    for (value, needle) in [
+        ("99", "newer than this tunefleet's"),
+        ("abc", "which no tunefleet release wrote"),
+    ] {
+        let path = dir.path().join(format!("v{value}.db"));
+        drop(Store::open(&path, Durability::Normal).unwrap());
+        Connection::open(&path)
+            .unwrap()
+            .execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+                params![value],
+            )
+            .unwrap();
+        let err = Store::open(&path, Durability::Normal)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains(needle), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
+    }
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let text = "workloads:\n  - name: oops\n".repeat(200);
+    std::fs::write(&path, &text).unwrap();
+    let err = Store::open(&path, Durability::Normal)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(err.contains("not a database"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "untouched");
+}
+
+#[test]
+fn a_schema_1_row_that_cannot_be_migrated_says_why() {
+    for (data, needle) in [
+        ("nope", "not JSON"),
+        ("[1]", "not a JSON object"),
+        ("{}", "no `view` object"),
+        (r#"{"view": {"name": "x"}}"#, "no `view.workload`"),
+        (
+            r#"{"view": {"workload": {}}, "lease": 1}"#,
+            "does not make a schema-2 row",
+        ),
+    ] {
+        let err = migrate::job_row_from_1(data).unwrap_err();
+        assert!(err.contains(needle), "{data}: {err}");
+    }
+}

@@ -1,0 +1,89 @@
+//! A `fleet.db` written by an earlier release (schema 1, checked in as
+//! `tests/fixtures/fleet-v1.db`) opens in today's master, is migrated in
+//! place with a backup beside it, and the fleet resumes: finished jobs keep
+//! their results, the job that was in flight goes back to the queue, and a
+//! worker finishes the rest, each exactly once.
+
+use std::time::Duration;
+
+use tunefleet_shared::protocol::JobState;
+use tunefleet_tests::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_from_the_previous_release_migrates_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    // Master::start uses dir/fleet.db.
+    std::fs::copy(
+        repo_root().join("tests/fixtures/fleet-v1.db"),
+        dir.path().join("fleet.db"),
+    )
+    .unwrap();
+    let master = Master::start(dir.path(), &[]);
+    assert!(
+        dir.path().join("fleet.db.schema1.bak").is_file(),
+        "backup written"
+    );
+    assert!(master
+        .log()
+        .contains("migrating the state database from schema 1"));
+
+    let mut client = master.client().await;
+    let jobs = client.results(None).await.expect("results");
+    let matmuls: Vec<_> = jobs
+        .iter()
+        .filter(|j| j.name.starts_with("fixture-mm"))
+        .collect();
+    assert_eq!(matmuls.len(), 6, "{jobs:#?}");
+    for name in ["fixture-mm32", "fixture-mm64"] {
+        let job = matmuls.iter().find(|j| j.name == name).unwrap();
+        assert_eq!(job.state, JobState::Done, "{name}");
+        assert!(
+            job.result.is_some() && !job.records.is_empty(),
+            "{name} keeps its result"
+        );
+    }
+    let in_flight = matmuls.iter().find(|j| j.name == "fixture-mm96").unwrap();
+    assert_eq!(
+        in_flight.state,
+        JobState::Queued,
+        "the job in flight is recycled"
+    );
+    let model = master.cli(&[
+        "results",
+        "--model",
+        "fixture-squeezenet",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        model.status.success(),
+        "{}",
+        String::from_utf8_lossy(&model.stderr)
+    );
+    let model: serde_json::Value = serde_json::from_slice(&model.stdout).unwrap();
+    assert_eq!(model["state"], "extracting", "{model}");
+
+    // A worker finishes every matmul job that was left.
+    let _worker = Worker::start(&master, "after-migration", 0.0, &[]);
+    let done = eventually(Duration::from_secs(30), "every matmul done", || {
+        let master = &master;
+        async move {
+            let jobs = master.client().await.results(None).await.ok()?;
+            let n = jobs
+                .iter()
+                .filter(|j| j.name.starts_with("fixture-mm") && j.state == JobState::Done)
+                .count();
+            (n == 6).then_some(jobs)
+        }
+    })
+    .await;
+    let before: Vec<_> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Done)
+        .map(|j| (&j.job_id, &j.result))
+        .collect();
+    for (id, result) in before {
+        let now = done.iter().find(|j| &j.job_id == id).unwrap();
+        assert_eq!(&now.result, result, "a finished job is not run again");
+    }
+}
