@@ -196,3 +196,21 @@ fn a_long_curve_is_thinned_the_same_way_on_both_sides() {
         "the latest point is kept"
     );
 }
+
+#[test]
+fn jobs_stay_ordered_and_findable_whatever_order_they_arrive_in() {
+    let mut fleet = Fleet::new();
+    fleet.apply_snapshot(0, FleetSnapshot::default());
+    let mut seq = 0;
+    for (name, created_at) in [("m", 5), ("z", 9), ("a", 5), ("b", 1), ("y", 9)] {
+        let mut job = job(name, JobState::Queued);
+        job.created_at = created_at;
+        seq += 1;
+        fleet.apply_event(seq, FleetEvent::JobUpdated { job: Box::new(job) });
+    }
+    let names: Vec<_> = fleet.jobs().iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(names, ["b", "a", "m", "y", "z"]);
+    for name in names.clone() {
+        assert_eq!(fleet.job(name).unwrap().job_id, name);
+    }
+}
