@@ -191,6 +191,8 @@ pub struct Core {
     events: broadcast::Sender<Arc<Published>>,
     server_version: String,
     counters: CoreCounters,
+    trace_retention_ms: Option<Millis>,
+    trace_pruned_at: Millis,
 }
 
 impl Core {
@@ -230,6 +232,8 @@ impl Core {
             events,
             server_version: env!("CARGO_PKG_VERSION").to_string(),
             counters: CoreCounters::default(),
+            trace_retention_ms: None,
+            trace_pruned_at: 0,
         })
     }
 
@@ -434,11 +438,40 @@ impl Core {
                     let _ = reply.send(r);
                 }));
             }
-            Command::Tick => self.scheduler.tick(now, &mut out),
+            Command::Tick => {
+                self.scheduler.tick(now, &mut out);
+                self.prune_trace(now);
+            }
             Command::Shutdown { .. } => {}
         }
         self.follow_models(&mut out, now, batch);
         self.collect(out, batch);
+    }
+
+    /// `--trace-retention`: drops trace lines older than the window, at most
+    /// once a minute. A failure is logged and retried; it never stops the
+    /// fleet (the trace is a log, not state).
+    fn prune_trace(&mut self, now: Millis) {
+        let Some(keep) = self.trace_retention_ms else {
+            return;
+        };
+        if now.saturating_sub(self.trace_pruned_at) < 60_000 {
+            return;
+        }
+        self.trace_pruned_at = now;
+        match self.store.prune_trace(now.saturating_sub(keep)) {
+            Ok(0) => {}
+            Ok(n) => info!(
+                lines = n,
+                "trace lines older than --trace-retention dropped"
+            ),
+            Err(e) => warn!("cannot prune the trace: {e}"),
+        }
+    }
+
+    /// Keep trace lines for this long (`None`: for ever).
+    pub fn set_trace_retention(&mut self, keep: Option<Duration>) {
+        self.trace_retention_ms = keep.map(|d| d.as_millis() as Millis);
     }
 
     /// How many connected workers can serve each target (a run's parallelism).

@@ -107,6 +107,11 @@ pub struct ServeArgs {
     /// progress not counted; a faster worker is read more slowly. 0: no limit.
     #[arg(long, default_value_t = 1000)]
     pub max_worker_messages_per_second: u32,
+    /// Keep trace lines (the `export-trace` log of state changes) for this
+    /// long, e.g. `30d`; older ones are deleted once a minute. Default: keep
+    /// them all (the trace grows with jobs, never with progress reports).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub trace_retention: Option<Duration>,
     /// Start and supervise this many workers on this machine, each pinned to
     /// its own cores (`auto`: one per 2 cores, at least one). They connect
     /// over loopback, restart with backoff when they die, and stop with the master.
@@ -144,7 +149,7 @@ fn at_least_one(text: &str) -> Result<usize, String> {
     }
 }
 
-/// Parses `250ms`, `5s`, `2m`, `1h` or a plain number of seconds (`1.5`).
+/// Parses `250ms`, `5s`, `2m`, `1h`, `30d` or a plain number of seconds (`1.5`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
@@ -154,15 +159,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let value: f64 = number
         .trim()
         .parse()
-        .map_err(|_| format!("`{text}` is not a duration (try 500ms, 5s, 2m, 1h)"))?;
+        .map_err(|_| format!("`{text}` is not a duration (try 500ms, 5s, 2m, 1h, 30d)"))?;
     let scale = match unit {
         "ms" => 0.001,
         "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
+        "d" => 86400.0,
         _ => {
             return Err(format!(
-                "`{text}`: unknown unit `{unit}` (use ms, s, m or h)"
+                "`{text}`: unknown unit `{unit}` (use ms, s, m, h or d)"
             ))
         }
     };
@@ -221,7 +227,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .then_some(args.job_timeout.as_millis() as u64),
         nbest: args.nbest as usize,
     };
-    let core = Core::start(config, store, events.clone())?;
+    let mut core = Core::start(config, store, events.clone())?;
+    core.set_trace_retention(args.trace_retention.filter(|d| !d.is_zero()));
     let (command_tx, command_rx) = mpsc::channel(65536);
     let core_thread = std::thread::Builder::new()
         .name("tunefleet-core".into())
@@ -478,6 +485,7 @@ mod tests {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86400)));
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("5d").is_err());

@@ -315,6 +315,38 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes trace lines written before `before` (ms since the epoch), in
+    /// chunks so that no single transaction holds the file long. Returns how
+    /// many went. The space is reused by later lines; the file does not shrink.
+    pub fn prune_trace(&mut self, before: Millis) -> Result<u64, StoreError> {
+        let last: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT max(seq) FROM trace WHERE at < ?1",
+                params![before as i64],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql_err(e))?;
+        let Some(last) = last else {
+            return Ok(0);
+        };
+        let mut removed = 0;
+        loop {
+            let n = self
+                .conn
+                .execute(
+                    "DELETE FROM trace WHERE seq IN
+                     (SELECT seq FROM trace WHERE seq <= ?1 ORDER BY seq LIMIT 10000)",
+                    params![last],
+                )
+                .map_err(|e| self.sql_err(e))?;
+            removed += n as u64;
+            if n < 10000 {
+                return Ok(removed);
+            }
+        }
+    }
+
     /// Writes the trace as JSON lines: `{"seq":..,"at":..,"event":{..}}`.
     pub fn export_trace(&self, out: &mut dyn Write) -> Result<u64, StoreError> {
         let mut stmt = self

@@ -171,3 +171,31 @@ fn a_schema_1_row_that_cannot_be_migrated_says_why() {
         assert!(err.contains(needle), "{data}: {err}");
     }
 }
+
+#[test]
+fn trace_lines_older_than_the_retention_window_go_and_the_rest_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("fleet.db"), Durability::Normal).unwrap();
+    let lines: Vec<(Millis, String)> = (0..25_000u64)
+        .map(|i| {
+            (
+                i,
+                format!(r#"{{"kind":"worker_left","session":"w{i}","reason":"x"}}"#),
+            )
+        })
+        .collect();
+    store.commit([], [], &[], &lines).unwrap();
+    assert_eq!(store.prune_trace(0).unwrap(), 0, "nothing is older than 0");
+    assert_eq!(
+        store.prune_trace(20_000).unwrap(),
+        20_000,
+        "in chunks, all of them"
+    );
+    let mut out = Vec::new();
+    assert_eq!(store.export_trace(&mut out).unwrap(), 5_000);
+    let first = String::from_utf8(out).unwrap();
+    assert!(
+        first.lines().next().unwrap().contains(r#""at":20000"#),
+        "the newest stay"
+    );
+}
