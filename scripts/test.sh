@@ -21,6 +21,17 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --features tunefleet-worker/tvm,tunefleet-tests/tvm -- -D warnings
 cargo clippy -p web --target wasm32-unknown-unknown -- -D warnings   # the browser-only code
 
+echo "== Kubernetes manifests (offline, strict schema check)"
+scripts/validate-k8s.sh
+# The check must be able to fail: a misspelt field is refused.
+broken=$(mktemp --suffix=.yaml)
+sed 's/^  replicas: 2/  replica: 2/' deploy/kubernetes/workers.yaml > "$broken"
+if scripts/validate-k8s.sh "$broken" >/dev/null 2>&1; then
+    echo "validate-k8s.sh accepted a manifest with a misspelt field" >&2
+    exit 1
+fi
+rm -f "$broken"
+
 echo "== cargo test (workspace, with the tvm feature)"
 log=$(mktemp)
 set +e
