@@ -8,7 +8,11 @@
 //!   job assigned / done, seen by a subscriber (so every job went through
 //!   assign → result → durable commit → published event);
 //! - recycle latency: a real worker process holding a job is `kill -9`ed and
-//!   we time until a subscriber sees the job handed to an idle worker.
+//!   we time until a subscriber sees the job handed to an idle worker;
+//! - the wire's ceiling on this machine, in the same run: a bare
+//!   tokio-tungstenite echo server and as many connections as workers, each
+//!   sending a ~200-byte text message and waiting for it to come back. The
+//!   fleet's rate is reported as a share of it.
 //!
 //! Reproduce (see docs/benchmarks.md):
 //! `cargo build --release -p tunefleet-server -p tunefleet-tests --bins && target/release/tunefleet-bench`
@@ -314,6 +318,68 @@ async fn recycle_sample(url: &str, worker_bin: &Path, sample: usize) -> anyhow::
     Ok(elapsed)
 }
 
+/// Round trips per second through a bare tokio-tungstenite echo server on
+/// loopback: `connections` clients, each with one ~200-byte message in flight.
+async fn echo_ceiling(connections: usize, run_for: Duration) -> anyhow::Result<f64> {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let _ = tcp.set_nodelay(true);
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    if msg.is_text() && ws.send(msg).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let payload = format!(r#"{{"type":"progress","pad":"{}"}}"#, "x".repeat(170));
+    let mut sockets = Vec::new();
+    for _ in 0..connections {
+        sockets.push(
+            tokio_tungstenite::connect_async(format!("ws://{addr}"))
+                .await?
+                .0,
+        );
+    }
+    let started = Instant::now();
+    let deadline = started + run_for;
+    let mut clients = Vec::new();
+    for mut ws in sockets {
+        let payload = payload.clone();
+        clients.push(tokio::spawn(async move {
+            let mut trips = 0u64;
+            while Instant::now() < deadline {
+                if ws
+                    .send(Message::Text(payload.clone().into()))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                match ws.next().await {
+                    Some(Ok(_)) => trips += 1,
+                    _ => break,
+                }
+            }
+            trips
+        }));
+    }
+    let mut total = 0;
+    for client in clients {
+        total += client.await.unwrap_or(0);
+    }
+    server.abort();
+    Ok(total as f64 / started.elapsed().as_secs_f64().max(1e-9))
+}
+
 fn llvm() -> Target {
     Target::parse(r#"{"kind":"llvm","num-cores":2}"#).unwrap_or_else(|_| Target::of_kind("llvm"))
 }
@@ -337,6 +403,11 @@ async fn main() -> anyhow::Result<()> {
             bail!("{} not found: build with `cargo build --release -p tunefleet-server -p tunefleet-worker -p tunefleet-tests --bins`", bin.display());
         }
     }
+    let echo = echo_ceiling(args.workers, Duration::from_secs(5)).await?;
+    println!(
+        "raw WebSocket echo: {echo:.0} round trips/s ({} connections, 200-byte messages, 5 s)",
+        args.workers
+    );
     let dir = tempfile::tempdir()?;
     let master = start_master(&args.master_bin, dir.path())?;
     println!(
@@ -419,6 +490,14 @@ async fn main() -> anyhow::Result<()> {
         "completed (result committed and published)",
         &completed,
         "jobs/s",
+    );
+    println!(
+        "| raw WebSocket echo ceiling, {} connections (same run) | {echo:.0} round trips/s | | |",
+        args.workers
+    );
+    println!(
+        "| completed jobs as a share of the echo ceiling | {:.1}% | | |",
+        100.0 * median(completed.clone()) / echo
     );
     println!(
         "| recycle after kill -9, {} samples | {:.2} ms | {:.2} ms | p95 {:.2} ms |",
