@@ -18,7 +18,9 @@ fn some_jobs() -> Vec<Job> {
     };
     let mut scheduler = Scheduler::recover(config, Vec::new(), 1, &mut Vec::new());
     scheduler.submit(workloads, 2, &mut Vec::new());
-    scheduler.jobs().cloned().collect()
+    let mut jobs: Vec<Job> = scheduler.jobs().cloned().collect();
+    jobs.sort_by_key(|j| j.queue_key);
+    jobs
 }
 
 #[test]
