@@ -7,7 +7,7 @@ fn fixture_v1() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/fleet-v1.db")
 }
 
-/// Jobs as the scheduler makes them, one of them assigned.
+/// Jobs as the scheduler makes them, in queue order.
 fn some_jobs() -> Vec<Job> {
     let yaml = "target: {kind: llvm}\ntrials: 8\nworkloads:\n  - {name: a, op: matmul, shape: {m: 8, n: 8, k: 8}}\n  - {name: b, op: matmul, shape: {m: 16, n: 16, k: 16}}\n";
     let workloads = parse_workload_file(yaml, "t.yaml").unwrap();
