@@ -397,6 +397,8 @@ struct Harness {
     /// slot -> the assignment it was last sent and has not finished
     holding: HashMap<usize, (String, u64)>,
     persisted: BTreeMap<String, Job>,
+    /// Jobs whose latest progress was published but not persisted.
+    progressed: std::collections::HashSet<String>,
     accepted: HashMap<String, u32>,
 }
 
@@ -413,6 +415,7 @@ impl Harness {
             sessions: HashMap::new(),
             holding: HashMap::new(),
             persisted: BTreeMap::new(),
+            progressed: Default::default(),
             accepted: HashMap::new(),
         };
         h.absorb(out);
@@ -424,7 +427,17 @@ impl Harness {
             match o {
                 Output::JobChanged(id) => {
                     let job = self.s.job(&id).expect("changed job exists").clone();
+                    self.progressed.remove(&id);
                     self.persisted.insert(id, job);
+                }
+                Output::JobProgressed(id) => {
+                    let job = self.s.job(&id).expect("progressed job exists");
+                    assert_eq!(
+                        job.state(),
+                        JobState::Running,
+                        "a delta only for a running job"
+                    );
+                    self.progressed.insert(id);
                 }
                 Output::Send {
                     session,
@@ -580,6 +593,7 @@ impl Harness {
                 // Everything not persisted is lost; every socket is gone.
                 let jobs: Vec<Job> = self.persisted.values().cloned().collect();
                 self.s = Scheduler::recover(CONFIG, jobs, now, &mut out);
+                self.progressed.clear();
                 self.sessions.clear();
                 self.holding.clear();
             }
@@ -617,6 +631,17 @@ impl Harness {
                 .expect("every job is persisted")
                 .clone();
             stored.holder = job.holder;
+            // Durability: only a running job's progress may be newer in
+            // memory than on disk (progress is published, never stored).
+            if self.progressed.contains(id) {
+                assert_eq!(job.state(), JobState::Running);
+                stored.view.trials_done = job.view.trials_done;
+                stored.view.trials_total = job.view.trials_total;
+                stored.view.best_latency_s = job.view.best_latency_s;
+                stored.view.history = job.view.history.clone();
+                stored.view.updated_at = job.view.updated_at;
+                stored.last_progress_at = job.last_progress_at;
+            }
             assert_eq!(&stored, job, "job {id} changed without being reported");
         }
         assert_eq!(

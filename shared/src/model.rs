@@ -332,6 +332,28 @@ pub struct ModelSubmission {
     pub tuner: TunerSettings,
 }
 
+impl ModelSubmission {
+    /// The master's own check of an upload (the CLI and the page strip and
+    /// check too, but a script may send anything): base64, size, a readable
+    /// ONNX graph, supported operators, input shapes.
+    pub fn check_upload(&self) -> Result<(), String> {
+        let name = &self.name;
+        let bytes = base64::decode(&self.source.onnx_b64)
+            .map_err(|e| format!("model `{name}`: onnx_b64 is not base64: {e}"))?;
+        if bytes.len() > MAX_MODEL_BYTES {
+            return Err(format!(
+                "model `{name}`: {} bytes after stripping weights is over the {MAX_MODEL_BYTES}-byte limit",
+                bytes.len()
+            ));
+        }
+        let summary = crate::onnx::summarize(&bytes).map_err(|e| format!("model `{name}`: {e}"))?;
+        crate::onnx::check_ops(&summary).map_err(|e| format!("model `{name}`: {e}"))?;
+        crate::onnx::check_inputs(&summary, &self.source.input_shapes)
+            .map_err(|e| format!("model `{name}`: {e}"))?;
+        Ok(())
+    }
+}
+
 /// A downloadable artefact of a model run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -17,8 +17,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast::{self, error::RecvError};
 use tracing::{debug, info, warn};
-use tunefleet_shared::model::{base64, ModelSubmission, MAX_MODEL_BYTES};
-use tunefleet_shared::onnx;
 use tunefleet_shared::protocol::{
     close_code, ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, ServerMessage,
     PROTOCOL_VERSION,
@@ -440,7 +438,7 @@ async fn handle(
             }
         }
         ClientCommand::SubmitModel { model } => {
-            if let Err(message) = check_model_upload(&model) {
+            if let Err(message) = model.check_upload() {
                 info!(model = %model.name, "model refused: {message}");
                 return error(Some(id), ErrorCode::InvalidWorkload, message);
             }
@@ -505,25 +503,6 @@ async fn handle(
         }
     };
     ServerMessage::Reply { id, body }
-}
-
-/// The master's own check of a model upload: the client strips and checks
-/// too, but a script may send anything.
-fn check_model_upload(model: &ModelSubmission) -> Result<(), String> {
-    let name = &model.name;
-    let bytes = base64::decode(&model.source.onnx_b64)
-        .map_err(|e| format!("model `{name}`: onnx_b64 is not base64: {e}"))?;
-    if bytes.len() > MAX_MODEL_BYTES {
-        return Err(format!(
-            "model `{name}`: {} bytes after stripping weights is over the {MAX_MODEL_BYTES}-byte limit",
-            bytes.len()
-        ));
-    }
-    let summary = onnx::summarize(&bytes).map_err(|e| format!("model `{name}`: {e}"))?;
-    onnx::check_ops(&summary).map_err(|e| format!("model `{name}`: {e}"))?;
-    onnx::check_inputs(&summary, &model.source.input_shapes)
-        .map_err(|e| format!("model `{name}`: {e}"))?;
-    Ok(())
 }
 
 fn model_error(id: u64, e: ModelError) -> ServerMessage {
