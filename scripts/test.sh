@@ -32,6 +32,9 @@ if scripts/validate-k8s.sh "$broken" >/dev/null 2>&1; then
 fi
 rm -f "$broken"
 
+echo "== fuzzing: every parser of untrusted input, 15 s each (a new crash fails the build)"
+scripts/fuzz.sh 15
+
 echo "== cargo test (workspace, with the tvm feature)"
 log=$(mktemp)
 set +e
