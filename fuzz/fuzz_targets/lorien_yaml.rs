@@ -9,7 +9,10 @@ fuzz_target!(|data: &[u8]| {
             // The converted file must parse back as a workload file.
             let yaml = tunefleet_shared::lorien::to_tunefleet_yaml(&workloads);
             let back = tunefleet_shared::workload::parse_workload_file(&yaml, "converted.yaml");
-            assert!(back.is_ok(), "converted Lorien file does not parse: {back:?}\n{yaml}");
+            assert!(
+                back.is_ok(),
+                "converted Lorien file does not parse: {back:?}\n{yaml}"
+            );
         }
     }
 });

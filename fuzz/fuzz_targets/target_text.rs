@@ -12,7 +12,8 @@ fuzz_target!(|data: &[u8]| {
             assert!(target.serves(&target), "a target serves jobs for itself");
         }
         if let Ok(cpus) = tunefleet_shared::cpus::CpuSet::parse(text) {
-            let again = tunefleet_shared::cpus::CpuSet::parse(&cpus.to_string()).expect("printed list parses");
+            let again = tunefleet_shared::cpus::CpuSet::parse(&cpus.to_string())
+                .expect("printed list parses");
             assert_eq!(again, cpus);
             let _ = tunefleet_shared::cpus::split_among(&cpus, (data.len() % 9) + 1);
         }
