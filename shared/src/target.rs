@@ -134,6 +134,13 @@ impl Target {
                     "empty option name".into(),
                 ));
             }
+            // Found by fuzzing: `llvm -kind` replaced the kind with `true`.
+            if key == "kind" {
+                return Err(TargetError::Unparseable(
+                    text.into(),
+                    "`-kind` is not an option: the kind is the first word".into(),
+                ));
+            }
             map.insert(key.clone(), cli_value(&key, &raw));
         }
         Ok(Target(map))
@@ -197,6 +204,17 @@ impl fmt::Display for Target {
 
 #[cfg(test)]
 mod tests {
+    /// Regression (fuzz/artifacts, target_text): a legacy string whose
+    /// options set `kind` gave a target whose text did not parse back.
+    #[test]
+    fn a_kind_option_in_the_legacy_form_is_refused() {
+        let found = "llvm2 --mcp\t\x0b-kind -mccp\t\x0b-&3-m -mcuNNNNNm -m";
+        for text in [found, "llvm -kind", "llvm -kind=cuda"] {
+            let err = super::Target::parse(text).unwrap_err().to_string();
+            assert!(err.contains("`-kind` is not an option"), "{text}: {err}");
+        }
+    }
+
     #[test]
     fn completion_fills_only_what_the_job_leaves_open() {
         let worker = Target::parse(r#"{"kind":"llvm","mcpu":"znver3","num-cores":2}"#).unwrap();
