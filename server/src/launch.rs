@@ -16,6 +16,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 
+use crate::local_workers::{split_worker_args, WorkerArgsError};
+
 #[derive(clap::Args, Debug)]
 pub struct LaunchArgs {
     #[command(subcommand)]
@@ -137,17 +139,21 @@ fn launch_slurm(args: &SlurmArgs) -> anyhow::Result<()> {
 
 /// The batch script; pure, so `--dry-run` and the tests see exactly what is submitted.
 pub fn slurm_script(args: &SlurmArgs, program: &str) -> anyhow::Result<String> {
-    let extra = shlex::split(&args.worker_args)
-        .with_context(|| format!("--worker-args: unbalanced quotes in `{}`", args.worker_args))?;
-    for arg in &extra {
-        let flag = arg.split('=').next().unwrap_or(arg);
-        if flag == "--server" || flag == "--name" {
-            bail!("--worker-args must not set {flag}: the launcher sets it for each worker");
+    let extra = match split_worker_args(
+        &args.worker_args,
+        &["--server", "--name", "--worker-secret"],
+    ) {
+        Ok(extra) => extra,
+        Err(WorkerArgsError::Quoting) => {
+            bail!("--worker-args: unbalanced quotes in `{}`", args.worker_args)
         }
-        if flag == "--worker-secret" {
-            bail!("--worker-args must not carry the join secret: export TUNEFLEET_WORKER_SECRET before launching instead");
+        Err(WorkerArgsError::Reserved("--worker-secret")) => {
+            bail!("--worker-args must not carry the join secret: export TUNEFLEET_WORKER_SECRET before launching instead")
         }
-    }
+        Err(WorkerArgsError::Reserved(flag)) => {
+            bail!("--worker-args must not set {flag}: the launcher sets it for each worker")
+        }
+    };
     // Values go into `#SBATCH` lines, which Slurm reads up to the end of the line.
     let single_line = |name: &str, value: &str| -> anyhow::Result<()> {
         if value.contains(['\n', '\r']) || value.trim().is_empty() {

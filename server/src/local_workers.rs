@@ -56,6 +56,29 @@ pub enum LocalWorkersError {
     Reserved(&'static str),
 }
 
+/// Extra worker arguments, split as a shell would, with the first of
+/// `reserved` they set (as `--flag` or `--flag=value`) refused. Shared by
+/// local mode and the Slurm launcher, which set some flags per worker.
+pub fn split_worker_args<'a>(
+    text: &str,
+    reserved: &[&'a str],
+) -> Result<Vec<String>, WorkerArgsError<'a>> {
+    let args = shlex::split(text).ok_or(WorkerArgsError::Quoting)?;
+    for arg in &args {
+        let flag = arg.split('=').next().unwrap_or(arg);
+        if let Some(found) = reserved.iter().find(|r| **r == flag) {
+            return Err(WorkerArgsError::Reserved(found));
+        }
+    }
+    Ok(args)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum WorkerArgsError<'a> {
+    Quoting,
+    Reserved(&'a str),
+}
+
 /// One supervised worker: its name, its CPUs and its whole command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LocalWorkerSpec {
@@ -72,14 +95,10 @@ pub fn plan(
     server_url: &str,
     extra_args: &str,
 ) -> Result<Vec<LocalWorkerSpec>, LocalWorkersError> {
-    let extra =
-        shlex::split(extra_args).ok_or_else(|| LocalWorkersError::Quoting(extra_args.into()))?;
-    for arg in &extra {
-        let flag = arg.split('=').next().unwrap_or(arg);
-        if let Some(reserved) = RESERVED_FLAGS.iter().find(|r| **r == flag) {
-            return Err(LocalWorkersError::Reserved(reserved));
-        }
-    }
+    let extra = split_worker_args(extra_args, &RESERVED_FLAGS).map_err(|e| match e {
+        WorkerArgsError::Quoting => LocalWorkersError::Quoting(extra_args.into()),
+        WorkerArgsError::Reserved(flag) => LocalWorkersError::Reserved(flag),
+    })?;
     let n = match count {
         LocalWorkers::Count(n) => n,
         LocalWorkers::Auto => auto_worker_count(available.cpus().len()),

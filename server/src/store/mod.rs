@@ -28,7 +28,7 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
-use rusqlite::{params, Connection, OpenFlags};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use tunefleet_shared::protocol::Millis;
 
 use crate::models::ModelRun;
@@ -108,11 +108,7 @@ impl Store {
                 [],
                 |r| r.get::<_, String>(0),
             )
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                other => Err(other),
-            })
+            .optional()
             .map_err(err)?;
         match found.as_deref().map(|v| (v, v.trim().parse::<i64>())) {
             None => conn
@@ -227,11 +223,7 @@ impl Store {
                 params![run, kind],
                 |r| r.get::<_, Vec<u8>>(0),
             )
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                other => Err(other),
-            })
+            .optional()
             .map_err(|e| self.sql_err(e))
     }
 
