@@ -642,9 +642,21 @@ impl Client {
         yaml: impl Into<String>,
         filename: Option<&str>,
     ) -> Result<SubmitReport, ClientError> {
+        self.submit_as(yaml, filename, false).await
+    }
+
+    /// [`Client::submit`]; with `fresh`, new jobs are tuned from scratch even
+    /// when the master's tuning cache could answer or warm-start them.
+    pub async fn submit_as(
+        &mut self,
+        yaml: impl Into<String>,
+        filename: Option<&str>,
+        fresh: bool,
+    ) -> Result<SubmitReport, ClientError> {
         let command = ClientCommand::Submit {
             yaml: yaml.into(),
             filename: filename.map(str::to_owned),
+            fresh,
         };
         match self.request(command).await? {
             ReplyBody::Submitted(report) => Ok(report),
@@ -903,6 +915,8 @@ pub(crate) mod tests {
             updated_at: 1,
             started_at: None,
             finished_at: None,
+            cache_hit: false,
+            cached_from: None,
         }
     }
 

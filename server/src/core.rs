@@ -36,8 +36,8 @@ use tunefleet_shared::workload::{Op, Workload};
 use crate::metrics::{CoreCounters, FleetMetrics};
 use crate::models::{ModelError, ModelRuns, Plan};
 use crate::scheduler::{
-    CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection, Scheduler,
-    SchedulerConfig, SessionId,
+    CachePolicy, CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection,
+    Scheduler, SchedulerConfig, SessionId,
 };
 use crate::store::{Store, TraceJob};
 
@@ -99,6 +99,7 @@ pub enum Command {
     },
     Submit {
         workloads: Vec<Workload>,
+        cache: CachePolicy,
         reply: oneshot::Sender<SubmitReport>,
     },
     Status {
@@ -351,17 +352,34 @@ impl Core {
                     return;
                 }
             }
-            Command::Submit { workloads, reply } => {
-                let (new_jobs, duplicates) = self.scheduler.submit(workloads, now, &mut out);
+            Command::Submit {
+                workloads,
+                cache,
+                reply,
+            } => {
+                let (new_jobs, duplicates) =
+                    self.scheduler.submit_as(workloads, cache, now, &mut out);
+                let (mut cache_hits, mut warm_started) = (Vec::new(), Vec::new());
+                for id in &new_jobs {
+                    match self.scheduler.job(id).map(|j| &j.view) {
+                        Some(v) if v.cache_hit => cache_hits.push(id.clone()),
+                        Some(v) if v.cached_from.is_some() => warm_started.push(id.clone()),
+                        _ => {}
+                    }
+                }
                 info!(
                     new = new_jobs.len(),
                     duplicates = duplicates.len(),
+                    cache_hits = cache_hits.len(),
+                    warm_started = warm_started.len(),
                     "workloads submitted"
                 );
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(SubmitReport {
                         new_jobs,
                         duplicates,
+                        cache_hits,
+                        warm_started,
                     });
                 }));
             }

@@ -26,6 +26,9 @@ use tunefleet_shared::protocol::{
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload};
 
+mod cache;
+use cache::{CacheAnswer, TuningCache};
+
 /// A connection-scoped worker identity, allocated by the driver.
 pub type SessionId = u64;
 
@@ -91,6 +94,22 @@ pub struct JobExtras {
     pub warm_start: Option<Box<WarmStart>>,
     #[serde(default)]
     pub tuner: TunerSettings,
+    /// Trials the warm start already covered (from the tuning cache): the
+    /// worker is sent the rest of the budget, and its counts are shifted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prior_trials: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Whether new jobs may be answered or warm-started from earlier results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CachePolicy {
+    Use,
+    /// `submit --fresh`: tune from scratch.
+    Bypass,
 }
 
 impl Job {
@@ -201,6 +220,7 @@ pub struct Scheduler {
     next_back: i64,
     next_front: i64,
     sessions: BTreeMap<SessionId, Session>,
+    cache: TuningCache,
 }
 
 impl Scheduler {
@@ -212,6 +232,7 @@ impl Scheduler {
             next_back: 1,
             next_front: -1,
             sessions: BTreeMap::new(),
+            cache: TuningCache::default(),
         }
     }
 
@@ -246,6 +267,7 @@ impl Scheduler {
                 job.view.worker = None;
                 job.view.updated_at = now;
             }
+            s.cache.add(&job);
             s.jobs.insert(id.clone(), job);
             if was_in_flight {
                 // In-flight jobs were at the head of the fleet's attention; keep them there.
@@ -312,28 +334,57 @@ impl Scheduler {
         now: Millis,
         out: &mut Vec<Output>,
     ) -> (Vec<JobId>, Vec<JobId>) {
+        self.submit_as(workloads, CachePolicy::Use, now, out)
+    }
+
+    /// [`Scheduler::submit`], choosing whether the tuning cache may answer.
+    /// A new job answered from it is created `done` (`cache_hit`); one it can
+    /// only warm-start is queued with the earlier records and the rest of
+    /// its budget (see `cache.rs`).
+    pub fn submit_as(
+        &mut self,
+        workloads: Vec<Workload>,
+        policy: CachePolicy,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> (Vec<JobId>, Vec<JobId>) {
         let with_extras = workloads
             .into_iter()
             .map(|w| (w, JobExtras::default()))
             .collect();
-        self.submit_with(with_extras, now, out)
+        self.submit_inner(with_extras, policy, now, out)
     }
 
-    /// [`Scheduler::submit`] with per-job extras (a model run's rounds). A
-    /// duplicate keeps the extras it was first submitted with.
+    /// [`Scheduler::submit`] with per-job extras (a model run's rounds, which
+    /// bring their own warm starts: the cache stays out). A duplicate keeps
+    /// the extras it was first submitted with.
     pub fn submit_with(
         &mut self,
         workloads: Vec<(Workload, JobExtras)>,
         now: Millis,
         out: &mut Vec<Output>,
     ) -> (Vec<JobId>, Vec<JobId>) {
+        self.submit_inner(workloads, CachePolicy::Bypass, now, out)
+    }
+
+    fn submit_inner(
+        &mut self,
+        workloads: Vec<(Workload, JobExtras)>,
+        policy: CachePolicy,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> (Vec<JobId>, Vec<JobId>) {
         let (mut created, mut duplicates) = (Vec::new(), Vec::new());
-        for (workload, extras) in workloads {
+        for (workload, mut extras) in workloads {
             let id = workload.job_id();
             if self.jobs.contains_key(&id) {
                 duplicates.push(id);
                 continue;
             }
+            let answer = match policy {
+                CachePolicy::Use => self.cache.lookup(&workload, &self.jobs),
+                CachePolicy::Bypass => CacheAnswer::Miss,
+            };
             let key = self.next_back;
             self.next_back += 1;
             let view = JobView {
@@ -354,7 +405,33 @@ impl Scheduler {
                 updated_at: now,
                 started_at: None,
                 finished_at: None,
+                cache_hit: false,
+                cached_from: None,
             };
+            let mut view = view;
+            match answer {
+                CacheAnswer::Miss => {}
+                CacheAnswer::Hit(from) => {
+                    if let Some(source) = self.jobs.get(&from) {
+                        answer_from(&mut view, source, now);
+                    }
+                }
+                CacheAnswer::Warm {
+                    from,
+                    trials,
+                    start,
+                } => {
+                    if let Some(source) = self.jobs.get(&from) {
+                        view.records = source.view.records.clone();
+                        view.best_latency_s = source.view.best_latency_s;
+                    }
+                    view.trials_done = trials;
+                    view.cached_from = Some(from);
+                    extras.prior_trials = trials;
+                    extras.warm_start = Some(start);
+                }
+            }
+            let answered = view.cache_hit;
             self.jobs.insert(
                 id.clone(),
                 Job {
@@ -367,7 +444,9 @@ impl Scheduler {
                     extras,
                 },
             );
-            self.enqueue(&id, key);
+            if !answered {
+                self.enqueue(&id, key);
+            }
             out.push(Output::JobChanged(id.clone()));
             created.push(id);
         }
@@ -503,6 +582,12 @@ impl Scheduler {
             best_latency_s,
         } = *report;
         let job = self.held_job_mut(session, job_id, lease)?;
+        // A warm-started job's worker counts only the rest of the budget.
+        let prior = job.extras.prior_trials;
+        let (trials_done, trials_total) = (
+            trials_done.saturating_add(prior),
+            trials_total.saturating_add(prior),
+        );
         let was_running = job.view.state == JobState::Running;
         job.view.state = JobState::Running;
         job.view.trials_done = trials_done.min(trials_total.max(job.view.trials_total));
@@ -568,10 +653,23 @@ impl Scheduler {
         };
         job.view.state = JobState::Done;
         job.view.worker = Some(worker_name.clone());
-        // The worker's own measurement of the best kernel, not the tuner's estimate.
-        job.view.best_latency_s = Some(result.best_latency_s).filter(|l| *l > 0.0);
-        job.view.records = records;
-        job.view.trials_done = result.trials.max(job.view.trials_done);
+        let prior = job.extras.prior_trials;
+        // The worker's own measurement of the best kernel, not the tuner's
+        // estimate; after a warm start the earlier best still counts.
+        let measured = Some(result.best_latency_s).filter(|l| *l > 0.0);
+        job.view.best_latency_s = match (measured, job.view.best_latency_s) {
+            (Some(new), Some(old)) if prior > 0 => Some(new.min(old)),
+            (new, _) => new,
+        };
+        job.view.records = if prior > 0 {
+            merge_records(std::mem::take(&mut job.view.records), records, nbest)
+        } else {
+            records
+        };
+        job.view.trials_done = result
+            .trials
+            .saturating_add(prior)
+            .max(job.view.trials_done);
         job.view.result = Some(ResultMeta {
             trials: result.trials,
             wall_time_s: result.wall_time_s,
@@ -584,6 +682,7 @@ impl Scheduler {
         });
         job.view.finished_at = Some(now);
         job.view.updated_at = now;
+        self.cache.add(&self.jobs[job_id]);
         out.push(Output::JobChanged(job_id.to_string()));
         self.dispatch(now, out);
         Ok(())
@@ -885,10 +984,17 @@ impl Scheduler {
         job.lease += 1;
         job.holder = Some(session);
         job.view.attempts += 1;
-        // A new attempt tunes from scratch; its curve starts empty.
+        // A new attempt tunes from scratch, or from its warm start; its
+        // curve starts empty.
         job.view.history.clear();
-        job.view.best_latency_s = None;
-        job.view.trials_done = 0;
+        let prior = job.extras.prior_trials;
+        job.view.best_latency_s = job
+            .view
+            .records
+            .first()
+            .map(|r| r.latency_s)
+            .filter(|_| prior > 0);
+        job.view.trials_done = prior;
         job.view.state = JobState::Assigned;
         job.view.worker = Some(s.view.name.clone());
         job.view.started_at = Some(now);
@@ -911,7 +1017,15 @@ impl Scheduler {
                 job_id: job_id.to_string(),
                 lease: job.lease,
                 attempt: job.view.attempts,
-                workload: Box::new(job.view.workload.clone()),
+                workload: Box::new({
+                    let mut workload = job.view.workload.clone();
+                    // After a warm start, only the rest of the budget.
+                    workload.trials = workload
+                        .trials
+                        .saturating_sub(job.extras.prior_trials)
+                        .max(1);
+                    workload
+                }),
                 nbest: job.extras.nbest.unwrap_or(default_nbest),
                 warm_start: job.extras.warm_start.clone(),
                 tuner: {
@@ -960,6 +1074,39 @@ impl Scheduler {
 /// Appends a curve point, thinning old points to stay within the cap.
 pub fn session_label(session: SessionId) -> String {
     format!("w{session}")
+}
+
+/// Fills a new job's view with the answer an earlier one gives (a cache hit).
+fn answer_from(view: &mut JobView, source: &Job, now: Millis) {
+    let from = &source.view;
+    view.state = JobState::Done;
+    view.cache_hit = true;
+    view.cached_from = Some(from.job_id.clone());
+    view.worker = from.worker.clone();
+    view.trials_done = from.trials_done;
+    view.best_latency_s = from.best_latency_s;
+    view.records = from.records.clone();
+    view.history = from.history.clone();
+    view.result = from.result.clone();
+    view.finished_at = Some(now);
+}
+
+/// A warm-started job's records: the earlier ones and the new, best first,
+/// each once.
+fn merge_records(
+    earlier: Vec<TuningRecord>,
+    new: Vec<TuningRecord>,
+    nbest: usize,
+) -> Vec<TuningRecord> {
+    let mut all = new;
+    for record in earlier {
+        if !all.iter().any(|r| r.record == record.record) {
+            all.push(record);
+        }
+    }
+    all.sort_by(|a, b| a.latency_s.total_cmp(&b.latency_s));
+    all.truncate(nbest.max(1));
+    all
 }
 
 /// Checks a result's numbers and returns its best `nbest` records, best first.

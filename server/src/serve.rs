@@ -27,7 +27,7 @@ use tunefleet_shared::workload::{parse_workload_file, MAX_WORKLOADS_PER_FILE};
 use crate::core::{Command, Core, CoreHandle};
 use crate::local_workers::{self, LocalFleet};
 use crate::net::{self, AppState, NetConfig};
-use crate::scheduler::SchedulerConfig;
+use crate::scheduler::{CachePolicy, SchedulerConfig};
 use crate::store::{Durability, Store};
 use tunefleet_shared::secrets_equal;
 
@@ -241,7 +241,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     for (path, workloads) in initial {
         let report = handle
-            .ask(|reply| Command::Submit { workloads, reply })
+            .ask(|reply| Command::Submit {
+                workloads,
+                cache: CachePolicy::Use,
+                reply,
+            })
             .await
             .context("core stopped")?;
         info!(

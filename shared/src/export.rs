@@ -233,6 +233,8 @@ mod tests {
             updated_at: 1,
             started_at: None,
             finished_at: None,
+            cache_hit: false,
+            cached_from: None,
         }
     }
 

@@ -320,6 +320,10 @@ pub enum ClientCommand {
         yaml: String,
         #[serde(default)]
         filename: Option<String>,
+        /// Tune every new job from scratch, even when the tuning cache could
+        /// answer it or warm-start it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fresh: bool,
     },
     Status,
     Results {
@@ -462,6 +466,13 @@ pub struct SubmitReport {
     pub new_jobs: Vec<JobId>,
     /// Workloads that already had a job (same normalised content and target).
     pub duplicates: Vec<JobId>,
+    /// New jobs answered from the tuning cache at once (already `done`).
+    #[serde(default)]
+    pub cache_hits: Vec<JobId>,
+    /// New jobs queued with earlier records to start from and only the
+    /// rest of their budget to tune.
+    #[serde(default)]
+    pub warm_started: Vec<JobId>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -617,6 +628,15 @@ pub struct JobView {
     pub updated_at: Millis,
     pub started_at: Option<Millis>,
     pub finished_at: Option<Millis>,
+    /// Answered from the tuning cache at submission: `records`,
+    /// `best_latency_s` and `result` are those of `cached_from`, an earlier
+    /// job with the same computation, a target that serves this one's and at
+    /// least its budget.
+    #[serde(default)]
+    pub cache_hit: bool,
+    /// The job whose records answered (`cache_hit`) or warm-started this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_from: Option<JobId>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -809,10 +829,15 @@ impl std::fmt::Debug for ClientCommand {
                 .field("client", client)
                 .finish(),
             ClientCommand::Subscribe => f.write_str("Subscribe"),
-            ClientCommand::Submit { yaml, filename } => f
+            ClientCommand::Submit {
+                yaml,
+                filename,
+                fresh,
+            } => f
                 .debug_struct("Submit")
                 .field("yaml", &format_args!("<{} bytes>", yaml.len()))
                 .field("filename", filename)
+                .field("fresh", fresh)
                 .finish(),
             ClientCommand::Status => f.write_str("Status"),
             ClientCommand::Results { job_ids } => {
@@ -992,6 +1017,7 @@ mod tests {
         let submit = ClientCommand::Submit {
             yaml: "x".repeat(1000),
             filename: None,
+            fresh: false,
         };
         assert!(format!("{submit:?}").contains("<1000 bytes>"));
     }

@@ -427,6 +427,22 @@ impl Workload {
         out
     }
 
+    /// What the tuning cache keys records by: the computation alone (the
+    /// identity without `trials`, `target` and `tuner`), as 16 hex digits.
+    /// The target is matched separately, against the *effective* target a
+    /// result was measured for; the budget decides hit or warm start.
+    pub fn content_key(&self) -> String {
+        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(map) = &mut value {
+            for field in ["name", "trials", "target", "tuner"] {
+                map.remove(field);
+            }
+        }
+        let mut text = String::from("tunefleet-content-v1\n");
+        write_canonical_json(&value, &mut text);
+        hex::encode(&Sha256::digest(text.as_bytes())[..8])
+    }
+
     /// Floating point operations of one run (a multiply-add counts as 2);
     /// `None` for tvmscript.
     pub fn flops(&self) -> Option<f64> {

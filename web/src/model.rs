@@ -622,6 +622,8 @@ mod tests {
             updated_at: created_at,
             started_at: None,
             finished_at: None,
+            cache_hit: false,
+            cached_from: None,
         }
     }
 
@@ -1161,6 +1163,7 @@ mod tests {
             .request(ClientCommand::Submit {
                 yaml: "workloads: []".into(),
                 filename: Some("x.yaml".into()),
+                fresh: false,
             })
             .unwrap();
         assert!(session.submitting());
@@ -1176,6 +1179,7 @@ mod tests {
             [Effect::Submitted(SubmitReport {
                 new_jobs: vec!["x".into()],
                 duplicates: vec!["y".into(), "z".into()],
+                ..Default::default()
             })]
         );
         assert!(!session.submitting());
@@ -1184,6 +1188,7 @@ mod tests {
             .request(ClientCommand::Submit {
                 yaml: "bad".into(),
                 filename: None,
+                fresh: false,
             })
             .unwrap();
         let id = serde_json::from_str::<serde_json::Value>(&frame).unwrap()["id"]
@@ -1238,6 +1243,7 @@ mod tests {
         session.request(ClientCommand::Submit {
             yaml: "y".into(),
             filename: None,
+            fresh: false,
         });
         let (_, effects) = session.closed(1006, "");
         assert!(matches!(effects.as_slice(), [Effect::SubmitRejected(_)]));

@@ -17,7 +17,13 @@
 //! be converted stops everything before anything is sent.
 //!
 //! `--json` prints an array with one object per file:
-//! `{"file": ..., "new_jobs": [...], "duplicates": [...]}`.
+//! `{"file": ..., "new_jobs": [...], "duplicates": [...], "cache_hits": [...],
+//! "warm_started": [...]}`.
+//!
+//! The master's tuning cache answers a new job at once when an earlier job
+//! tuned the same computation for a target that serves this one with at
+//! least its budget (`cache_hits`, already done), and warm-starts it when one
+//! tuned less (`warm_started`). `--fresh` tunes every new job from scratch.
 
 use super::{emit, plural, ConnectArgs};
 use crate::client::{Client, ClientError};
@@ -40,6 +46,10 @@ pub struct SubmitArgs {
     /// Print the submit reports as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Tune every new job from scratch: no answer from the master's tuning
+    /// cache, no warm start from earlier records.
+    #[arg(long)]
+    pub fresh: bool,
     #[command(flatten)]
     pub model: super::model::ModelFlags,
 }
@@ -89,7 +99,7 @@ pub async fn run(args: SubmitArgs) -> anyhow::Result<()> {
     let mut client = args.connect.connect().await?;
     let mut reports: Vec<FileReport> = Vec::new();
     for (file, text) in texts {
-        let report = match client.submit(text, Some(&file)).await {
+        let report = match client.submit_as(text, Some(&file), args.fresh).await {
             Ok(report) => report,
             Err(err) => {
                 if !reports.is_empty() {
@@ -134,11 +144,21 @@ fn rejection(connect: &ConnectArgs, file: &str, err: ClientError) -> anyhow::Err
 
 /// `more.yaml: 3 new jobs, 1 duplicate skipped`, then one line per job.
 pub fn summary_line(file: &str, report: &SubmitReport) -> String {
-    format!(
+    let mut line = format!(
         "{file}: {}, {} skipped",
         plural(report.new_jobs.len(), "new job", "new jobs"),
         plural(report.duplicates.len(), "duplicate", "duplicates")
-    )
+    );
+    if !report.cache_hits.is_empty() {
+        line += &format!(
+            ", {} answered from the tuning cache",
+            report.cache_hits.len()
+        );
+    }
+    if !report.warm_started.is_empty() {
+        line += &format!(", {} warm-started", report.warm_started.len());
+    }
+    line
 }
 
 async fn print_report(client: &mut Client, file: &str, report: &SubmitReport) {
@@ -170,6 +190,13 @@ async fn print_report(client: &mut Client, file: &str, report: &SubmitReport) {
         .unwrap_or(0);
     for (tag, ids) in [("new", &report.new_jobs), ("duplicate", &report.duplicates)] {
         for id in ids {
+            let tag = if report.cache_hits.contains(id) {
+                "cached"
+            } else if report.warm_started.contains(id) {
+                "warm"
+            } else {
+                tag
+            };
             let name = names.get(id).map(String::as_str).unwrap_or("");
             let _ = emit(&format!("  {tag:<9}  {id:<width$}  {name}\n"));
         }
@@ -185,6 +212,7 @@ mod tests {
         let report = SubmitReport {
             new_jobs: vec!["a".into(), "b".into(), "c".into()],
             duplicates: vec!["d".into()],
+            ..Default::default()
         };
         assert_eq!(
             summary_line("more.yaml", &report),
@@ -193,6 +221,7 @@ mod tests {
         let one = SubmitReport {
             new_jobs: vec!["a".into()],
             duplicates: vec![],
+            ..Default::default()
         };
         assert_eq!(
             summary_line("x.yaml", &one),
@@ -207,11 +236,13 @@ mod tests {
             report: SubmitReport {
                 new_jobs: vec!["x".into()],
                 duplicates: vec![],
+                ..Default::default()
             },
         };
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
-            serde_json::json!({"file": "a.yaml", "new_jobs": ["x"], "duplicates": []})
+            serde_json::json!({"file": "a.yaml", "new_jobs": ["x"], "duplicates": [],
+                "cache_hits": [], "warm_started": []})
         );
     }
 

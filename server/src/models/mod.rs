@@ -804,6 +804,7 @@ fn round_job(run: &ModelRun, i: usize, trials: u32, target: &Target) -> (Workloa
         nbest: Some(trials.max(1)),
         warm_start,
         tuner,
+        prior_trials: 0,
     };
     (workload, extras)
 }

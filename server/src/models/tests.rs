@@ -42,6 +42,8 @@ fn view(workload: &Workload, state: JobState) -> JobView {
         updated_at: 0,
         started_at: None,
         finished_at: None,
+        cache_hit: false,
+        cached_from: None,
     }
 }
 

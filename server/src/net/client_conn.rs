@@ -28,7 +28,7 @@ use super::limits::{RequestLimiter, Verdict};
 use super::{AppState, Connection, Frame};
 use crate::core::{Command, Published};
 use crate::models::ModelError;
-use crate::scheduler::CommandError;
+use crate::scheduler::{CachePolicy, CommandError};
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BAD_MESSAGES: u32 = 16;
@@ -367,7 +367,11 @@ async fn handle(
                 None => return gone(),
             }
         }
-        ClientCommand::Submit { yaml, filename } => {
+        ClientCommand::Submit {
+            yaml,
+            filename,
+            fresh,
+        } => {
             let filename = filename.unwrap_or_else(|| "upload.yaml".into());
             if yaml.len() > MAX_WORKLOAD_FILE_BYTES {
                 return error(
@@ -406,7 +410,19 @@ async fn handle(
                     )
                 }
             };
-            match core.ask(|reply| Command::Submit { workloads, reply }).await {
+            let cache = if fresh {
+                CachePolicy::Bypass
+            } else {
+                CachePolicy::Use
+            };
+            match core
+                .ask(|reply| Command::Submit {
+                    workloads,
+                    cache,
+                    reply,
+                })
+                .await
+            {
                 Some(report) => ReplyBody::Submitted(report),
                 None => return gone(),
             }

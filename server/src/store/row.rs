@@ -40,6 +40,14 @@ pub(super) struct JobRowOut<'a> {
     lease_history: &'a [LeaseRecord],
     last_progress_at: Millis,
     extras: &'a JobExtras,
+    #[serde(skip_serializing_if = "is_false")]
+    cache_hit: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cached_from: &'a Option<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The `data` column, read back.
@@ -66,6 +74,11 @@ pub(super) struct JobRowIn {
     last_progress_at: Millis,
     #[serde(default)]
     extras: JobExtras,
+    // Added in schema 2 without a migration: absent means not from the cache.
+    #[serde(default)]
+    cache_hit: bool,
+    #[serde(default)]
+    cached_from: Option<String>,
 }
 
 impl<'a> JobRowOut<'a> {
@@ -97,6 +110,8 @@ impl<'a> JobRowOut<'a> {
             updated_at,
             started_at,
             finished_at,
+            cache_hit,
+            cached_from,
         } = view;
         JobRowOut {
             name,
@@ -118,6 +133,8 @@ impl<'a> JobRowOut<'a> {
             lease_history,
             last_progress_at: *last_progress_at,
             extras,
+            cache_hit: *cache_hit,
+            cached_from,
         }
     }
 }
@@ -143,6 +160,8 @@ impl JobRowIn {
                 updated_at: self.updated_at,
                 started_at: self.started_at,
                 finished_at: self.finished_at,
+                cache_hit: self.cache_hit,
+                cached_from: self.cached_from,
             },
             lease: self.lease,
             holder: None,
@@ -171,6 +190,11 @@ pub struct TraceJob<'a> {
     /// Why it is back in the queue or failed: the newest error.
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a JobError>,
+    /// The earlier job that answered (`cache_hit`) or warm-started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cached_from: Option<&'a str>,
+    #[serde(skip_serializing_if = "is_false")]
+    cache_hit: bool,
 }
 
 impl<'a> TraceJob<'a> {
@@ -186,6 +210,8 @@ impl<'a> TraceJob<'a> {
             lease: job.lease,
             best_latency_s: v.best_latency_s,
             error: v.errors.last().filter(|_| after_an_error),
+            cached_from: v.cached_from.as_deref(),
+            cache_hit: v.cache_hit,
         }
     }
 }

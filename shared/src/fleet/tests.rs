@@ -27,6 +27,8 @@ fn job(id: &str, state: JobState) -> JobView {
         updated_at: 1,
         started_at: None,
         finished_at: None,
+        cache_hit: false,
+        cached_from: None,
     }
 }
 

@@ -596,6 +596,7 @@ impl Component for App {
                     let command = ClientCommand::Submit {
                         yaml: yaml.clone(),
                         filename: Some(self.upload_name.clone()),
+                        fresh: false,
                     };
                     if let Some(frame) = self.session.request(command) {
                         self.submit_outcome = None;
