@@ -13,6 +13,16 @@ pub mod target;
 pub mod workload;
 mod yaml_tree;
 
+/// The master URLs in a `--server` value: `ws://A,ws://B` names a leader and
+/// its standby (in any order); workers, the CLI and the page try them in turn
+/// and stay with whichever answers. Blanks are ignored.
+pub fn server_urls(text: &str) -> Vec<&str> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .collect()
+}
+
 /// Constant-time comparison for secrets and tokens: the time taken does not
 /// depend on where the first differing byte is.
 pub fn secrets_equal(a: &str, b: &str) -> bool {

@@ -17,7 +17,9 @@ use tunefleet_worker::{run_worker, Backend, Backoff, SimBackend, WorkerConfig};
 #[command(name = "tunefleet-worker", version)]
 struct Cli {
     /// Master URL, e.g. ws://127.0.0.1:18871, or wss://HOST:PORT for a master
-    /// serving TLS (the worker connects to <URL>/ws/worker).
+    /// serving TLS (the worker connects to <URL>/ws/worker). Several,
+    /// comma-separated (`ws://A,ws://B`: a leader and its standby), are
+    /// tried in turn; the worker stays with whichever answers.
     #[arg(long)]
     server: String,
 

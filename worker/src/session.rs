@@ -36,6 +36,8 @@ use tunefleet_shared::target::Target;
 
 /// Limit for opening the socket, and then for the `registered` answer.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause before trying the next of several master URLs.
+const NEXT_MASTER_DELAY: Duration = Duration::from_millis(50);
 
 /// Everything one worker needs. See [`WorkerConfig::new`] for the defaults.
 #[derive(Clone)]
@@ -178,8 +180,17 @@ pub async fn run_worker(
     config: WorkerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<WorkerStats, WorkerError> {
-    let url = worker_url(&config.server)?;
-    let tls = if url.starts_with("wss://") {
+    let urls = tunefleet_shared::server_urls(&config.server)
+        .into_iter()
+        .map(worker_url)
+        .collect::<Result<Vec<_>, _>>()?;
+    if urls.is_empty() {
+        return Err(WorkerError::InvalidServerUrl {
+            url: config.server.clone(),
+            reason: "no master URL given".into(),
+        });
+    }
+    let tls = if urls.iter().any(|url| url.starts_with("wss://")) {
         Some(tls_connector(config.ca_cert.as_deref()).map_err(WorkerError::Tls)?)
     } else {
         None
@@ -189,12 +200,13 @@ pub async fn run_worker(
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     info!(
-        %url, %worker_id, name = %config.name, backend = config.backend.name(),
+        url = %urls.join(","), %worker_id, name = %config.name, backend = config.backend.name(),
         target = %config.target, "starting worker"
     );
     let mut worker = Worker {
         config,
-        url,
+        urls,
+        current: 0,
         tls,
         worker_id,
         running: None,
@@ -207,7 +219,10 @@ pub async fn run_worker(
 
 struct Worker {
     config: WorkerConfig,
-    url: String,
+    /// Every master URL given (a leader and its standby); `current` is the
+    /// one tried next, and kept while it answers.
+    urls: Vec<String>,
+    current: usize,
     /// For `wss://` URLs.
     tls: Option<Connector>,
     worker_id: String,
@@ -340,9 +355,17 @@ impl Worker {
                 }
                 Err(Attempt::Fatal(e)) => return Err(e),
                 Err(Attempt::Retry(reason)) => {
-                    let delay = backoff.next_delay();
+                    let url = self.urls[self.current].clone();
+                    // The next master at once (a standby may lead now); the
+                    // backoff only after every one of them was tried.
+                    self.current = (self.current + 1) % self.urls.len();
+                    let delay = if self.current == 0 {
+                        backoff.next_delay()
+                    } else {
+                        NEXT_MASTER_DELAY
+                    };
                     warn!(
-                        %reason, url = %self.url, attempt = backoff.attempts(),
+                        %reason, %url, attempt = backoff.attempts(),
                         retry_in_ms = millis(delay), "could not register with the master"
                     );
                     delay
@@ -394,7 +417,7 @@ impl Worker {
     async fn connect_and_register(&mut self) -> Result<(Connection, String), Attempt> {
         let mut conn = match tokio::time::timeout(
             HANDSHAKE_TIMEOUT,
-            Connection::connect(&self.url, self.tls.as_ref()),
+            Connection::connect(&self.urls[self.current], self.tls.as_ref()),
         )
         .await
         {

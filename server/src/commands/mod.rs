@@ -85,8 +85,28 @@ impl ConnectArgs {
 
     /// Connects and performs the handshake, keeping the [`ClientError`] (for
     /// callers that retry on [`ClientError::is_retryable`]).
+    ///
+    /// With several URLs (`ws://A,ws://B`: a leader and its standby), each is
+    /// tried in order and the first that completes the handshake is used; a
+    /// master that answers with a refusal (a bad token) ends the search, as
+    /// the standby would say the same.
     pub async fn try_connect(&self) -> Result<Client, ClientError> {
-        Client::connect_with(&self.server, self.token(), &self.options()).await
+        let urls = tunefleet_shared::server_urls(&self.server);
+        let mut last = None;
+        for url in &urls {
+            match Client::connect_with(url, self.token(), &self.options()).await {
+                Ok(client) => return Ok(client),
+                Err(e) if e.is_retryable() && urls.len() > 1 => {
+                    tracing::debug!(%url, "master not reachable, trying the next: {e}");
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| ClientError::BadUrl {
+            url: self.server.clone(),
+            reason: "no master URL given".into(),
+        }))
     }
 
     /// The connection options given on the command line.

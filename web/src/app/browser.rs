@@ -11,16 +11,32 @@ use super::Theme;
 const TOKEN_KEY: &str = "tunefleet.token";
 const THEME_KEY: &str = "tunefleet.theme";
 
-/// `ws://HOST/ws/client` (or `wss://` on an https page): the master that
-/// served the page.
-pub fn client_url() -> String {
+/// The masters the page may talk to, tried in turn: `ws://HOST/ws/client`
+/// (or `wss://` on an https page) for the master that served the page, then
+/// those named in the address as `?server=ws://A,ws://B` (a leader and its
+/// standby), so that the page follows the fleet when the master that served
+/// it dies.
+pub fn client_urls() -> Vec<String> {
     let location = gloo::utils::window().location();
     let scheme = match location.protocol().as_deref() {
         Ok("https:") => "wss",
         _ => "ws",
     };
     let host = location.host().unwrap_or_default();
-    format!("{scheme}://{host}/ws/client")
+    let mut urls = vec![format!("{scheme}://{host}/ws/client")];
+    let search = location.search().unwrap_or_default();
+    let servers = web_sys::UrlSearchParams::new_with_str(&search)
+        .ok()
+        .and_then(|params| params.get("server"))
+        .unwrap_or_default();
+    for server in tunefleet_shared::server_urls(&servers) {
+        let base = server.trim_end_matches('/').trim_end_matches("/ws/client");
+        let url = format!("{base}/ws/client");
+        if !urls.contains(&url) {
+            urls.push(url);
+        }
+    }
+    urls
 }
 
 /// A WebSocket and its event handlers (dropped together).

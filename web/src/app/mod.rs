@@ -169,6 +169,10 @@ pub struct App {
     session: Session,
     socket: Option<Socket>,
     generation: u64,
+    /// Which of [`browser::client_urls`] the next connection tries; moves on
+    /// when one closes before it ever opened.
+    url_index: usize,
+    opened: bool,
     retry: Option<Timeout>,
     /// Frames received since the last render.
     inbox: Vec<String>,
@@ -209,8 +213,10 @@ impl App {
         let generation = self.generation;
         self.session.connecting();
         let link = ctx.link();
+        let urls = browser::client_urls();
+        let url = &urls[self.url_index % urls.len().max(1)];
         let socket = Socket::open(
-            &browser::client_url(),
+            url,
             link.callback(move |()| Msg::Opened(generation)),
             link.callback(move |text| Msg::Frame(generation, text)),
             link.callback(move |(code, reason)| Msg::Closed(generation, code, reason)),
@@ -358,6 +364,8 @@ impl Component for App {
             session: Session::new(),
             socket: None,
             generation: 0,
+            url_index: 0,
+            opened: false,
             retry: None,
             inbox: Vec::new(),
             flush: None,
@@ -391,6 +399,7 @@ impl Component for App {
                 if generation != self.generation {
                     return false;
                 }
+                self.opened = true;
                 let hello = self.session.opened(self.token.as_deref());
                 self.send(hello);
                 true
@@ -432,6 +441,9 @@ impl Component for App {
                 }
                 self.flush = None;
                 self.socket = None;
+                if !std::mem::take(&mut self.opened) {
+                    self.url_index = self.url_index.wrapping_add(1);
+                }
                 let (action, effects) = self.session.closed(code, &reason);
                 self.handle_effects(ctx, effects);
                 if matches!(self.session.link(), crate::model::Link::NeedsToken { .. }) {
