@@ -35,11 +35,25 @@ rm -f "$broken"
 echo "== fuzzing: every parser of untrusted input, 15 s each (a new crash fails the build)"
 scripts/fuzz.sh 15
 
+echo "== PostgreSQL for the state-in-PostgreSQL tests"
+if [ -z "${TUNEFLEET_TEST_POSTGRES:-}" ] && [ "$(id -u)" -eq 0 ]; then
+    TUNEFLEET_TEST_POSTGRES=$(scripts/start-postgres.sh --url)
+    export TUNEFLEET_TEST_POSTGRES TUNEFLEET_REQUIRE_POSTGRES=1
+fi
+echo "${TUNEFLEET_TEST_POSTGRES:-none (the PostgreSQL tests are skipped: run as root, or set TUNEFLEET_TEST_POSTGRES)}"
+
 echo "== cargo test (workspace, with the tvm feature)"
 log=$(mktemp)
 set +e
 cargo test --workspace --features tunefleet-worker/tvm,tunefleet-tests/tvm 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+if [ -n "${TUNEFLEET_TEST_POSTGRES:-}" ]; then
+    echo "== the end-to-end suite again, with the state in PostgreSQL"
+    TUNEFLEET_TEST_STORE=postgres cargo test -p tunefleet-tests --features tunefleet-tests/tvm \
+        --test fleet --test cli --test tuning_cache --test metrics --test bad_input 2>&1 | tee -a "$log"
+    pg_status=${PIPESTATUS[0]}
+    [ "$status" -ne 0 ] || status=$pg_status
+fi
 set -e
 # cargo's last line is a doc-test binary's "0 passed"; print the real totals.
 totals=$(grep -E '^test result: ' "$log" | awk '{p += $4; f += $6} END {printf "%d passed, %d failed", p, f}')

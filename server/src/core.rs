@@ -568,7 +568,11 @@ impl Core {
         }
     }
 
-    fn artifact(&self, name: &str, kind: ModelArtifactKind) -> Result<Vec<ArtifactFile>, String> {
+    fn artifact(
+        &mut self,
+        name: &str,
+        kind: ModelArtifactKind,
+    ) -> Result<Vec<ArtifactFile>, String> {
         let run = self
             .models
             .get(name)

@@ -9,23 +9,26 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::store::Store;
+use crate::store::{StateLocation, Store};
 
 #[derive(clap::Args, Debug)]
 pub struct ExportTraceArgs {
-    /// The master's state database.
-    #[arg(long, default_value = "tunefleet.db")]
-    pub state: PathBuf,
+    /// The master's state: a SQLite file or a postgres:// URL (as `serve
+    /// --state`). Read-only; the lead is not taken.
+    #[arg(long, default_value = "tunefleet.db", value_parser = StateLocation::parse)]
+    pub state: StateLocation,
     /// Output file (default: stdout).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
 
 pub fn run(args: ExportTraceArgs) -> anyhow::Result<()> {
-    if !args.state.is_file() {
-        anyhow::bail!("no state database at {}", args.state.display());
+    if let StateLocation::File(path) = &args.state {
+        if !path.is_file() {
+            anyhow::bail!("no state database at {}", path.display());
+        }
     }
-    let store = Store::open_read_only(&args.state)?;
+    let mut store = Store::open_read_only(&args.state)?;
     let mut out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(path)

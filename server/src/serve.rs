@@ -28,7 +28,7 @@ use crate::core::{Command, Core, CoreHandle};
 use crate::local_workers::{self, LocalFleet};
 use crate::net::{self, AppState, NetConfig};
 use crate::scheduler::{CachePolicy, SchedulerConfig};
-use crate::store::{Durability, Store};
+use crate::store::{Durability, Standby, StateLocation, Store};
 use tunefleet_shared::secrets_equal;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -36,9 +36,16 @@ pub struct ServeArgs {
     /// Address to listen on (HTTP for the dashboard, WebSocket at /ws/worker and /ws/client).
     #[arg(long, default_value = "127.0.0.1:18871")]
     pub bind: SocketAddr,
-    /// SQLite file holding all durable state; reuse it to resume after a crash.
-    #[arg(long, default_value = "tunefleet.db")]
-    pub state: PathBuf,
+    /// Where all durable state lives: a SQLite file (created if missing), or
+    /// a PostgreSQL database as postgres://USER@HOST:PORT/DB (password in the
+    /// URL or PGPASSWORD). Reuse it to resume after a crash. A second master
+    /// on the same PostgreSQL database waits as a standby and takes over
+    /// when the leader dies.
+    #[arg(long, default_value = "tunefleet.db", value_parser = StateLocation::parse)]
+    pub state: StateLocation,
+    /// With PostgreSQL state: how often a standby tries to take the lead.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pub standby_poll: Duration,
     /// Workload YAML files to submit at start (duplicates of known jobs are skipped).
     #[arg(long, num_args = 1..)]
     pub workloads: Vec<PathBuf>,
@@ -219,7 +226,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         initial.push((path.clone(), workloads));
     }
 
-    let store = Store::open(&args.state, args.durability)?;
     let (events, _) = broadcast::channel(args.event_buffer.max(16));
     let config = SchedulerConfig {
         max_attempts: args.max_attempts,
@@ -227,7 +233,31 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .then_some(args.job_timeout.as_millis() as u64),
         nbest: args.nbest as usize,
     };
-    let mut core = Core::start(config, store, events.clone())?;
+    // Blocking work (and, for PostgreSQL, the sync client's own runtime):
+    // off the async threads. A standby waits here, port unbound, until it
+    // leads or is told to stop.
+    let opening = {
+        let (location, durability, events) = (args.state.clone(), args.durability, events.clone());
+        let standby = Standby {
+            poll: args.standby_poll.max(Duration::from_millis(10)),
+        };
+        tokio::task::spawn_blocking(move || {
+            let store = Store::open_leader(&location, durability, standby, &mut || {
+                info!(state = %location, "another master leads this database: waiting as its standby");
+            })?;
+            if location.is_postgres() {
+                info!(state = %location, "this master now leads");
+            }
+            Core::start(config, store, events)
+        })
+    };
+    let mut core = tokio::select! {
+        opened = opening => opened.context("the start-up task failed")??,
+        () = wait_for_signal() => {
+            info!("stopped before taking the lead");
+            return Ok(());
+        }
+    };
     core.set_trace_retention(args.trace_retention.filter(|d| !d.is_zero()));
     let (command_tx, command_rx) = mpsc::channel(65536);
     let core_thread = std::thread::Builder::new()
@@ -318,7 +348,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     // Tests and scripts wait for this line.
     println!("tunefleet master listening on {addr} (dashboard {http}://{addr}/, workers {ws}://{addr}/ws/worker)");
-    info!(%addr, state = %args.state.display(), tls = tls.is_some(), "master up");
+    info!(%addr, state = %args.state, tls = tls.is_some(), "master up");
 
     let local_fleet = match args.local_workers {
         Some(count) => {

@@ -74,19 +74,75 @@ fn log_file(dir: &Path, name: &str) -> std::fs::File {
         .expect("log file")
 }
 
+/// The PostgreSQL server the tests may use (`scripts/start-postgres.sh`
+/// prints its URL), from `TUNEFLEET_TEST_POSTGRES`.
+pub fn postgres_base_url() -> Option<String> {
+    std::env::var("TUNEFLEET_TEST_POSTGRES")
+        .ok()
+        .filter(|url| !url.trim().is_empty())
+}
+
+/// A new, empty database on [`postgres_base_url`]'s server; returns its URL.
+pub fn fresh_postgres_database(base: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let name = format!(
+        "tunefleet_test_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let base_owned = base.to_string();
+    let create = name.clone();
+    // The sync client runs its own runtime: not inside the test's.
+    std::thread::spawn(move || {
+        let mut client = postgres::Client::connect(&base_owned, postgres::NoTls)
+            .expect("connect to the test PostgreSQL");
+        // One statement each: neither may run inside a transaction block.
+        for sql in [
+            format!("DROP DATABASE IF EXISTS {create}"),
+            format!("CREATE DATABASE {create}"),
+        ] {
+            client.batch_execute(&sql).expect("create a test database");
+        }
+    })
+    .join()
+    .expect("creating the database");
+    let (server, _) = base.rsplit_once('/').expect("base URL ends in /DB");
+    format!("{server}/{name}")
+}
+
 /// A running master process.
 pub struct Master {
     child: Option<Child>,
     pub addr: SocketAddr,
-    pub state: PathBuf,
+    /// What `--state` says: the SQLite file, or a postgres:// URL when the
+    /// tests run against PostgreSQL (`TUNEFLEET_TEST_POSTGRES`).
+    pub state: String,
     pub dir: PathBuf,
     extra: Vec<String>,
 }
 
 impl Master {
     /// Starts a master on a free port with a fresh state file under `dir`.
+    ///
+    /// With `TUNEFLEET_TEST_STORE=postgres` (and the server in
+    /// `TUNEFLEET_TEST_POSTGRES`), the state is a fresh PostgreSQL database
+    /// instead, so the same test runs against both stores.
     pub fn start(dir: &Path, extra: &[&str]) -> Master {
-        let state = dir.join("fleet.db");
+        let on_postgres = std::env::var("TUNEFLEET_TEST_STORE").is_ok_and(|v| v == "postgres");
+        let state = match postgres_base_url() {
+            Some(base) if on_postgres => fresh_postgres_database(&base),
+            None if on_postgres => {
+                panic!("TUNEFLEET_TEST_STORE=postgres needs TUNEFLEET_TEST_POSTGRES (scripts/start-postgres.sh prints it)")
+            }
+            _ => dir.join("fleet.db").display().to_string(),
+        };
+        Master::start_on(dir, &state, extra)
+    }
+
+    /// Starts a master on a free port with `--state STATE`.
+    pub fn start_on(dir: &Path, state: &str, extra: &[&str]) -> Master {
+        let state = state.to_string();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let (child, addr) = spawn_master("127.0.0.1:0".parse().expect("addr"), &state, dir, &extra);
         Master {
@@ -176,7 +232,7 @@ impl Drop for Master {
 
 fn spawn_master(
     bind: SocketAddr,
-    state: &Path,
+    state: &str,
     dir: &Path,
     extra: &[String],
 ) -> (Child, SocketAddr) {

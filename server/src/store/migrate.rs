@@ -13,7 +13,8 @@ use std::path::Path;
 use rusqlite::{params, Connection};
 use serde_json::Value;
 
-use super::{create_tables, row, StoreError, SCHEMA_VERSION};
+use super::sqlite::create_tables;
+use super::{row, StoreError, SCHEMA_VERSION};
 
 /// Schema 1 → 2: each `jobs.data` (the scheduler's `Job` as JSON, workload
 /// included) becomes a schema-2 row plus a `workload` column.

@@ -1,4 +1,6 @@
-//! Durable state in one SQLite file.
+//! Durable state: one SQLite file (the embedded default) or a PostgreSQL
+//! database (`--state postgres://...`, for a team's shared server and a
+//! standby master).
 //!
 //! The database is the master's memory across crashes: a `kill -9` loses
 //! nothing that was acknowledged, because the core commits each batch of state
@@ -6,29 +8,30 @@
 //! them (see `core.rs`). Batching is what makes that affordable: one
 //! transaction per batch of events, not per event (group commit).
 //!
-//! WAL mode with `synchronous=NORMAL` survives a crash of the master process
-//! (a committed transaction is in the OS page cache); `--durability full`
-//! switches to `synchronous=FULL`, which also survives power loss at the cost
-//! of an fsync per batch.
+//! Both stores hold the same tables with the same columns: `jobs` holds each
+//! job's latest state (a [`row`] of its own, not the wire view) and, in a
+//! column written once, its workload; `models` and `artifacts` the model runs
+//! and their compiled libraries; `trace` is the append-only log of state
+//! changes (what `tunefleet export-trace` prints: lifecycle lines, not whole
+//! views; progress is never stored); `meta` holds the schema version. The
+//! rows are encoded here, once; a backend ([`sqlite`], [`postgres`]) only
+//! moves text and bytes in and out of its tables in one transaction per
+//! batch. A database of an older schema is migrated in place ([`migrate`],
+//! SQLite only: PostgreSQL support began at schema 2) after a backup copy is
+//! written beside it; a newer one is refused by both.
 //!
-//! Tables: `jobs` holds each job's latest state (a [`row`] of its own, not
-//! the wire view) and, in a column written once, its workload; `models` and
-//! `artifacts` the model runs and their compiled libraries; `trace` is the
-//! append-only log of state changes (what `tunefleet export-trace` prints:
-//! lifecycle lines, not whole views; progress is never stored); `meta` holds
-//! the schema version. A database of an older schema is migrated in place
-//! ([`migrate`]) after a backup copy is written beside it; a newer one is
-//! refused. This module never decides anything: it stores what the core
-//! hands it.
+//! This module never decides anything: it stores what the core hands it.
 
 mod migrate;
+mod postgres;
 mod row;
+mod sqlite;
 
 use std::collections::HashSet;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use tunefleet_shared::protocol::Millis;
 
 use crate::models::ModelRun;
@@ -47,7 +50,13 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
-    #[error("state database {path} has schema version {found}, newer than this tunefleet's ({SCHEMA_VERSION}): it was written by a later release; run that release, or start this one with another --state file")]
+    #[error("state database {path}: {source}")]
+    Postgres {
+        path: String,
+        #[source]
+        source: ::postgres::Error,
+    },
+    #[error("state database {path} has schema version {found}, newer than this tunefleet's ({SCHEMA_VERSION}): it was written by a later release; run that release, or start this one with another --state")]
     Newer { path: String, found: i64 },
     #[error("state database {path} has schema version {found}, which no tunefleet release wrote")]
     UnknownSchema { path: String, found: String },
@@ -70,143 +79,201 @@ pub enum StoreError {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Durability {
-    /// Survives a crash of the master process (WAL, synchronous=NORMAL).
+    /// Survives a crash of the master process (SQLite: WAL,
+    /// synchronous=NORMAL; PostgreSQL: its own settings, fsync on commit by
+    /// default).
     Normal,
-    /// Also survives an OS crash or power loss (synchronous=FULL).
+    /// Also survives an OS crash or power loss (SQLite: synchronous=FULL;
+    /// PostgreSQL: synchronous_commit=on for this master's session).
     Full,
 }
 
+/// Where the state lives: what `--state` names.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StateLocation {
+    File(PathBuf),
+    /// A `postgres://` or `postgresql://` URL (password in it or in
+    /// `PGPASSWORD`).
+    Postgres(String),
+}
+
+impl StateLocation {
+    pub fn parse(text: &str) -> Result<StateLocation, String> {
+        let trimmed = text.trim();
+        if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
+            trimmed
+                .parse::<::postgres::Config>()
+                .map_err(|e| format!("{}: not a PostgreSQL URL: {e}", redact(trimmed)))?;
+            Ok(StateLocation::Postgres(trimmed.to_string()))
+        } else if trimmed.is_empty() {
+            Err("--state needs a file or a postgres:// URL".into())
+        } else if let Some((scheme, _)) = trimmed.split_once("://") {
+            Err(format!(
+                "{trimmed}: unknown state scheme `{scheme}://`: give a SQLite file path or a postgres://USER@HOST:PORT/DB URL"
+            ))
+        } else {
+            Ok(StateLocation::File(PathBuf::from(trimmed)))
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, StateLocation::Postgres(_))
+    }
+}
+
+/// Printable: a URL's password is never shown.
+impl std::fmt::Display for StateLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateLocation::File(path) => write!(f, "{}", path.display()),
+            StateLocation::Postgres(url) => f.write_str(&redact(url)),
+        }
+    }
+}
+
+impl std::fmt::Debug for StateLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) if user_info.contains(':') => {
+            let user = user_info.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// One job's row as a backend writes it.
+pub(super) struct JobWrite<'a> {
+    job_id: &'a str,
+    state: &'static str,
+    queue_key: i64,
+    data: String,
+    /// Only for a job not stored yet: the workload is written once.
+    workload: Option<String>,
+}
+
+/// One job's row as a backend reads it.
+pub(super) struct JobRead {
+    job_id: String,
+    queue_key: i64,
+    data: String,
+    workload: String,
+}
+
+/// What a backend does: move rows in and out, one transaction per commit.
+trait Backend: Send {
+    fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError>;
+    /// (name, data) of every model run, by name.
+    fn load_model_rows(&mut self) -> Result<Vec<(String, String)>, StoreError>;
+    fn load_artifact(&mut self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    fn commit(
+        &mut self,
+        jobs: &[JobWrite<'_>],
+        models: &[(&str, &'static str, String)],
+        artifacts: &[(String, &'static str, Vec<u8>)],
+        trace: &[(Millis, String)],
+    ) -> Result<(), StoreError>;
+    fn prune_trace(&mut self, before: Millis) -> Result<u64, StoreError>;
+    /// (seq, at, event) in order, to `line`.
+    fn export_trace(
+        &mut self,
+        line: &mut dyn FnMut(i64, i64, &str) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError>;
+    fn path(&self) -> &str;
+}
+
 pub struct Store {
-    conn: Connection,
-    path: String,
+    backend: Box<dyn Backend>,
     /// Jobs that have a row: only new ones need their workload written.
     stored: HashSet<String>,
 }
 
+/// How a master that finds another one leading the same PostgreSQL database
+/// waits (see [`Store::open_leader`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Standby {
+    /// How often the lead is tried while another master holds it.
+    pub poll: Duration,
+}
+
 impl Store {
+    /// Opens (creating or migrating) a SQLite state file.
     pub fn open(path: &Path, durability: Durability) -> Result<Store, StoreError> {
-        let path_text = path.display().to_string();
-        let err = |source| StoreError::Sqlite {
-            path: path_text.clone(),
-            source,
-        };
-        let conn = Connection::open(path).map_err(err)?;
-        let sync = match durability {
-            Durability::Normal => "NORMAL",
-            Durability::Full => "FULL",
-        };
-        conn.execute_batch(&format!(
-            "PRAGMA journal_mode=WAL;
-             PRAGMA synchronous={sync};
-             PRAGMA busy_timeout=5000;
-             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-        ))
-        .map_err(err)?;
-        let found: Option<String> = conn
-            .query_row(
-                "SELECT value FROM meta WHERE key = 'schema_version'",
-                [],
-                |r| r.get::<_, String>(0),
-            )
-            .optional()
-            .map_err(err)?;
-        match found.as_deref().map(|v| (v, v.trim().parse::<i64>())) {
-            None => conn
-                .execute_batch("BEGIN")
-                .and_then(|()| create_tables(&conn))
-                .and_then(|()| conn.execute_batch("COMMIT"))
-                .map_err(err)?,
-            Some((_, Ok(SCHEMA_VERSION))) => {}
-            Some((_, Ok(v))) if v > SCHEMA_VERSION => {
-                return Err(StoreError::Newer {
-                    path: path_text,
-                    found: v,
-                })
-            }
-            Some((_, Ok(1))) => migrate::from_1(&conn, path, &path_text)?,
-            Some((v, _)) => {
-                return Err(StoreError::UnknownSchema {
-                    path: path_text,
-                    found: v.to_string(),
-                })
-            }
+        Ok(Store::with(Box::new(sqlite::SqliteStore::open(
+            path, durability,
+        )?)))
+    }
+
+    /// Opens the state where `--state` says. For PostgreSQL, this master
+    /// must lead: while another master holds the lead, it waits as a standby
+    /// (polling every `standby.poll`) and returns once it leads. `on_wait` is
+    /// called once, when waiting begins.
+    pub fn open_leader(
+        location: &StateLocation,
+        durability: Durability,
+        standby: Standby,
+        on_wait: &mut dyn FnMut(),
+    ) -> Result<Store, StoreError> {
+        match location {
+            StateLocation::File(path) => Store::open(path, durability),
+            StateLocation::Postgres(url) => Ok(Store::with(Box::new(
+                postgres::PgStore::open_leader(url, durability, standby, on_wait)?,
+            ))),
         }
-        Ok(Store {
-            conn,
-            path: path_text,
-            stored: HashSet::new(),
-        })
     }
 
-    /// Opens an existing database without creating or changing anything.
-    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
-        let path_text = path.display().to_string();
-        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(
-            |source| StoreError::Sqlite {
-                path: path_text.clone(),
-                source,
-            },
-        )?;
-        Ok(Store {
-            conn,
-            path: path_text,
-            stored: HashSet::new(),
-        })
+    /// Opens an existing database without creating or changing anything (and,
+    /// for PostgreSQL, without taking the lead).
+    pub fn open_read_only(location: &StateLocation) -> Result<Store, StoreError> {
+        let backend: Box<dyn Backend> = match location {
+            StateLocation::File(path) => Box::new(sqlite::SqliteStore::open_read_only(path)?),
+            StateLocation::Postgres(url) => Box::new(postgres::PgStore::open_read_only(url)?),
+        };
+        Ok(Store::with(backend))
     }
 
-    fn sql_err(&self, source: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite {
-            path: self.path.clone(),
-            source,
+    fn with(backend: Box<dyn Backend>) -> Store {
+        Store {
+            backend,
+            stored: HashSet::new(),
         }
     }
 
     pub fn load_jobs(&mut self) -> Result<Vec<Job>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT job_id, queue_key, data, workload FROM jobs ORDER BY queue_key")
-            .map_err(|e| self.sql_err(e))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })
-            .map_err(|e| self.sql_err(e))?;
-        let mut jobs = Vec::new();
-        for row in rows {
-            let (job_id, queue_key, data, workload) = row.map_err(|e| self.sql_err(e))?;
+        let rows = self.backend.load_job_rows()?;
+        let mut jobs = Vec::with_capacity(rows.len());
+        for raw in rows {
             let corrupt = |what: &str, e: serde_json::Error| StoreError::CorruptJob {
-                path: self.path.clone(),
-                job_id: job_id.clone(),
+                path: self.backend.path().to_string(),
+                job_id: raw.job_id.clone(),
                 message: format!("{what}: {e}"),
             };
-            let row: row::JobRowIn = serde_json::from_str(&data).map_err(|e| corrupt("data", e))?;
-            let workload = serde_json::from_str(&workload).map_err(|e| corrupt("workload", e))?;
-            jobs.push(row.into_job(job_id.clone(), queue_key, workload));
+            let row: row::JobRowIn =
+                serde_json::from_str(&raw.data).map_err(|e| corrupt("data", e))?;
+            let workload =
+                serde_json::from_str(&raw.workload).map_err(|e| corrupt("workload", e))?;
+            jobs.push(row.into_job(raw.job_id.clone(), raw.queue_key, workload));
         }
-        drop(stmt);
         self.stored = jobs.iter().map(|j| j.id().clone()).collect();
         Ok(jobs)
     }
 
-    pub fn load_models(&self) -> Result<Vec<ModelRun>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT name, data FROM models ORDER BY name")
-            .map_err(|e| self.sql_err(e))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-            .map_err(|e| self.sql_err(e))?;
+    pub fn load_models(&mut self) -> Result<Vec<ModelRun>, StoreError> {
         let mut runs = Vec::new();
-        for row in rows {
-            let (name, data) = row.map_err(|e| self.sql_err(e))?;
+        for (name, data) in self.backend.load_model_rows()? {
             let run: ModelRun =
                 serde_json::from_str(&data).map_err(|e| StoreError::CorruptJob {
-                    path: self.path.clone(),
+                    path: self.backend.path().to_string(),
                     job_id: format!("model run {name}"),
                     message: e.to_string(),
                 })?;
@@ -216,15 +283,8 @@ impl Store {
     }
 
     /// A stored artefact of a model run (`library`), if any.
-    pub fn load_artifact(&self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.conn
-            .query_row(
-                "SELECT data FROM artifacts WHERE run = ?1 AND kind = ?2",
-                params![run, kind],
-                |r| r.get::<_, Vec<u8>>(0),
-            )
-            .optional()
-            .map_err(|e| self.sql_err(e))
+    pub fn load_artifact(&mut self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.backend.load_artifact(run, kind)
     }
 
     /// Writes a batch of changed jobs, model runs, artefacts and trace lines
@@ -236,164 +296,79 @@ impl Store {
         artifacts: &[(String, &'static str, Vec<u8>)],
         trace: &[(Millis, String)],
     ) -> Result<(), StoreError> {
-        let path = self.path.clone();
-        let err = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let mut new_rows = Vec::new();
-        let tx = self.conn.transaction().map_err(err)?;
-        {
-            let mut update = tx
-                .prepare_cached(
-                    "UPDATE jobs SET state = ?2, queue_key = ?3, data = ?4 WHERE job_id = ?1",
+        let jobs: Vec<JobWrite<'a>> = jobs
+            .into_iter()
+            .map(|job| JobWrite {
+                job_id: job.id(),
+                state: job.state().as_str(),
+                queue_key: job.queue_key,
+                data: serde_json::to_string(&row::JobRowOut::of(job)).unwrap_or_default(),
+                workload: (!self.stored.contains(job.id()))
+                    .then(|| serde_json::to_string(&job.view.workload).unwrap_or_default()),
+            })
+            .collect();
+        let models: Vec<(&str, &'static str, String)> = models
+            .into_iter()
+            .map(|run| {
+                (
+                    run.name.as_str(),
+                    run.state.as_str(),
+                    serde_json::to_string(run).unwrap_or_default(),
                 )
-                .map_err(err)?;
-            let mut insert = tx
-                .prepare_cached(
-                    "INSERT INTO jobs (job_id, state, queue_key, data, workload)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT(job_id) DO UPDATE SET state = ?2, queue_key = ?3, data = ?4",
-                )
-                .map_err(err)?;
-            for job in jobs {
-                let data = serde_json::to_string(&row::JobRowOut::of(job)).unwrap_or_default();
-                let state = job.state().as_str();
-                if self.stored.contains(job.id()) {
-                    update
-                        .execute(params![job.id(), state, job.queue_key, data])
-                        .map_err(err)?;
-                } else {
-                    let workload = serde_json::to_string(&job.view.workload).unwrap_or_default();
-                    insert
-                        .execute(params![job.id(), state, job.queue_key, data, workload])
-                        .map_err(err)?;
-                    new_rows.push(job.id().clone());
-                }
-            }
-            let mut upsert_model = tx
-                .prepare_cached(
-                    "INSERT INTO models (name, state, data) VALUES (?1, ?2, ?3)
-                     ON CONFLICT(name) DO UPDATE SET state = ?2, data = ?3",
-                )
-                .map_err(err)?;
-            for run in models {
-                let data = serde_json::to_string(run).unwrap_or_default();
-                upsert_model
-                    .execute(params![run.name, run.state.as_str(), data])
-                    .map_err(err)?;
-            }
-            let mut put_artifact = tx
-                .prepare_cached(
-                    "INSERT INTO artifacts (run, kind, data) VALUES (?1, ?2, ?3)
-                     ON CONFLICT(run, kind) DO UPDATE SET data = ?3",
-                )
-                .map_err(err)?;
-            for (run, kind, bytes) in artifacts {
-                put_artifact
-                    .execute(params![run, kind, bytes])
-                    .map_err(err)?;
-            }
-            let mut append = tx
-                .prepare_cached("INSERT INTO trace (at, event) VALUES (?1, ?2)")
-                .map_err(err)?;
-            for (at, line) in trace {
-                append.execute(params![*at as i64, line]).map_err(err)?;
+            })
+            .collect();
+        self.backend.commit(&jobs, &models, artifacts, trace)?;
+        // Only once committed: a failed commit is retried with the workload.
+        for job in &jobs {
+            if job.workload.is_some() {
+                self.stored.insert(job.job_id.to_string());
             }
         }
-        tx.commit().map_err(err)?;
-        // Only once committed: a failed commit is retried with the workload.
-        self.stored.extend(new_rows);
         Ok(())
     }
 
     /// Deletes trace lines written before `before` (ms since the epoch), in
-    /// chunks so that no single transaction holds the file long. Returns how
-    /// many went. The space is reused by later lines; the file does not shrink.
+    /// chunks so that no single transaction holds the database long. Returns
+    /// how many went. The space is reused by later lines; the file does not
+    /// shrink.
     pub fn prune_trace(&mut self, before: Millis) -> Result<u64, StoreError> {
-        let last: Option<i64> = self
-            .conn
-            .query_row(
-                "SELECT max(seq) FROM trace WHERE at < ?1",
-                params![before as i64],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.sql_err(e))?;
-        let Some(last) = last else {
-            return Ok(0);
-        };
-        let mut removed = 0;
-        loop {
-            let n = self
-                .conn
-                .execute(
-                    "DELETE FROM trace WHERE seq IN
-                     (SELECT seq FROM trace WHERE seq <= ?1 ORDER BY seq LIMIT 10000)",
-                    params![last],
-                )
-                .map_err(|e| self.sql_err(e))?;
-            removed += n as u64;
-            if n < 10000 {
-                return Ok(removed);
-            }
-        }
+        self.backend.prune_trace(before)
     }
 
     /// Writes the trace as JSON lines: `{"seq":..,"at":..,"event":{..}}`.
-    pub fn export_trace(&self, out: &mut dyn Write) -> Result<u64, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT seq, at, event FROM trace ORDER BY seq")
-            .map_err(|e| self.sql_err(e))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })
-            .map_err(|e| self.sql_err(e))?;
-        let mut n = 0;
-        for row in rows {
-            let (seq, at, event) = row.map_err(|e| self.sql_err(e))?;
+    pub fn export_trace(&mut self, out: &mut dyn Write) -> Result<u64, StoreError> {
+        self.backend.export_trace(&mut |seq, at, event| {
             writeln!(out, "{{\"seq\":{seq},\"at\":{at},\"event\":{event}}}")?;
-            n += 1;
-        }
-        Ok(n)
+            Ok(())
+        })
     }
 }
 
-/// The current schema's tables and version, for a new database and at the
-/// end of a migration (which has renamed the tables it rebuilds). Run inside
-/// a transaction.
-fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(&format!(
-        "CREATE TABLE IF NOT EXISTS jobs (
-             job_id TEXT PRIMARY KEY,
-             state TEXT NOT NULL,
-             queue_key INTEGER NOT NULL,
-             data TEXT NOT NULL,
-             workload TEXT NOT NULL
-         );
-         CREATE TABLE IF NOT EXISTS models (
-             name TEXT PRIMARY KEY,
-             state TEXT NOT NULL,
-             data TEXT NOT NULL
-         );
-         CREATE TABLE IF NOT EXISTS artifacts (
-             run TEXT NOT NULL,
-             kind TEXT NOT NULL,
-             data BLOB NOT NULL,
-             PRIMARY KEY (run, kind)
-         );
-         CREATE TABLE IF NOT EXISTS trace (
-             seq INTEGER PRIMARY KEY AUTOINCREMENT,
-             at INTEGER NOT NULL,
-             event TEXT NOT NULL
-         );
-         INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');"
-    ))
+/// What a schema version found in `meta` means for opening.
+enum Found {
+    /// No version yet: a new database.
+    Empty,
+    Current,
+    Older(i64),
+}
+
+/// The one rule for a stored schema version, for both backends.
+fn check_version(path: &str, found: Option<&str>) -> Result<Found, StoreError> {
+    let Some(text) = found else {
+        return Ok(Found::Empty);
+    };
+    match text.trim().parse::<i64>() {
+        Ok(SCHEMA_VERSION) => Ok(Found::Current),
+        Ok(v) if v > SCHEMA_VERSION => Err(StoreError::Newer {
+            path: path.to_string(),
+            found: v,
+        }),
+        Ok(v) if v >= 1 => Ok(Found::Older(v)),
+        _ => Err(StoreError::UnknownSchema {
+            path: path.to_string(),
+            found: text.to_string(),
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 use super::*;
 use crate::scheduler::{Scheduler, SchedulerConfig};
+use rusqlite::{params, Connection};
 use tunefleet_shared::protocol::JobState;
 use tunefleet_shared::workload::parse_workload_file;
 
@@ -46,8 +47,8 @@ fn the_workload_is_written_once_and_not_in_the_row() {
     store.commit(&jobs, [], &[], &[]).unwrap();
     jobs[0].view.attempts = 2;
     store.commit(&jobs[..1], [], &[], &[]).unwrap();
-    let (data, workload): (String, String) = store
-        .conn
+    let (data, workload): (String, String) = Connection::open(&path)
+        .unwrap()
         .query_row(
             "SELECT data, workload FROM jobs WHERE job_id = ?1",
             params![jobs[0].id()],
@@ -90,8 +91,8 @@ fn a_schema_1_database_is_backed_up_migrated_and_loads() {
     let models = store.load_models().unwrap();
     assert_eq!(models.len(), 1);
     assert_eq!(models[0].name, "fixture-squeezenet");
-    let version: String = store
-        .conn
+    let version: String = Connection::open(&path)
+        .unwrap()
         .query_row(
             "SELECT value FROM meta WHERE key = 'schema_version'",
             [],

@@ -1,0 +1,415 @@
+//! The PostgreSQL backend, and the lead between masters sharing it.
+//!
+//! Same tables and columns as the SQLite file (`BIGINT` for integers, `BYTEA`
+//! for bytes, `BIGSERIAL` for the trace's sequence), written in one
+//! transaction per batch: the durability rule is unchanged, and a commit
+//! returns only once PostgreSQL has it.
+//!
+//! **The lead.** A master that opens the database for writing first takes a
+//! session-level advisory lock ([`LEAD_LOCK`]) on the very connection it then
+//! writes through. While another master holds it, this one waits as a
+//! standby: no port bound, nothing read, the lock tried again every poll.
+//! When the leader dies, PostgreSQL ends its session and releases the lock
+//! (at once on a closed socket; after TCP keepalives time out on a vanished
+//! host), and the standby loads the state and starts serving. Holding the
+//! lock on the writing connection is also the fence: a leader that lost its
+//! connection has lost the lock with it, so it cannot write after a standby
+//! took over; its next commit fails and it stops (the core's rule after
+//! failed commits).
+//!
+//! The sync `postgres` client runs its own small runtime: it is used only from
+//! the core thread and blocking tasks, never from inside an async task.
+
+use std::time::Duration;
+
+use postgres::{Client, NoTls, Statement};
+use tunefleet_shared::protocol::Millis;
+
+use super::{
+    check_version, redact, Backend, Durability, Found, JobRead, JobWrite, Standby, StoreError,
+    SCHEMA_VERSION,
+};
+
+/// The advisory lock key masters contend for ("tunefleet" in ASCII, cut to 8
+/// bytes). One farm per database.
+pub(super) const LEAD_LOCK: i64 = 0x7475_6e65_666c_6565;
+
+pub(super) struct PgStore {
+    client: Client,
+    path: String,
+    statements: Option<Statements>,
+}
+
+/// Prepared once per connection: a batch is then only round trips of
+/// parameters.
+struct Statements {
+    update_job: Statement,
+    insert_job: Statement,
+    upsert_model: Statement,
+    put_artifact: Statement,
+    append_trace: Statement,
+}
+
+impl PgStore {
+    fn connect(url: &str) -> Result<(Client, String), StoreError> {
+        let path = redact(url);
+        let mut config: postgres::Config = url.parse().map_err(|source| StoreError::Postgres {
+            path: path.clone(),
+            source,
+        })?;
+        if config.get_password().is_none() {
+            if let Ok(password) = std::env::var("PGPASSWORD") {
+                config.password(password);
+            }
+        }
+        config
+            .application_name("tunefleet")
+            .connect_timeout(Duration::from_secs(10))
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10));
+        let client = config
+            .connect(NoTls)
+            .map_err(|source| StoreError::Postgres {
+                path: path.clone(),
+                source,
+            })?;
+        Ok((client, path))
+    }
+
+    /// Connects, takes the lead (waiting as a standby while another master
+    /// holds it), then creates or checks the schema.
+    pub(super) fn open_leader(
+        url: &str,
+        durability: Durability,
+        standby: Standby,
+        on_wait: &mut dyn FnMut(),
+    ) -> Result<PgStore, StoreError> {
+        let (mut client, path) = PgStore::connect(url)?;
+        let err = |source| StoreError::Postgres {
+            path: path.clone(),
+            source,
+        };
+        let mut waiting = false;
+        loop {
+            let got: bool = client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK])
+                .map_err(err)?
+                .get(0);
+            if got {
+                break;
+            }
+            if !waiting {
+                waiting = true;
+                on_wait();
+            }
+            std::thread::sleep(standby.poll);
+        }
+        if durability == Durability::Full {
+            client
+                .batch_execute("SET synchronous_commit = on")
+                .map_err(err)?;
+        }
+        let mut store = PgStore {
+            client,
+            path: path.clone(),
+            statements: None,
+        };
+        store.create_or_check()?;
+        store.statements = Some(store.prepare()?);
+        Ok(store)
+    }
+
+    pub(super) fn open_read_only(url: &str) -> Result<PgStore, StoreError> {
+        let (mut client, path) = PgStore::connect(url)?;
+        client
+            .batch_execute("SET default_transaction_read_only = on")
+            .map_err(|source| StoreError::Postgres {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(PgStore {
+            client,
+            path,
+            statements: None,
+        })
+    }
+
+    fn err(&self) -> impl Fn(postgres::Error) -> StoreError + '_ {
+        |source| StoreError::Postgres {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn create_or_check(&mut self) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Postgres {
+            path: path.clone(),
+            source,
+        };
+        let mut tx = self.client.transaction().map_err(err)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        )
+        .map_err(err)?;
+        let found: Option<String> = tx
+            .query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])
+            .map_err(err)?
+            .map(|row| row.get(0));
+        match check_version(&path, found.as_deref())? {
+            Found::Empty => {
+                tx.batch_execute(
+                    "CREATE TABLE jobs (
+                         job_id TEXT PRIMARY KEY,
+                         state TEXT NOT NULL,
+                         queue_key BIGINT NOT NULL,
+                         data TEXT NOT NULL,
+                         workload TEXT NOT NULL
+                     );
+                     CREATE TABLE models (
+                         name TEXT PRIMARY KEY,
+                         state TEXT NOT NULL,
+                         data TEXT NOT NULL
+                     );
+                     CREATE TABLE artifacts (
+                         run TEXT NOT NULL,
+                         kind TEXT NOT NULL,
+                         data BYTEA NOT NULL,
+                         PRIMARY KEY (run, kind)
+                     );
+                     CREATE TABLE trace (
+                         seq BIGSERIAL PRIMARY KEY,
+                         at BIGINT NOT NULL,
+                         event TEXT NOT NULL
+                     );",
+                )
+                .map_err(err)?;
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', $1)",
+                    &[&SCHEMA_VERSION.to_string()],
+                )
+                .map_err(err)?;
+            }
+            Found::Current => {}
+            Found::Older(v) => {
+                return Err(StoreError::Migration {
+                    path,
+                    from: v,
+                    to: SCHEMA_VERSION,
+                    reason: "PostgreSQL state began at schema 2; no release wrote this".into(),
+                })
+            }
+        }
+        tx.commit().map_err(err)
+    }
+
+    fn prepare(&mut self) -> Result<Statements, StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Postgres {
+            path: path.clone(),
+            source,
+        };
+        let c = &mut self.client;
+        Ok(Statements {
+            update_job: c
+                .prepare("UPDATE jobs SET state = $2, queue_key = $3, data = $4 WHERE job_id = $1")
+                .map_err(err)?,
+            insert_job: c
+                .prepare(
+                    "INSERT INTO jobs (job_id, state, queue_key, data, workload)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (job_id) DO UPDATE
+                     SET state = EXCLUDED.state, queue_key = EXCLUDED.queue_key, data = EXCLUDED.data",
+                )
+                .map_err(err)?,
+            upsert_model: c
+                .prepare(
+                    "INSERT INTO models (name, state, data) VALUES ($1, $2, $3)
+                     ON CONFLICT (name) DO UPDATE SET state = EXCLUDED.state, data = EXCLUDED.data",
+                )
+                .map_err(err)?,
+            put_artifact: c
+                .prepare(
+                    "INSERT INTO artifacts (run, kind, data) VALUES ($1, $2, $3)
+                     ON CONFLICT (run, kind) DO UPDATE SET data = EXCLUDED.data",
+                )
+                .map_err(err)?,
+            append_trace: c
+                .prepare("INSERT INTO trace (at, event) VALUES ($1, $2)")
+                .map_err(err)?,
+        })
+    }
+}
+
+impl Backend for PgStore {
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT job_id, queue_key, data, workload FROM jobs ORDER BY queue_key",
+                &[],
+            )
+            .map_err(|source| StoreError::Postgres {
+                path: self.path.clone(),
+                source,
+            })?;
+        rows.iter()
+            .map(|r| {
+                Ok(JobRead {
+                    job_id: r.try_get(0).map_err(self.err())?,
+                    queue_key: r.try_get(1).map_err(self.err())?,
+                    data: r.try_get(2).map_err(self.err())?,
+                    workload: r.try_get(3).map_err(self.err())?,
+                })
+            })
+            .collect()
+    }
+
+    fn load_model_rows(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = self
+            .client
+            .query("SELECT name, data FROM models ORDER BY name", &[])
+            .map_err(|source| StoreError::Postgres {
+                path: self.path.clone(),
+                source,
+            })?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get(0).map_err(self.err())?,
+                    r.try_get(1).map_err(self.err())?,
+                ))
+            })
+            .collect()
+    }
+
+    fn load_artifact(&mut self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT data FROM artifacts WHERE run = $1 AND kind = $2",
+                &[&run, &kind],
+            )
+            .map_err(|source| StoreError::Postgres {
+                path: self.path.clone(),
+                source,
+            })?;
+        row.map(|r| r.try_get(0).map_err(self.err())).transpose()
+    }
+
+    fn commit(
+        &mut self,
+        jobs: &[JobWrite<'_>],
+        models: &[(&str, &'static str, String)],
+        artifacts: &[(String, &'static str, Vec<u8>)],
+        trace: &[(Millis, String)],
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Postgres {
+            path: path.clone(),
+            source,
+        };
+        if self.statements.is_none() {
+            self.statements = Some(self.prepare()?);
+        }
+        let Some(st) = &self.statements else {
+            unreachable!("prepared above");
+        };
+        let mut tx = self.client.transaction().map_err(err)?;
+        for job in jobs {
+            match &job.workload {
+                None => tx.execute(
+                    &st.update_job,
+                    &[&job.job_id, &job.state, &job.queue_key, &job.data],
+                ),
+                Some(workload) => tx.execute(
+                    &st.insert_job,
+                    &[&job.job_id, &job.state, &job.queue_key, &job.data, workload],
+                ),
+            }
+            .map_err(err)?;
+        }
+        for (name, state, data) in models {
+            tx.execute(&st.upsert_model, &[name, state, data])
+                .map_err(err)?;
+        }
+        for (run, kind, bytes) in artifacts {
+            tx.execute(&st.put_artifact, &[run, kind, bytes])
+                .map_err(err)?;
+        }
+        for (at, line) in trace {
+            tx.execute(&st.append_trace, &[&(*at as i64), line])
+                .map_err(err)?;
+        }
+        tx.commit().map_err(err)
+    }
+
+    fn prune_trace(&mut self, before: Millis) -> Result<u64, StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Postgres {
+            path: path.clone(),
+            source,
+        };
+        let last: Option<i64> = self
+            .client
+            .query_one(
+                "SELECT max(seq) FROM trace WHERE at < $1",
+                &[&(before as i64)],
+            )
+            .map_err(err)?
+            .get(0);
+        let Some(last) = last else {
+            return Ok(0);
+        };
+        let mut removed = 0;
+        loop {
+            let n = self
+                .client
+                .execute(
+                    "DELETE FROM trace WHERE seq IN
+                     (SELECT seq FROM trace WHERE seq <= $1 ORDER BY seq LIMIT 10000)",
+                    &[&last],
+                )
+                .map_err(err)?;
+            removed += n;
+            if n < 10000 {
+                return Ok(removed);
+            }
+        }
+    }
+
+    fn export_trace(
+        &mut self,
+        line: &mut dyn FnMut(i64, i64, &str) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Postgres {
+            path: path.clone(),
+            source,
+        };
+        // A cursor, so that a long trace is streamed, not held in memory.
+        let mut tx = self.client.transaction().map_err(err)?;
+        let portal = tx
+            .bind("SELECT seq, at, event FROM trace ORDER BY seq", &[])
+            .map_err(err)?;
+        let mut n = 0;
+        loop {
+            let rows = tx.query_portal(&portal, 10_000).map_err(err)?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                let seq: i64 = row.try_get(0).map_err(err)?;
+                let at: i64 = row.try_get(1).map_err(err)?;
+                let event: &str = row.try_get(2).map_err(err)?;
+                line(seq, at, event)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,293 @@
+//! The SQLite backend: one file, WAL mode.
+//!
+//! WAL with `synchronous=NORMAL` survives a crash of the master process (a
+//! committed transaction is in the OS page cache); `--durability full`
+//! switches to `synchronous=FULL`, which also survives power loss at the cost
+//! of an fsync per batch.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use tunefleet_shared::protocol::Millis;
+
+use super::{
+    check_version, migrate, Backend, Durability, Found, JobRead, JobWrite, StoreError,
+    SCHEMA_VERSION,
+};
+
+pub(super) struct SqliteStore {
+    pub(super) conn: Connection,
+    path: String,
+}
+
+impl SqliteStore {
+    pub(super) fn open(path: &Path, durability: Durability) -> Result<SqliteStore, StoreError> {
+        let path_text = path.display().to_string();
+        let err = |source| StoreError::Sqlite {
+            path: path_text.clone(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(err)?;
+        let sync = match durability {
+            Durability::Normal => "NORMAL",
+            Durability::Full => "FULL",
+        };
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous={sync};
+             PRAGMA busy_timeout=5000;
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        ))
+        .map_err(err)?;
+        let found: Option<String> = conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+            .map_err(err)?;
+        match check_version(&path_text, found.as_deref())? {
+            Found::Empty => conn
+                .execute_batch("BEGIN")
+                .and_then(|()| create_tables(&conn))
+                .and_then(|()| conn.execute_batch("COMMIT"))
+                .map_err(err)?,
+            Found::Current => {}
+            Found::Older(1) => migrate::from_1(&conn, path, &path_text)?,
+            Found::Older(v) => {
+                return Err(StoreError::UnknownSchema {
+                    path: path_text,
+                    found: v.to_string(),
+                })
+            }
+        }
+        Ok(SqliteStore {
+            conn,
+            path: path_text,
+        })
+    }
+
+    pub(super) fn open_read_only(path: &Path) -> Result<SqliteStore, StoreError> {
+        let path_text = path.display().to_string();
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(
+            |source| StoreError::Sqlite {
+                path: path_text.clone(),
+                source,
+            },
+        )?;
+        Ok(SqliteStore {
+            conn,
+            path: path_text,
+        })
+    }
+
+    fn sql_err(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+}
+
+impl Backend for SqliteStore {
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT job_id, queue_key, data, workload FROM jobs ORDER BY queue_key")
+            .map_err(|e| self.sql_err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(JobRead {
+                    job_id: r.get(0)?,
+                    queue_key: r.get(1)?,
+                    data: r.get(2)?,
+                    workload: r.get(3)?,
+                })
+            })
+            .map_err(|e| self.sql_err(e))?;
+        let rows: Result<Vec<_>, _> = rows.collect();
+        rows.map_err(|e| self.sql_err(e))
+    }
+
+    fn load_model_rows(&mut self) -> Result<Vec<(String, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT name, data FROM models ORDER BY name")
+            .map_err(|e| self.sql_err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| self.sql_err(e))?;
+        let rows: Result<Vec<_>, _> = rows.collect();
+        rows.map_err(|e| self.sql_err(e))
+    }
+
+    fn load_artifact(&mut self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT data FROM artifacts WHERE run = ?1 AND kind = ?2",
+                params![run, kind],
+                |r| r.get::<_, Vec<u8>>(0),
+            )
+            .optional()
+            .map_err(|e| self.sql_err(e))
+    }
+
+    fn commit(
+        &mut self,
+        jobs: &[JobWrite<'_>],
+        models: &[(&str, &'static str, String)],
+        artifacts: &[(String, &'static str, Vec<u8>)],
+        trace: &[(Millis, String)],
+    ) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(err)?;
+        {
+            let mut update = tx
+                .prepare_cached(
+                    "UPDATE jobs SET state = ?2, queue_key = ?3, data = ?4 WHERE job_id = ?1",
+                )
+                .map_err(err)?;
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO jobs (job_id, state, queue_key, data, workload)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT(job_id) DO UPDATE SET state = ?2, queue_key = ?3, data = ?4",
+                )
+                .map_err(err)?;
+            for job in jobs {
+                match &job.workload {
+                    None => update
+                        .execute(params![job.job_id, job.state, job.queue_key, job.data])
+                        .map_err(err)?,
+                    Some(workload) => insert
+                        .execute(params![
+                            job.job_id,
+                            job.state,
+                            job.queue_key,
+                            job.data,
+                            workload
+                        ])
+                        .map_err(err)?,
+                };
+            }
+            let mut upsert_model = tx
+                .prepare_cached(
+                    "INSERT INTO models (name, state, data) VALUES (?1, ?2, ?3)
+                     ON CONFLICT(name) DO UPDATE SET state = ?2, data = ?3",
+                )
+                .map_err(err)?;
+            for (name, state, data) in models {
+                upsert_model
+                    .execute(params![name, state, data])
+                    .map_err(err)?;
+            }
+            let mut put_artifact = tx
+                .prepare_cached(
+                    "INSERT INTO artifacts (run, kind, data) VALUES (?1, ?2, ?3)
+                     ON CONFLICT(run, kind) DO UPDATE SET data = ?3",
+                )
+                .map_err(err)?;
+            for (run, kind, bytes) in artifacts {
+                put_artifact
+                    .execute(params![run, kind, bytes])
+                    .map_err(err)?;
+            }
+            let mut append = tx
+                .prepare_cached("INSERT INTO trace (at, event) VALUES (?1, ?2)")
+                .map_err(err)?;
+            for (at, line) in trace {
+                append.execute(params![*at as i64, line]).map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)
+    }
+
+    fn prune_trace(&mut self, before: Millis) -> Result<u64, StoreError> {
+        let last: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT max(seq) FROM trace WHERE at < ?1",
+                params![before as i64],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql_err(e))?;
+        let Some(last) = last else {
+            return Ok(0);
+        };
+        let mut removed = 0;
+        loop {
+            let n = self
+                .conn
+                .execute(
+                    "DELETE FROM trace WHERE seq IN
+                     (SELECT seq FROM trace WHERE seq <= ?1 ORDER BY seq LIMIT 10000)",
+                    params![last],
+                )
+                .map_err(|e| self.sql_err(e))?;
+            removed += n as u64;
+            if n < 10000 {
+                return Ok(removed);
+            }
+        }
+    }
+
+    fn export_trace(
+        &mut self,
+        line: &mut dyn FnMut(i64, i64, &str) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT seq, at, event FROM trace ORDER BY seq")
+            .map_err(|e| self.sql_err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.sql_err(e))?;
+        let mut n = 0;
+        while let Some(row) = rows.next().map_err(|e| self.sql_err(e))? {
+            let (seq, at, event): (i64, i64, String) =
+                (|| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))().map_err(|e| self.sql_err(e))?;
+            line(seq, at, &event)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// The current schema's tables and version, for a new database and at the
+/// end of a migration (which has renamed the tables it rebuilds). Run inside
+/// a transaction.
+pub(super) fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "CREATE TABLE IF NOT EXISTS jobs (
+             job_id TEXT PRIMARY KEY,
+             state TEXT NOT NULL,
+             queue_key INTEGER NOT NULL,
+             data TEXT NOT NULL,
+             workload TEXT NOT NULL
+         );
+         CREATE TABLE IF NOT EXISTS models (
+             name TEXT PRIMARY KEY,
+             state TEXT NOT NULL,
+             data TEXT NOT NULL
+         );
+         CREATE TABLE IF NOT EXISTS artifacts (
+             run TEXT NOT NULL,
+             kind TEXT NOT NULL,
+             data BLOB NOT NULL,
+             PRIMARY KEY (run, kind)
+         );
+         CREATE TABLE IF NOT EXISTS trace (
+             seq INTEGER PRIMARY KEY AUTOINCREMENT,
+             at INTEGER NOT NULL,
+             event TEXT NOT NULL
+         );
+         INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');"
+    ))
+}
