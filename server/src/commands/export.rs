@@ -11,6 +11,14 @@
 //! schedules. Workers of the `tvm` backend report each record in
 //! MetaSchedule's own JSON form and the workload in its database form; jobs
 //! without those (the `sim` backend) are skipped, and said so.
+//!
+//! `--target T` keeps only results measured for a target that serves `T`
+//! (the matching rule of `target.rs`: a record for `mcpu=znver3` is kept for
+//! `--target 'llvm -mcpu=znver3'` and for plain `llvm`, never for znver4).
+//! `--merge` adds to a database already in `DIR` (an earlier export, another
+//! farm's, MetaSchedule's own) instead of replacing it: workloads are matched
+//! by their database line, and a record already there is not written twice,
+//! so exports of several runs can be merged into one directory.
 
 use super::results::{fetch, to_csv, to_json};
 use super::{emit, plural, ConnectArgs};
@@ -18,9 +26,10 @@ use anyhow::Context;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use tunefleet_shared::export::{
-    metaschedule_database, METASCHEDULE_RECORD_FILE, METASCHEDULE_WORKLOAD_FILE,
+    metaschedule_database, MetascheduleDb, METASCHEDULE_RECORD_FILE, METASCHEDULE_WORKLOAD_FILE,
 };
 use tunefleet_shared::protocol::JobView;
+use tunefleet_shared::target::Target;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ExportFormat {
@@ -52,6 +61,34 @@ pub struct ExportArgs {
     /// `--format library` its compiled tuned model.
     #[arg(long, value_name = "NAME", conflicts_with = "jobs")]
     pub model: Option<String>,
+    /// Only results measured for a target that serves this one (JSON such as
+    /// '{"kind":"llvm","mcpu":"znver3"}', or 'llvm -mcpu=znver3').
+    #[arg(long, value_name = "TARGET", value_parser = parse_target)]
+    pub target: Option<Target>,
+    /// With --format metaschedule: add to the database already in --out DIR
+    /// (records already there are kept and not written twice).
+    #[arg(long)]
+    pub merge: bool,
+}
+
+fn parse_target(text: &str) -> Result<Target, String> {
+    Target::parse(text).map_err(|e| e.to_string())
+}
+
+/// Keeps the jobs whose effective target serves `target`.
+pub fn only_target(jobs: Vec<JobView>, target: Option<&Target>) -> Vec<JobView> {
+    let Some(target) = target else {
+        return jobs;
+    };
+    jobs.into_iter()
+        .filter(|job| {
+            job.result
+                .as_ref()
+                .and_then(|r| r.target.as_ref())
+                .unwrap_or(&job.workload.target)
+                .serves(target)
+        })
+        .collect()
 }
 
 pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
@@ -87,7 +124,10 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
             .filter(|p| *p != Path::new("-"))
             .context("--format metaschedule writes two files: give the directory with --out DIR")?
             .to_path_buf();
-        let jobs = fetch(&args.connect, &args.jobs).await?;
+        let jobs = only_target(
+            fetch(&args.connect, &args.jobs).await?,
+            args.target.as_ref(),
+        );
         // A MetaSchedule database ignores targets when it is queried
         // (apache/tvm#15549): one directory per effective target, so records
         // for one CPU are never applied on another.
@@ -100,6 +140,7 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
                 dir.join(target_dir_name(target))
             };
             let db = match metaschedule_database(jobs) {
+                Ok(db) if args.merge => merge_with_existing(&dir, db)?,
                 Ok(db) => db,
                 Err(e) if !single => {
                     eprintln!("skipped target {target}: {e}");
@@ -131,7 +172,13 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let jobs = fetch(&args.connect, &args.jobs).await?;
+    if args.merge {
+        anyhow::bail!("--merge applies to --format metaschedule only");
+    }
+    let jobs = only_target(
+        fetch(&args.connect, &args.jobs).await?,
+        args.target.as_ref(),
+    );
     let text = render(args.format, &jobs)?;
     match args.out.as_deref() {
         None => emit(&text)?,
@@ -146,6 +193,106 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The database in `dir` (if any) with `db`'s workloads and records added;
+/// `db.record_count` becomes the number of records new to `dir`.
+fn merge_with_existing(dir: &Path, db: MetascheduleDb) -> anyhow::Result<MetascheduleDb> {
+    let read = |name: &str| -> anyhow::Result<String> {
+        let path = dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    };
+    let merged = merge_databases(
+        &read(METASCHEDULE_WORKLOAD_FILE)?,
+        &read(METASCHEDULE_RECORD_FILE)?,
+        &db,
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    Ok(merged)
+}
+
+/// Pure part of [`merge_with_existing`]: existing database text plus `db`.
+/// An error names the file and line that is not a database line.
+pub fn merge_databases(
+    old_workloads: &str,
+    old_records: &str,
+    db: &MetascheduleDb,
+) -> Result<MetascheduleDb, String> {
+    use serde_json::Value;
+    let parse = |file: &str, n: usize, line: &str| -> Result<Value, String> {
+        serde_json::from_str(line).map_err(|e| format!("{file} line {}: {e}", n + 1))
+    };
+    let mut workloads: Vec<String> = Vec::new();
+    for (n, line) in old_workloads
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        workloads.push(parse(METASCHEDULE_WORKLOAD_FILE, n, line)?.to_string());
+    }
+    let mut records: Vec<(usize, String)> = Vec::new();
+    for (n, line) in old_records
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let value = parse(METASCHEDULE_RECORD_FILE, n, line)?;
+        let index = value[0]
+            .as_u64()
+            .filter(|&i| (i as usize) < workloads.len())
+            .ok_or_else(|| {
+                format!(
+                    "{METASCHEDULE_RECORD_FILE} line {}: no workload index in 0..{}",
+                    n + 1,
+                    workloads.len()
+                )
+            })?;
+        records.push((index as usize, value[1].to_string()));
+    }
+    let new_workloads: Vec<String> = db.workloads.lines().map(str::to_string).collect();
+    let mut added = 0;
+    for line in db.records.lines() {
+        let value: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        let Some(line) = value[0]
+            .as_u64()
+            .and_then(|i| new_workloads.get(i as usize))
+        else {
+            continue;
+        };
+        let line = serde_json::from_str::<Value>(line)
+            .map_err(|e| e.to_string())?
+            .to_string();
+        let index = match workloads.iter().position(|w| *w == line) {
+            Some(i) => i,
+            None => {
+                workloads.push(line);
+                workloads.len() - 1
+            }
+        };
+        let record = value[1].to_string();
+        if !records.iter().any(|(i, r)| *i == index && *r == record) {
+            records.push((index, record));
+            added += 1;
+        }
+    }
+    let mut out = MetascheduleDb {
+        jobs: db.jobs,
+        skipped: db.skipped,
+        record_count: added,
+        ..MetascheduleDb::default()
+    };
+    for line in workloads {
+        out.workloads.push_str(&line);
+        out.workloads.push('\n');
+    }
+    for (index, record) in records {
+        out.records.push_str(&format!("[{index},{record}]\n"));
+    }
+    Ok(out)
 }
 
 /// Jobs grouped by the effective target their result was measured for (the
@@ -250,7 +397,70 @@ mod target_tests {
 mod tests {
     use super::*;
     use crate::client::tests::job;
-    use tunefleet_shared::protocol::JobState;
+    use tunefleet_shared::protocol::{JobState, ResultMeta};
+
+    #[test]
+    fn merging_keeps_what_is_there_and_adds_each_new_record_once() {
+        let old_workloads = "[\"0x1\",\"AAA\"]\n";
+        let old_records = "[0,[[\"t1\"],[0.5],{},[]]]\n";
+        let db = MetascheduleDb {
+            workloads: "[\"0x2\",\"BBB\"]\n[\"0x1\",\"AAA\"]\n".into(),
+            records: "[1,[[\"t1\"],[0.5],{},[]]]\n[1,[[\"t2\"],[0.4],{},[]]]\n[0,[[\"t3\"],[0.1],{},[]]]\n"
+                .into(),
+            jobs: 2,
+            record_count: 3,
+            skipped: 0,
+        };
+        let merged = merge_databases(old_workloads, old_records, &db).unwrap();
+        assert_eq!(merged.workloads, "[\"0x1\",\"AAA\"]\n[\"0x2\",\"BBB\"]\n");
+        assert_eq!(
+            merged.records,
+            "[0,[[\"t1\"],[0.5],{},[]]]\n[0,[[\"t2\"],[0.4],{},[]]]\n[1,[[\"t3\"],[0.1],{},[]]]\n"
+        );
+        assert_eq!(merged.record_count, 2, "t1 was there already");
+        // Merging the result again adds nothing.
+        let again = merge_databases(&merged.workloads, &merged.records, &db).unwrap();
+        assert_eq!(again.records, merged.records);
+        assert_eq!(again.record_count, 0);
+    }
+
+    #[test]
+    fn a_broken_existing_database_is_named_with_its_line() {
+        let db = MetascheduleDb::default();
+        let err = merge_databases("[\"0x1\",\"A\"]\nnot json\n", "", &db).unwrap_err();
+        assert!(err.starts_with("database_workload.json line 2:"), "{err}");
+        let err = merge_databases("[\"0x1\",\"A\"]\n", "[5,[]]\n", &db).unwrap_err();
+        assert!(err.contains("database_tuning_record.json line 1"), "{err}");
+    }
+
+    #[test]
+    fn only_target_keeps_results_measured_for_a_serving_target() {
+        let measured = |id: &str, target: &str| {
+            let mut j = job(id, JobState::Done);
+            j.result = Some(ResultMeta {
+                trials: 1,
+                wall_time_s: 0.1,
+                worker: "w".into(),
+                backend: "tvm".into(),
+                tvm_version: None,
+                gflops: None,
+                extra: serde_json::Value::Null,
+                target: Some(Target::parse(target).unwrap()),
+            });
+            j
+        };
+        let jobs = vec![
+            measured("z3", r#"{"kind":"llvm","mcpu":"znver3"}"#),
+            measured("z4", r#"{"kind":"llvm","mcpu":"znver4"}"#),
+        ];
+        let znver3 = Target::parse("llvm -mcpu=znver3").unwrap();
+        let kept: Vec<_> = only_target(jobs.clone(), Some(&znver3))
+            .into_iter()
+            .map(|j| j.job_id)
+            .collect();
+        assert_eq!(kept, ["z3"]);
+        assert_eq!(only_target(jobs, Some(&Target::of_kind("llvm"))).len(), 2);
+    }
 
     #[test]
     fn render_matches_results_formats() {
