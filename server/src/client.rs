@@ -48,7 +48,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 use tunefleet_shared::protocol::{
     close_code, ClientCommand, ClientRequest, ErrorCode, FleetEvent, FleetSnapshot, JobId, JobView,
-    ReplyBody, Role, ServerMessage, StatusReport, SubmitReport, PROTOCOL_VERSION,
+    ReplyBody, Role, ServerMessage, StatusReport, SubmitReport, TokenInfo, PROTOCOL_VERSION,
 };
 
 /// The path of the client endpoint, appended to the `--server` base URL.
@@ -379,6 +379,9 @@ fn reply_kind(body: &ReplyBody) -> &'static str {
         ReplyBody::Models { .. } => "models",
         ReplyBody::ModelStopping { .. } => "model_stopping",
         ReplyBody::Artifact { .. } => "artifact",
+        ReplyBody::TokenCreated { .. } => "token_created",
+        ReplyBody::TokenRevoked { .. } => "token_revoked",
+        ReplyBody::Tokens { .. } => "tokens",
     }
 }
 
@@ -705,6 +708,37 @@ impl Client {
         }
     }
 
+    /// Creates a named admin token (needs the master's own admin token);
+    /// returns its text, which the master does not keep.
+    pub async fn create_token(&mut self, name: &str) -> Result<String, ClientError> {
+        let command = ClientCommand::CreateToken {
+            name: name.to_owned(),
+        };
+        match self.request(command).await? {
+            ReplyBody::TokenCreated { token, .. } => Ok(token.0),
+            other => Err(unexpected("token_created", &other)),
+        }
+    }
+
+    /// Revokes a named admin token (needs the master's own admin token).
+    pub async fn revoke_token(&mut self, name: &str) -> Result<(), ClientError> {
+        let command = ClientCommand::RevokeToken {
+            name: name.to_owned(),
+        };
+        match self.request(command).await? {
+            ReplyBody::TokenRevoked { .. } => Ok(()),
+            other => Err(unexpected("token_revoked", &other)),
+        }
+    }
+
+    /// The named admin tokens (names and creation times).
+    pub async fn list_tokens(&mut self) -> Result<Vec<TokenInfo>, ClientError> {
+        match self.request(ClientCommand::ListTokens).await? {
+            ReplyBody::Tokens { tokens } => Ok(tokens),
+            other => Err(unexpected("tokens", &other)),
+        }
+    }
+
     /// Asks the master to stop gracefully, as SIGTERM does (admin). Returns
     /// once the master has confirmed; it then closes every connection, this
     /// one included.
@@ -917,6 +951,7 @@ pub(crate) mod tests {
             finished_at: None,
             cache_hit: false,
             cached_from: None,
+            actions: Vec::new(),
         }
     }
 

@@ -28,7 +28,7 @@ use tunefleet_shared::model::{
 };
 use tunefleet_shared::protocol::{
     FleetEvent, FleetSnapshot, JobCounts, JobId, JobProgress, JobResult, JobState, JobView, Lease,
-    MasterMessage, Millis, StatusReport, SubmitReport, WorkerHello,
+    MasterMessage, Millis, StatusReport, SubmitReport, TokenInfo, WorkerHello,
 };
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload};
@@ -40,6 +40,7 @@ use crate::scheduler::{
     Scheduler, SchedulerConfig, SessionId,
 };
 use crate::store::{Store, TraceJob};
+use crate::tokens::{TokenBook, TokenError, TokenRegistry, META_PREFIX};
 
 /// Commands taken per batch, at most; bounds the latency a batch adds.
 const MAX_BATCH: usize = 1024;
@@ -100,7 +101,21 @@ pub enum Command {
     Submit {
         workloads: Vec<Workload>,
         cache: CachePolicy,
+        /// The admin token's name; `None` for start-up files.
+        by: Option<String>,
         reply: oneshot::Sender<SubmitReport>,
+    },
+    CreateToken {
+        name: String,
+        /// The new token's text.
+        reply: oneshot::Sender<Result<String, TokenError>>,
+    },
+    RevokeToken {
+        name: String,
+        reply: oneshot::Sender<Result<(), TokenError>>,
+    },
+    ListTokens {
+        reply: oneshot::Sender<Vec<TokenInfo>>,
     },
     Status {
         reply: oneshot::Sender<StatusReport>,
@@ -111,10 +126,13 @@ pub enum Command {
     },
     Cancel {
         job_id: JobId,
+        /// The admin token's name.
+        by: String,
         reply: oneshot::Sender<Result<(), CommandError>>,
     },
     Retry {
         job_id: JobId,
+        by: String,
         reply: oneshot::Sender<Result<(), CommandError>>,
     },
     Snapshot {
@@ -175,6 +193,8 @@ struct Batch {
     /// (run, kind, bytes): compiled libraries, stored with the batch.
     artifacts: Vec<(String, &'static str, Vec<u8>)>,
     trace: Vec<(Millis, String)>,
+    /// `meta` rows (named tokens) to write (`None`: delete).
+    meta: Vec<(String, Option<String>)>,
     /// Serialised `FleetEvent`s, in order.
     events: Vec<String>,
     sends: Vec<(SessionId, Outbound)>,
@@ -194,10 +214,17 @@ pub struct Core {
     counters: CoreCounters,
     trace_retention_ms: Option<Millis>,
     trace_pruned_at: Millis,
+    tokens: TokenBook,
 }
 
 impl Core {
     /// Loads the persisted jobs, recovers in-flight ones, and persists that.
+    /// The registry the network layer checks named tokens against; kept
+    /// current by this core.
+    pub fn token_registry(&self) -> TokenRegistry {
+        self.tokens.registry()
+    }
+
     pub fn start(
         config: SchedulerConfig,
         mut store: Store,
@@ -223,6 +250,7 @@ impl Core {
             );
         }
         store.commit(recovered, std::iter::empty(), &[], &[])?;
+        let tokens = TokenBook::load(store.load_meta(META_PREFIX)?, TokenRegistry::default());
         Ok(Core {
             scheduler,
             models,
@@ -235,6 +263,7 @@ impl Core {
             counters: CoreCounters::default(),
             trace_retention_ms: None,
             trace_pruned_at: 0,
+            tokens,
         })
     }
 
@@ -355,10 +384,16 @@ impl Core {
             Command::Submit {
                 workloads,
                 cache,
+                by,
                 reply,
             } => {
                 let (new_jobs, duplicates) =
                     self.scheduler.submit_as(workloads, cache, now, &mut out);
+                if let Some(by) = &by {
+                    for id in &new_jobs {
+                        self.scheduler.note_action(id, "submit", by, now);
+                    }
+                }
                 let (mut cache_hits, mut warm_started) = (Vec::new(), Vec::new());
                 for id in &new_jobs {
                     match self.scheduler.job(id).map(|j| &j.view) {
@@ -401,16 +436,48 @@ impl Core {
                     let _ = reply.send(views);
                 }));
             }
-            Command::Cancel { job_id, reply } => {
+            Command::Cancel { job_id, by, reply } => {
                 let r = self.scheduler.cancel(&job_id, now, &mut out);
+                if r.is_ok() {
+                    self.scheduler.note_action(&job_id, "cancel", &by, now);
+                }
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(r);
                 }));
             }
-            Command::Retry { job_id, reply } => {
+            Command::Retry { job_id, by, reply } => {
                 let r = self.scheduler.retry(&job_id, now, &mut out);
+                if r.is_ok() {
+                    self.scheduler.note_action(&job_id, "retry", &by, now);
+                }
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(r);
+                }));
+            }
+            Command::CreateToken { name, reply } => {
+                let secret = crate::tokens::new_secret();
+                let r = self.tokens.create(&name, &secret, now).map(|meta| {
+                    info!(token = %name, "named admin token created");
+                    batch.meta.extend(meta);
+                    secret
+                });
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::RevokeToken { name, reply } => {
+                let r = self.tokens.revoke(&name).map(|meta| {
+                    info!(token = %name, "named admin token revoked");
+                    batch.meta.extend(meta);
+                });
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::ListTokens { reply } => {
+                let list = self.tokens.list();
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(list);
                 }));
             }
             Command::Snapshot { reply } => batch.snapshots.push(reply),
@@ -721,7 +788,11 @@ impl Core {
                 batch.events.push(json);
             }
         }
-        if !batch.dirty.is_empty() || !batch.trace.is_empty() || !batch.artifacts.is_empty() {
+        if !batch.dirty.is_empty()
+            || !batch.trace.is_empty()
+            || !batch.artifacts.is_empty()
+            || !batch.meta.is_empty()
+        {
             let jobs: Vec<_> = batch
                 .dirty
                 .iter()
@@ -734,11 +805,12 @@ impl Core {
                 .collect();
             self.counters.commits += 1;
             let mut attempt = 0;
-            while let Err(e) = self.store.commit(
+            while let Err(e) = self.store.commit_with_meta(
                 jobs.iter().copied(),
                 models.iter().copied(),
                 &batch.artifacts,
                 &batch.trace,
+                &batch.meta,
             ) {
                 attempt += 1;
                 error!("cannot commit state (attempt {attempt}): {e}");

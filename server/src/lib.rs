@@ -20,3 +20,4 @@ pub mod net;
 pub mod scheduler;
 pub mod serve;
 pub mod store;
+pub mod tokens;

@@ -20,8 +20,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use tunefleet_shared::model::{TunerSettings, WarmStart};
 use tunefleet_shared::protocol::{
-    record_progress_point, JobError, JobId, JobResult, JobState, JobView, Lease, MasterMessage,
-    Millis, ResultMeta, TuningRecord, WorkerHello, WorkerView,
+    record_progress_point, JobAction, JobError, JobId, JobResult, JobState, JobView, Lease,
+    MasterMessage, Millis, ResultMeta, TuningRecord, WorkerHello, WorkerView, MAX_JOB_ACTIONS,
 };
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload};
@@ -407,6 +407,7 @@ impl Scheduler {
                 finished_at: None,
                 cache_hit: false,
                 cached_from: None,
+                actions: Vec::new(),
             };
             let mut view = view;
             match answer {
@@ -825,6 +826,25 @@ impl Scheduler {
         out.push(Output::JobChanged(job_id.to_string()));
         self.dispatch(now, out);
         Ok(())
+    }
+
+    /// Records who did what to a job (`submit`, `cancel`, `retry`). Call it
+    /// in the same batch as the action, so that one commit and one event
+    /// carry both.
+    pub fn note_action(&mut self, job_id: &str, action: &str, by: &str, now: Millis) {
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        let actions = &mut job.view.actions;
+        if actions.len() >= MAX_JOB_ACTIONS {
+            // The submission (first) stays; the oldest later one goes.
+            actions.remove(1);
+        }
+        actions.push(JobAction {
+            action: action.to_string(),
+            by: by.to_string(),
+            at: now,
+        });
     }
 
     // ----- internals ----------------------------------------------------

@@ -259,6 +259,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     core.set_trace_retention(args.trace_retention.filter(|d| !d.is_zero()));
+    let tokens = core.token_registry();
     let (command_tx, command_rx) = mpsc::channel(65536);
     let core_thread = std::thread::Builder::new()
         .name("tunefleet-core".into())
@@ -274,6 +275,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .ask(|reply| Command::Submit {
                 workloads,
                 cache: CachePolicy::Use,
+                by: None,
                 reply,
             })
             .await
@@ -336,6 +338,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         alive: alive_tx,
         connections: Arc::new(Semaphore::new(args.max_connections)),
         stop: stop.clone(),
+        tokens,
     };
     let listener = TcpListener::bind(args.bind)
         .await

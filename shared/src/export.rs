@@ -235,6 +235,7 @@ mod tests {
             finished_at: None,
             cache_hit: false,
             cached_from: None,
+            actions: Vec::new(),
         }
     }
 

@@ -356,6 +356,18 @@ pub enum ClientCommand {
         name: String,
         artifact: ModelArtifactKind,
     },
+    /// A named admin token (master admin token only): its text is in the
+    /// reply, once; the master keeps only a hash.
+    CreateToken {
+        name: String,
+    },
+    /// Revokes a named admin token (master admin token only); sessions that
+    /// use it lose admin rights at their next request.
+    RevokeToken {
+        name: String,
+    },
+    /// The named admin tokens (names and creation times, never the tokens).
+    ListTokens,
 }
 
 impl ClientCommand {
@@ -369,6 +381,20 @@ impl ClientCommand {
                 | ClientCommand::Shutdown
                 | ClientCommand::SubmitModel { .. }
                 | ClientCommand::StopModel { .. }
+                | ClientCommand::CreateToken { .. }
+                | ClientCommand::RevokeToken { .. }
+                | ClientCommand::ListTokens
+        )
+    }
+
+    /// Commands that only the master's own admin token may send: managing
+    /// named tokens.
+    pub fn needs_master_admin(&self) -> bool {
+        matches!(
+            self,
+            ClientCommand::CreateToken { .. }
+                | ClientCommand::RevokeToken { .. }
+                | ClientCommand::ListTokens
         )
     }
 
@@ -387,6 +413,9 @@ impl ClientCommand {
             ClientCommand::Models { .. } => "models",
             ClientCommand::StopModel { .. } => "stop_model",
             ClientCommand::ModelArtifact { .. } => "model_artifact",
+            ClientCommand::CreateToken { .. } => "create_token",
+            ClientCommand::RevokeToken { .. } => "revoke_token",
+            ClientCommand::ListTokens => "list_tokens",
         }
     }
 }
@@ -457,6 +486,71 @@ pub enum ReplyBody {
         artifact: ModelArtifactKind,
         files: Vec<ArtifactFile>,
     },
+    TokenCreated {
+        name: String,
+        /// Shown once: the master keeps only its SHA-256.
+        token: SecretText,
+    },
+    TokenRevoked {
+        name: String,
+    },
+    Tokens {
+        tokens: Vec<TokenInfo>,
+    },
+}
+
+/// A secret on the wire (a new token): plain text in JSON, redacted in
+/// `Debug`, so that logging a reply never leaks it.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(transparent)]
+pub struct SecretText(pub String);
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// A named admin token, as `list_tokens` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct TokenInfo {
+    pub name: String,
+    pub created_at: Millis,
+}
+
+/// Who did what to a job: `submit`, `cancel` or `retry`, by the name of the
+/// admin token used (`admin` for the master's own).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct JobAction {
+    pub action: String,
+    pub by: String,
+    pub at: Millis,
+}
+
+/// Most actions kept per job; the first (the submission) is always kept.
+pub const MAX_JOB_ACTIONS: usize = 32;
+
+/// A valid token name: 1–64 of `[A-Za-z0-9._-]`, not `admin` (the master's
+/// own token).
+pub fn check_token_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 {
+        return Err(format!("token name `{name}` must be 1 to 64 characters"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "token name `{name}`: `{c}` is not allowed (letters, digits, . _ -)"
+        ));
+    }
+    if name == "admin" {
+        return Err("`admin` names the master's own admin token".into());
+    }
+    Ok(())
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -637,6 +731,11 @@ pub struct JobView {
     /// The job whose records answered (`cache_hit`) or warm-started this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_from: Option<JobId>,
+    /// Who submitted, cancelled or retried it, oldest first (named admin
+    /// tokens; `admin` for the master's own). Empty for jobs of model runs
+    /// and of start-up files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<JobAction>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -868,6 +967,13 @@ impl std::fmt::Debug for ClientCommand {
                 .field("name", name)
                 .field("artifact", artifact)
                 .finish(),
+            ClientCommand::CreateToken { name } => {
+                f.debug_struct("CreateToken").field("name", name).finish()
+            }
+            ClientCommand::RevokeToken { name } => {
+                f.debug_struct("RevokeToken").field("name", name).finish()
+            }
+            ClientCommand::ListTokens => f.write_str("ListTokens"),
         }
     }
 }

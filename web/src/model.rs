@@ -624,6 +624,7 @@ mod tests {
             finished_at: None,
             cache_hit: false,
             cached_from: None,
+            actions: Vec::new(),
         }
     }
 

@@ -35,6 +35,7 @@ pub mod results;
 pub mod shutdown;
 pub mod status;
 pub mod submit;
+pub mod token;
 pub mod watch;
 
 /// Where the master listens by default (`tunefleet serve`'s default port).
@@ -193,6 +194,8 @@ pub enum ClientCli {
     Shutdown(shutdown::ShutdownArgs),
     /// Stop tuning a model run: it is compiled with the records it has.
     Stop(model::StopArgs),
+    /// Named admin tokens: create, revoke, list (master admin token).
+    Token(token::TokenArgs),
 }
 
 impl ClientCli {
@@ -206,6 +209,7 @@ impl ClientCli {
             ClientCli::ImportLorien(args) => import_lorien::run(args).await,
             ClientCli::Shutdown(args) => shutdown::run(args).await,
             ClientCli::Stop(args) => model::stop(args).await,
+            ClientCli::Token(args) => token::run(args).await,
         }
     }
 }

@@ -44,6 +44,7 @@ fn view(workload: &Workload, state: JobState) -> JobView {
         finished_at: None,
         cache_hit: false,
         cached_from: None,
+        actions: Vec::new(),
     }
 }
 

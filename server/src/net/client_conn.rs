@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tracing::{debug, info, warn};
 use tunefleet_shared::protocol::{
-    close_code, ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, ServerMessage,
-    PROTOCOL_VERSION,
+    close_code, ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, SecretText,
+    ServerMessage, PROTOCOL_VERSION,
 };
 use tunefleet_shared::secrets_equal;
 use tunefleet_shared::workload::{parse_workload_file, MAX_WORKLOAD_FILE_BYTES};
@@ -29,13 +29,23 @@ use super::{AppState, Connection, Frame};
 use crate::core::{Command, Published};
 use crate::models::ModelError;
 use crate::scheduler::{CachePolicy, CommandError};
+use crate::tokens::{TokenError, MASTER_ADMIN};
+
+fn token_error(id: u64, e: TokenError) -> ServerMessage {
+    let code = match e {
+        TokenError::BadName(_) => ErrorCode::BadRequest,
+        TokenError::Exists(_) => ErrorCode::InvalidState,
+        TokenError::Unknown(_) => ErrorCode::NotFound,
+    };
+    error(Some(id), code, e.to_string())
+}
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BAD_MESSAGES: u32 = 16;
 
 pub async fn run(mut conn: Connection, state: AppState) {
     let _alive = state.alive.clone();
-    let Some((role, client_name)) = handshake(&mut conn, &state).await else {
+    let Some((role, client_name, who)) = handshake(&mut conn, &state).await else {
         return;
     };
     let mut shutdown = state.shutdown.clone();
@@ -89,7 +99,7 @@ pub async fn run(mut conn: Connection, state: AppState) {
                                 // Subscribe before taking the snapshot so no event falls between them.
                                 events = Some(state.core.events.subscribe());
                             }
-                            let reply = handle(request, role, &client_name, &state).await;
+                            let reply = handle(request, role, &who, &client_name, &state).await;
                             if conn.send(&reply).await.is_err() {
                                 return;
                             }
@@ -178,7 +188,10 @@ async fn send_snapshot(conn: &mut Connection, state: &AppState) -> Option<u64> {
     Some(seq)
 }
 
-async fn handshake(conn: &mut Connection, state: &AppState) -> Option<(Role, String)> {
+/// The role, the client's self-chosen name (for the log) and who it acts as:
+/// `admin` for the master's admin token, a named token's name, or empty for
+/// a read-only client.
+async fn handshake(conn: &mut Connection, state: &AppState) -> Option<(Role, String, String)> {
     let frame = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.recv()).await {
         Ok(frame) => frame,
         Err(_) => {
@@ -253,8 +266,12 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<(Role, Str
         conn.close(close_code::PROTOCOL_MISMATCH, &reason).await;
         return None;
     }
-    let role = match token {
-        Some(t) if secrets_equal(&t, &state.config.admin_token) => Role::Admin,
+    let named = token.as_deref().and_then(|t| state.tokens.name_of(t));
+    let (role, who) = match token {
+        Some(t) if secrets_equal(&t, &state.config.admin_token) => {
+            (Role::Admin, MASTER_ADMIN.to_string())
+        }
+        Some(_) if named.is_some() => (Role::Admin, named.unwrap_or_default()),
         Some(_) => {
             warn!(
                 client = %client_name(client.as_deref()),
@@ -271,7 +288,7 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<(Role, Str
             conn.close(close_code::UNAUTHORIZED, reason).await;
             return None;
         }
-        None if state.config.public_read => Role::Read,
+        None if state.config.public_read => (Role::Read, String::new()),
         None => {
             let reason = "unauthorized: this master needs a token (--token or TUNEFLEET_TOKEN)";
             let _ = conn
@@ -288,6 +305,7 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<(Role, Str
     debug!(
         client = %client_name(client.as_deref()),
         ?role,
+        %who,
         "client connected"
     );
     let welcome = ServerMessage::Reply {
@@ -299,7 +317,7 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<(Role, Str
         },
     };
     conn.send(&welcome).await.ok()?;
-    Some((role, client_name(client.as_deref())))
+    Some((role, client_name(client.as_deref()), who))
 }
 
 /// The client's self-chosen name for the log: printable, at most 64 chars.
@@ -329,6 +347,7 @@ fn request_id(text: &str) -> Option<u64> {
 async fn handle(
     request: ClientRequest,
     role: Role,
+    who: &str,
     client_name: &str,
     state: &AppState,
 ) -> ServerMessage {
@@ -338,6 +357,20 @@ async fn handle(
             Some(id),
             ErrorCode::Forbidden,
             "this request needs the admin token".into(),
+        );
+    }
+    if request.command.needs_admin() && who != MASTER_ADMIN && !state.tokens.has_name(who) {
+        return error(
+            Some(id),
+            ErrorCode::Unauthorized,
+            format!("unauthorized: the token `{who}` was revoked"),
+        );
+    }
+    if request.command.needs_master_admin() && who != MASTER_ADMIN {
+        return error(
+            Some(id),
+            ErrorCode::Forbidden,
+            "only the master's own admin token (--admin-token) manages named tokens".into(),
         );
     }
     let core = &state.core;
@@ -419,6 +452,7 @@ async fn handle(
                 .ask(|reply| Command::Submit {
                     workloads,
                     cache,
+                    by: Some(who.to_string()),
                     reply,
                 })
                 .await
@@ -431,6 +465,7 @@ async fn handle(
             match core
                 .ask(|reply| Command::Cancel {
                     job_id: job_id.clone(),
+                    by: who.to_string(),
                     reply,
                 })
                 .await
@@ -444,6 +479,7 @@ async fn handle(
             match core
                 .ask(|reply| Command::Retry {
                     job_id: job_id.clone(),
+                    by: who.to_string(),
                     reply,
                 })
                 .await
@@ -491,6 +527,39 @@ async fn handle(
                 None => return gone(),
             }
         }
+        ClientCommand::CreateToken { name } => {
+            match core
+                .ask(|reply| Command::CreateToken {
+                    name: name.clone(),
+                    reply,
+                })
+                .await
+            {
+                Some(Ok(token)) => ReplyBody::TokenCreated {
+                    name,
+                    token: SecretText(token),
+                },
+                Some(Err(e)) => return token_error(id, e),
+                None => return gone(),
+            }
+        }
+        ClientCommand::RevokeToken { name } => {
+            match core
+                .ask(|reply| Command::RevokeToken {
+                    name: name.clone(),
+                    reply,
+                })
+                .await
+            {
+                Some(Ok(())) => ReplyBody::TokenRevoked { name },
+                Some(Err(e)) => return token_error(id, e),
+                None => return gone(),
+            }
+        }
+        ClientCommand::ListTokens => match core.ask(|reply| Command::ListTokens { reply }).await {
+            Some(tokens) => ReplyBody::Tokens { tokens },
+            None => return gone(),
+        },
         ClientCommand::ModelArtifact { name, artifact } => {
             match core
                 .ask(|reply| Command::ModelArtifact {

@@ -99,6 +99,8 @@ pub struct AppState {
     pub connections: Arc<Semaphore>,
     /// Notified by an admin's `shutdown` request; `serve` then stops as on SIGTERM.
     pub stop: Arc<Notify>,
+    /// Named admin tokens, kept current by the core.
+    pub tokens: crate::tokens::TokenRegistry,
 }
 
 pub fn router(state: AppState) -> Router {

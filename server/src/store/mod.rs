@@ -170,19 +170,25 @@ pub(super) struct JobRead {
     workload: String,
 }
 
+/// One commit's rows.
+pub(super) struct RowBatch<'a, 'b> {
+    jobs: &'b [JobWrite<'a>],
+    models: &'b [(&'a str, &'static str, String)],
+    artifacts: &'b [(String, &'static str, Vec<u8>)],
+    trace: &'b [(Millis, String)],
+    /// `meta` rows to upsert, or delete (`None`).
+    meta: &'b [(String, Option<String>)],
+}
+
 /// What a backend does: move rows in and out, one transaction per commit.
 trait Backend: Send {
     fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError>;
     /// (name, data) of every model run, by name.
     fn load_model_rows(&mut self) -> Result<Vec<(String, String)>, StoreError>;
     fn load_artifact(&mut self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError>;
-    fn commit(
-        &mut self,
-        jobs: &[JobWrite<'_>],
-        models: &[(&str, &'static str, String)],
-        artifacts: &[(String, &'static str, Vec<u8>)],
-        trace: &[(Millis, String)],
-    ) -> Result<(), StoreError>;
+    fn commit(&mut self, batch: &RowBatch<'_, '_>) -> Result<(), StoreError>;
+    /// (key, value) of the `meta` rows whose key starts with `prefix`.
+    fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError>;
     fn prune_trace(&mut self, before: Millis) -> Result<u64, StoreError>;
     /// (seq, at, event) in order, to `line`.
     fn export_trace(
@@ -287,6 +293,11 @@ impl Store {
         self.backend.load_artifact(run, kind)
     }
 
+    /// `meta` rows whose key starts with `prefix` (named tokens).
+    pub fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.backend.load_meta(prefix)
+    }
+
     /// Writes a batch of changed jobs, model runs, artefacts and trace lines
     /// in one transaction.
     pub fn commit<'a, 'b>(
@@ -295,6 +306,18 @@ impl Store {
         models: impl IntoIterator<Item = &'b ModelRun>,
         artifacts: &[(String, &'static str, Vec<u8>)],
         trace: &[(Millis, String)],
+    ) -> Result<(), StoreError> {
+        self.commit_with_meta(jobs, models, artifacts, trace, &[])
+    }
+
+    /// [`Store::commit`] with `meta` rows to upsert or delete (`None`).
+    pub fn commit_with_meta<'a, 'b>(
+        &mut self,
+        jobs: impl IntoIterator<Item = &'a Job>,
+        models: impl IntoIterator<Item = &'b ModelRun>,
+        artifacts: &[(String, &'static str, Vec<u8>)],
+        trace: &[(Millis, String)],
+        meta: &[(String, Option<String>)],
     ) -> Result<(), StoreError> {
         let jobs: Vec<JobWrite<'a>> = jobs
             .into_iter()
@@ -317,7 +340,13 @@ impl Store {
                 )
             })
             .collect();
-        self.backend.commit(&jobs, &models, artifacts, trace)?;
+        self.backend.commit(&RowBatch {
+            jobs: &jobs,
+            models: &models,
+            artifacts,
+            trace,
+            meta,
+        })?;
         // Only once committed: a failed commit is retried with the workload.
         for job in &jobs {
             if job.workload.is_some() {

@@ -26,7 +26,7 @@ use postgres::{Client, NoTls, Statement};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, redact, Backend, Durability, Found, JobRead, JobWrite, Standby, StoreError,
+    check_version, redact, Backend, Durability, Found, JobRead, RowBatch, Standby, StoreError,
     SCHEMA_VERSION,
 };
 
@@ -301,13 +301,35 @@ impl Backend for PgStore {
         row.map(|r| r.try_get(0).map_err(self.err())).transpose()
     }
 
-    fn commit(
-        &mut self,
-        jobs: &[JobWrite<'_>],
-        models: &[(&str, &'static str, String)],
-        artifacts: &[(String, &'static str, Vec<u8>)],
-        trace: &[(Millis, String)],
-    ) -> Result<(), StoreError> {
+    fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT key, value FROM meta WHERE left(key, length($1)) = $1 ORDER BY key",
+                &[&prefix],
+            )
+            .map_err(|source| StoreError::Postgres {
+                path: self.path.clone(),
+                source,
+            })?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get(0).map_err(self.err())?,
+                    r.try_get(1).map_err(self.err())?,
+                ))
+            })
+            .collect()
+    }
+
+    fn commit(&mut self, batch: &RowBatch<'_, '_>) -> Result<(), StoreError> {
+        let RowBatch {
+            jobs,
+            models,
+            artifacts,
+            trace,
+            meta,
+        } = *batch;
         let path = self.path.clone();
         let err = |source| StoreError::Postgres {
             path: path.clone(),
@@ -344,6 +366,17 @@ impl Backend for PgStore {
         for (at, line) in trace {
             tx.execute(&st.append_trace, &[&(*at as i64), line])
                 .map_err(err)?;
+        }
+        for (key, value) in meta {
+            match value {
+                Some(value) => tx.execute(
+                    "INSERT INTO meta (key, value) VALUES ($1, $2)
+                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    &[key, value],
+                ),
+                None => tx.execute("DELETE FROM meta WHERE key = $1", &[key]),
+            }
+            .map_err(err)?;
         }
         tx.commit().map_err(err)
     }

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 use tunefleet_shared::protocol::{
-    JobError, JobState, JobView, Lease, Millis, ProgressPoint, ResultMeta, TuningRecord,
+    JobAction, JobError, JobState, JobView, Lease, Millis, ProgressPoint, ResultMeta, TuningRecord,
 };
 use tunefleet_shared::workload::Workload;
 
@@ -44,6 +44,8 @@ pub(super) struct JobRowOut<'a> {
     cache_hit: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     cached_from: &'a Option<String>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    actions: &'a [JobAction],
 }
 
 fn is_false(b: &bool) -> bool {
@@ -79,6 +81,8 @@ pub(super) struct JobRowIn {
     cache_hit: bool,
     #[serde(default)]
     cached_from: Option<String>,
+    #[serde(default)]
+    actions: Vec<JobAction>,
 }
 
 impl<'a> JobRowOut<'a> {
@@ -112,6 +116,7 @@ impl<'a> JobRowOut<'a> {
             finished_at,
             cache_hit,
             cached_from,
+            actions,
         } = view;
         JobRowOut {
             name,
@@ -135,6 +140,7 @@ impl<'a> JobRowOut<'a> {
             extras,
             cache_hit: *cache_hit,
             cached_from,
+            actions,
         }
     }
 }
@@ -162,6 +168,7 @@ impl JobRowIn {
                 finished_at: self.finished_at,
                 cache_hit: self.cache_hit,
                 cached_from: self.cached_from,
+                actions: self.actions,
             },
             lease: self.lease,
             holder: None,
@@ -195,6 +202,10 @@ pub struct TraceJob<'a> {
     cached_from: Option<&'a str>,
     #[serde(skip_serializing_if = "is_false")]
     cache_hit: bool,
+    /// Who made this change (`submit`, `cancel`, `retry` by a named admin
+    /// token), when a person did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by: Option<&'a str>,
 }
 
 impl<'a> TraceJob<'a> {
@@ -212,6 +223,11 @@ impl<'a> TraceJob<'a> {
             error: v.errors.last().filter(|_| after_an_error),
             cached_from: v.cached_from.as_deref(),
             cache_hit: v.cache_hit,
+            by: v
+                .actions
+                .last()
+                .filter(|a| a.at == v.updated_at)
+                .map(|a| a.by.as_str()),
         }
     }
 }

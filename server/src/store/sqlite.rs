@@ -11,7 +11,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, migrate, Backend, Durability, Found, JobRead, JobWrite, StoreError,
+    check_version, migrate, Backend, Durability, Found, JobRead, RowBatch, StoreError,
     SCHEMA_VERSION,
 };
 
@@ -137,13 +137,28 @@ impl Backend for SqliteStore {
             .map_err(|e| self.sql_err(e))
     }
 
-    fn commit(
-        &mut self,
-        jobs: &[JobWrite<'_>],
-        models: &[(&str, &'static str, String)],
-        artifacts: &[(String, &'static str, Vec<u8>)],
-        trace: &[(Millis, String)],
-    ) -> Result<(), StoreError> {
+    fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT key, value FROM meta WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key",
+            )
+            .map_err(|e| self.sql_err(e))?;
+        let rows = stmt
+            .query_map(params![prefix], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(|e| self.sql_err(e))?;
+        let rows: Result<Vec<_>, _> = rows.collect();
+        rows.map_err(|e| self.sql_err(e))
+    }
+
+    fn commit(&mut self, batch: &RowBatch<'_, '_>) -> Result<(), StoreError> {
+        let RowBatch {
+            jobs,
+            models,
+            artifacts,
+            trace,
+            meta,
+        } = *batch;
         let path = self.path.clone();
         let err = |source| StoreError::Sqlite {
             path: path.clone(),
@@ -206,6 +221,17 @@ impl Backend for SqliteStore {
                 .map_err(err)?;
             for (at, line) in trace {
                 append.execute(params![*at as i64, line]).map_err(err)?;
+            }
+            for (key, value) in meta {
+                match value {
+                    Some(value) => tx.execute(
+                        "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                         ON CONFLICT(key) DO UPDATE SET value = ?2",
+                        params![key, value],
+                    ),
+                    None => tx.execute("DELETE FROM meta WHERE key = ?1", params![key]),
+                }
+                .map_err(err)?;
             }
         }
         tx.commit().map_err(err)

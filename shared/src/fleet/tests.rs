@@ -29,6 +29,7 @@ fn job(id: &str, state: JobState) -> JobView {
         finished_at: None,
         cache_hit: false,
         cached_from: None,
+        actions: Vec::new(),
     }
 }
 

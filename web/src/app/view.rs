@@ -1032,7 +1032,15 @@ fn detail(app: &App, ctx: &Context<App>) -> Html {
                     { fact("Backend", match &r.tvm_version { Some(v) => format!("{} (TVM {v})", r.backend), None => r.backend.clone() }) }
                     { fact("Tuning time", format_duration((r.wall_time_s * 1000.0) as u64)) }
                 }
+                if job.cache_hit || job.cached_from.is_some() {
+                    { fact(if job.cache_hit { "Answered from" } else { "Warm-started from" },
+                        job.cached_from.clone().unwrap_or_default()) }
+                }
                 { fact("Created", when(Some(job.created_at))) }
+                if !job.actions.is_empty() {
+                    <dt>{ "By" }</dt>
+                    <dd id="job-actions">{ job.actions.iter().map(|a| format!("{} by {} at {}", a.action, a.by, format_clock(a.at, tz))).collect::<Vec<_>>().join("; ") }</dd>
+                }
                 { fact("Started", when(job.started_at)) }
                 { fact("Finished", when(job.finished_at)) }
             </dl>
