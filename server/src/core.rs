@@ -18,6 +18,7 @@
 //! [`Command::Tick`] so job timeouts fire without any event.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -215,6 +216,9 @@ pub struct Core {
     trace_retention_ms: Option<Millis>,
     trace_pruned_at: Millis,
     tokens: TokenBook,
+    /// Set while commits fail (full disk, ...): read by the network layer,
+    /// which then refuses new work instead of letting it queue unanswered.
+    storage_failing: Arc<AtomicBool>,
 }
 
 impl Core {
@@ -223,6 +227,12 @@ impl Core {
     /// current by this core.
     pub fn token_registry(&self) -> TokenRegistry {
         self.tokens.registry()
+    }
+
+    /// True while the store refuses commits (the batch is retried until it
+    /// goes through; nothing of it is acknowledged before).
+    pub fn storage_failing(&self) -> Arc<AtomicBool> {
+        self.storage_failing.clone()
     }
 
     pub fn start(
@@ -264,6 +274,7 @@ impl Core {
             trace_retention_ms: None,
             trace_pruned_at: 0,
             tokens,
+            storage_failing: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -804,7 +815,7 @@ impl Core {
                 .filter_map(|name| self.models.get(name))
                 .collect();
             self.counters.commits += 1;
-            let mut attempt = 0;
+            let mut attempt: u64 = 0;
             while let Err(e) = self.store.commit_with_meta(
                 jobs.iter().copied(),
                 models.iter().copied(),
@@ -813,14 +824,25 @@ impl Core {
                 &batch.meta,
             ) {
                 attempt += 1;
-                error!("cannot commit state (attempt {attempt}): {e}");
-                if attempt >= 5 {
+                // Nothing of this batch is acknowledged until it is committed;
+                // meanwhile the network layer refuses new work.
+                self.storage_failing.store(true, Ordering::Relaxed);
+                if attempt.is_power_of_two() {
+                    error!("cannot commit state (attempt {attempt}); not accepting work until it can: {e}");
+                }
+                if attempt >= 5 && !e.is_transient() {
                     // Acknowledging now would promise durability we do not have;
-                    // stopping lets a restart resume from the last commit.
+                    // stopping lets a restart (or a standby) resume from the last commit.
                     error!("giving up: the master stops so that nothing unsaved is acknowledged");
                     std::process::exit(70);
                 }
-                std::thread::sleep(Duration::from_millis(100 * attempt));
+                std::thread::sleep(Duration::from_millis((100 * attempt).min(2_000)));
+            }
+            if self.storage_failing.swap(false, Ordering::Relaxed) {
+                info!(
+                    attempts = attempt + 1,
+                    "the state database takes commits again; accepting work"
+                );
             }
         }
         self.counters.events += batch.events.len() as u64;

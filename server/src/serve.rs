@@ -260,6 +260,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     core.set_trace_retention(args.trace_retention.filter(|d| !d.is_zero()));
     let tokens = core.token_registry();
+    let storage_failing = core.storage_failing();
     let (command_tx, command_rx) = mpsc::channel(65536);
     let core_thread = std::thread::Builder::new()
         .name("tunefleet-core".into())
@@ -339,6 +340,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         connections: Arc::new(Semaphore::new(args.max_connections)),
         stop: stop.clone(),
         tokens,
+        storage_failing,
     };
     let listener = TcpListener::bind(args.bind)
         .await

@@ -366,6 +366,19 @@ async fn handle(
             format!("unauthorized: the token `{who}` was revoked"),
         );
     }
+    if request.command.needs_admin()
+        && state
+            .storage_failing
+            .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return error(
+            Some(id),
+            ErrorCode::Internal,
+            "the master cannot write its state database right now (disk full?); nothing was done. \
+             It accepts work again as soon as it can commit: retry later"
+                .into(),
+        );
+    }
     if request.command.needs_master_admin() && who != MASTER_ADMIN {
         return error(
             Some(id),

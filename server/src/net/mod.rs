@@ -101,6 +101,8 @@ pub struct AppState {
     pub stop: Arc<Notify>,
     /// Named admin tokens, kept current by the core.
     pub tokens: crate::tokens::TokenRegistry,
+    /// True while the core cannot commit (full disk, ...): new work is refused.
+    pub storage_failing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 pub fn router(state: AppState) -> Router {

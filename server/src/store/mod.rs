@@ -44,17 +44,26 @@ pub const SCHEMA_VERSION: i64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("state database {path}: {source}")]
+    #[error("state database {path}{}: {cause}", sqlite::explain(cause))]
     Sqlite {
         path: String,
-        #[source]
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
-    #[error("state database {path}: {source}")]
+    #[error("state database {path} is in use by another master{}: one master per state file (stop it, or give this one another --state)", holder.as_deref().map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    InUse {
+        path: String,
+        holder: Option<String>,
+    },
+    #[error("state database {path}: cannot create its lock file {lock} (may this user write to that directory?): {cause}")]
+    Lock {
+        path: String,
+        lock: String,
+        cause: std::io::Error,
+    },
+    #[error("state database {path}: {}", with_causes(cause))]
     Postgres {
         path: String,
-        #[source]
-        source: ::postgres::Error,
+        cause: ::postgres::Error,
     },
     #[error("state database {path} has schema version {found}, newer than this tunefleet's ({SCHEMA_VERSION}): it was written by a later release; run that release, or start this one with another --state")]
     Newer { path: String, found: i64 },
@@ -86,6 +95,46 @@ pub enum Durability {
     /// Also survives an OS crash or power loss (SQLite: synchronous=FULL;
     /// PostgreSQL: synchronous_commit=on for this master's session).
     Full,
+}
+
+impl StoreError {
+    /// Whether retrying the same commit later may succeed without a restart:
+    /// a full disk, a file system gone read-only, a lock held for a moment.
+    /// A lost PostgreSQL session is not: the lead went with it.
+    pub fn is_transient(&self) -> bool {
+        use rusqlite::ErrorCode as C;
+        match self {
+            StoreError::Sqlite { cause, .. } => matches!(
+                cause.sqlite_error_code(),
+                Some(
+                    C::DiskFull
+                        | C::SystemIoFailure
+                        | C::ReadOnly
+                        | C::DatabaseBusy
+                        | C::DatabaseLocked
+                        | C::CannotOpen
+                )
+            ),
+            StoreError::Io(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// An error and its chain of sources, `: `-separated (the PostgreSQL
+/// client's own text leaves the reason to its source).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = cause.source();
+    }
+    text
 }
 
 /// Where the state lives: what `--state` names.

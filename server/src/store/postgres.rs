@@ -53,9 +53,9 @@ struct Statements {
 impl PgStore {
     fn connect(url: &str) -> Result<(Client, String), StoreError> {
         let path = redact(url);
-        let mut config: postgres::Config = url.parse().map_err(|source| StoreError::Postgres {
+        let mut config: postgres::Config = url.parse().map_err(|cause| StoreError::Postgres {
             path: path.clone(),
-            source,
+            cause,
         })?;
         if config.get_password().is_none() {
             if let Ok(password) = std::env::var("PGPASSWORD") {
@@ -69,9 +69,9 @@ impl PgStore {
             .keepalives_idle(Duration::from_secs(10));
         let client = config
             .connect(NoTls)
-            .map_err(|source| StoreError::Postgres {
+            .map_err(|cause| StoreError::Postgres {
                 path: path.clone(),
-                source,
+                cause,
             })?;
         Ok((client, path))
     }
@@ -85,9 +85,9 @@ impl PgStore {
         on_wait: &mut dyn FnMut(),
     ) -> Result<PgStore, StoreError> {
         let (mut client, path) = PgStore::connect(url)?;
-        let err = |source| StoreError::Postgres {
+        let err = |cause| StoreError::Postgres {
             path: path.clone(),
-            source,
+            cause,
         };
         let mut waiting = false;
         loop {
@@ -123,9 +123,9 @@ impl PgStore {
         let (mut client, path) = PgStore::connect(url)?;
         client
             .batch_execute("SET default_transaction_read_only = on")
-            .map_err(|source| StoreError::Postgres {
+            .map_err(|cause| StoreError::Postgres {
                 path: path.clone(),
-                source,
+                cause,
             })?;
         Ok(PgStore {
             client,
@@ -135,17 +135,17 @@ impl PgStore {
     }
 
     fn err(&self) -> impl Fn(postgres::Error) -> StoreError + '_ {
-        |source| StoreError::Postgres {
+        |cause| StoreError::Postgres {
             path: self.path.clone(),
-            source,
+            cause,
         }
     }
 
     fn create_or_check(&mut self) -> Result<(), StoreError> {
         let path = self.path.clone();
-        let err = |source| StoreError::Postgres {
+        let err = |cause| StoreError::Postgres {
             path: path.clone(),
-            source,
+            cause,
         };
         let mut tx = self.client.transaction().map_err(err)?;
         tx.batch_execute(
@@ -205,9 +205,9 @@ impl PgStore {
 
     fn prepare(&mut self) -> Result<Statements, StoreError> {
         let path = self.path.clone();
-        let err = |source| StoreError::Postgres {
+        let err = |cause| StoreError::Postgres {
             path: path.clone(),
-            source,
+            cause,
         };
         let c = &mut self.client;
         Ok(Statements {
@@ -253,9 +253,9 @@ impl Backend for PgStore {
                 "SELECT job_id, queue_key, data, workload FROM jobs ORDER BY queue_key",
                 &[],
             )
-            .map_err(|source| StoreError::Postgres {
+            .map_err(|cause| StoreError::Postgres {
                 path: self.path.clone(),
-                source,
+                cause,
             })?;
         rows.iter()
             .map(|r| {
@@ -273,9 +273,9 @@ impl Backend for PgStore {
         let rows = self
             .client
             .query("SELECT name, data FROM models ORDER BY name", &[])
-            .map_err(|source| StoreError::Postgres {
+            .map_err(|cause| StoreError::Postgres {
                 path: self.path.clone(),
-                source,
+                cause,
             })?;
         rows.iter()
             .map(|r| {
@@ -294,9 +294,9 @@ impl Backend for PgStore {
                 "SELECT data FROM artifacts WHERE run = $1 AND kind = $2",
                 &[&run, &kind],
             )
-            .map_err(|source| StoreError::Postgres {
+            .map_err(|cause| StoreError::Postgres {
                 path: self.path.clone(),
-                source,
+                cause,
             })?;
         row.map(|r| r.try_get(0).map_err(self.err())).transpose()
     }
@@ -308,9 +308,9 @@ impl Backend for PgStore {
                 "SELECT key, value FROM meta WHERE left(key, length($1)) = $1 ORDER BY key",
                 &[&prefix],
             )
-            .map_err(|source| StoreError::Postgres {
+            .map_err(|cause| StoreError::Postgres {
                 path: self.path.clone(),
-                source,
+                cause,
             })?;
         rows.iter()
             .map(|r| {
@@ -331,9 +331,9 @@ impl Backend for PgStore {
             meta,
         } = *batch;
         let path = self.path.clone();
-        let err = |source| StoreError::Postgres {
+        let err = |cause| StoreError::Postgres {
             path: path.clone(),
-            source,
+            cause,
         };
         if self.statements.is_none() {
             self.statements = Some(self.prepare()?);
@@ -383,9 +383,9 @@ impl Backend for PgStore {
 
     fn prune_trace(&mut self, before: Millis) -> Result<u64, StoreError> {
         let path = self.path.clone();
-        let err = |source| StoreError::Postgres {
+        let err = |cause| StoreError::Postgres {
             path: path.clone(),
-            source,
+            cause,
         };
         let last: Option<i64> = self
             .client
@@ -420,9 +420,9 @@ impl Backend for PgStore {
         line: &mut dyn FnMut(i64, i64, &str) -> Result<(), StoreError>,
     ) -> Result<u64, StoreError> {
         let path = self.path.clone();
-        let err = |source| StoreError::Postgres {
+        let err = |cause| StoreError::Postgres {
             path: path.clone(),
-            source,
+            cause,
         };
         // A cursor, so that a long trace is streamed, not held in memory.
         let mut tx = self.client.transaction().map_err(err)?;

@@ -18,15 +18,88 @@ use super::{
 pub(super) struct SqliteStore {
     pub(super) conn: Connection,
     path: String,
+    /// `FILE.lock`, locked for as long as this master has the file open for
+    /// writing: a second master on the same file is refused, not let in to
+    /// interleave its writes with ours. The OS drops the lock when the
+    /// process dies, `kill -9` included.
+    _lock: Option<std::fs::File>,
+}
+
+/// What a SQLite error means for someone starting a master, as `: hint`
+/// (empty when there is nothing to add to the error itself).
+pub(super) fn explain(e: &rusqlite::Error) -> String {
+    use rusqlite::ErrorCode as C;
+    let hint = match e.sqlite_error_code() {
+        Some(C::CannotOpen) => {
+            "cannot open or create it (does the directory exist, and may this user write to it?)"
+        }
+        Some(C::NotADatabase) => {
+            "not a SQLite database (is --state pointing at the right file?); it was left as it is"
+        }
+        Some(C::DiskFull) => "the disk is full",
+        Some(C::ReadOnly) => "the file or its directory is read-only",
+        Some(C::DatabaseBusy | C::DatabaseLocked) => "locked by another process",
+        Some(C::SystemIoFailure) => "an I/O error (full disk, or the file system went away?)",
+        Some(C::DatabaseCorrupt) => "the file is corrupt",
+        Some(C::PermissionDenied) => "permission denied",
+        _ => "",
+    };
+    if hint.is_empty() {
+        String::new()
+    } else {
+        format!(": {hint}")
+    }
+}
+
+/// Takes `FILE.lock` (writing this process's pid into it).
+fn lock(path: &Path, path_text: &str) -> Result<std::fs::File, StoreError> {
+    use std::io::{Read, Seek, Write};
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    let lock_path = path.with_file_name(name);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|cause| StoreError::Lock {
+            path: path_text.to_string(),
+            lock: lock_path.display().to_string(),
+            cause,
+        })?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(StoreError::InUse {
+                path: path_text.to_string(),
+                holder: Some(holder.trim().to_string()).filter(|h| !h.is_empty()),
+            });
+        }
+        Err(std::fs::TryLockError::Error(cause)) => {
+            return Err(StoreError::Lock {
+                path: path_text.to_string(),
+                lock: lock_path.display().to_string(),
+                cause,
+            })
+        }
+    }
+    let _ = file.set_len(0);
+    let _ = file.rewind();
+    let _ = write!(file, "{}", std::process::id());
+    Ok(file)
 }
 
 impl SqliteStore {
     pub(super) fn open(path: &Path, durability: Durability) -> Result<SqliteStore, StoreError> {
         let path_text = path.display().to_string();
-        let err = |source| StoreError::Sqlite {
+        let err = |cause| StoreError::Sqlite {
             path: path_text.clone(),
-            source,
+            cause,
         };
+        let lock = lock(path, &path_text)?;
         let conn = Connection::open(path).map_err(err)?;
         let sync = match durability {
             Durability::Normal => "NORMAL",
@@ -65,27 +138,29 @@ impl SqliteStore {
         Ok(SqliteStore {
             conn,
             path: path_text,
+            _lock: Some(lock),
         })
     }
 
     pub(super) fn open_read_only(path: &Path) -> Result<SqliteStore, StoreError> {
         let path_text = path.display().to_string();
         let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(
-            |source| StoreError::Sqlite {
+            |cause| StoreError::Sqlite {
                 path: path_text.clone(),
-                source,
+                cause,
             },
         )?;
         Ok(SqliteStore {
             conn,
             path: path_text,
+            _lock: None,
         })
     }
 
-    fn sql_err(&self, source: rusqlite::Error) -> StoreError {
+    fn sql_err(&self, cause: rusqlite::Error) -> StoreError {
         StoreError::Sqlite {
             path: self.path.clone(),
-            source,
+            cause,
         }
     }
 }
@@ -160,9 +235,9 @@ impl Backend for SqliteStore {
             meta,
         } = *batch;
         let path = self.path.clone();
-        let err = |source| StoreError::Sqlite {
+        let err = |cause| StoreError::Sqlite {
             path: path.clone(),
-            source,
+            cause,
         };
         let tx = self.conn.transaction().map_err(err)?;
         {
