@@ -38,7 +38,11 @@ for target in "${TARGETS[@]}"; do
     if ! (cd fuzz && cargo +nightly fuzz run "$target" "corpus/$target" "seeds/$target" -- \
             "${limit[@]}" -rss_limit_mb=2048 -max_len=262144 -print_final_stats=1) >"$log" 2>&1; then
         tail -n 60 "$log"
-        echo "fuzz: $target FAILED; the input is in fuzz/artifacts/$target/" >&2
+        if grep -q "failed to build fuzz script" "$log"; then
+            echo "fuzz: $target did not build (see the compiler's message above)" >&2
+        else
+            echo "fuzz: $target FAILED; the input is in fuzz/artifacts/$target/" >&2
+        fi
         exit 1
     fi
     runs=$(grep -Eo 'Done [0-9]+ runs' "$log" | tail -1 | awk '{print $2}')

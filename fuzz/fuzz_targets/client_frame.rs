@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     match &request.command {
-        ClientCommand::Submit { yaml, filename } => {
+        ClientCommand::Submit { yaml, filename, .. } => {
             let name = filename.as_deref().unwrap_or("upload.yaml");
             if tunefleet_shared::lorien::is_lorien_file(yaml) {
                 let _ = tunefleet_shared::lorien::import_lorien(yaml, name, 64);
@@ -23,6 +23,9 @@ fuzz_target!(|data: &[u8]| {
         // The master's own upload check, as it runs on /ws/client.
         ClientCommand::SubmitModel { model } => {
             let _ = model.check_upload();
+        }
+        ClientCommand::CreateToken { name } | ClientCommand::RevokeToken { name } => {
+            let _ = tunefleet_shared::protocol::check_token_name(name);
         }
         _ => {}
     }

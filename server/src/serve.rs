@@ -398,11 +398,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => {
             // Small JSON messages must not wait for delayed ACKs (a 40 ms stall
             // per exchange with Nagle's algorithm on).
-            let listener = listener.tap_io(|tcp| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    warn!("cannot set TCP_NODELAY: {e}");
-                }
-            });
+            let listener =
+                net::HeadDeadline::new(listener, net::REQUEST_HEAD_TIMEOUT).tap_io(|tcp| {
+                    if let Err(e) = tcp.get_ref().set_nodelay(true) {
+                        warn!("cannot set TCP_NODELAY: {e}");
+                    }
+                });
             axum::serve(listener, app)
                 .with_graceful_shutdown(stopping)
                 .await
@@ -411,8 +412,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(config) => {
             // (TapIo only so that axum knows the peer address type.)
             let listener = net::tls::TlsListener::new(listener, config, args.max_connections)
-                .context("cannot start the TLS listener")?
-                .tap_io(|_| {});
+                .context("cannot start the TLS listener")?;
+            let listener =
+                net::HeadDeadline::new(listener, net::REQUEST_HEAD_TIMEOUT).tap_io(|_| {});
             axum::serve(listener, app)
                 .with_graceful_shutdown(stopping)
                 .await

@@ -12,6 +12,7 @@
 
 mod client_conn;
 mod connection;
+mod head_deadline;
 pub mod limits;
 pub mod origin;
 pub mod tls;
@@ -35,6 +36,7 @@ use tracing::warn;
 
 use crate::core::CoreHandle;
 pub use connection::{Connection, Frame};
+pub use head_deadline::{HeadDeadline, REQUEST_HEAD_TIMEOUT};
 pub use origin::OriginPolicy;
 
 /// What the connection tasks need to know about the master's settings.
