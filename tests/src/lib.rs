@@ -13,14 +13,24 @@ use std::time::{Duration, Instant};
 
 use tunefleet_server::client::Client;
 
+pub mod chaos;
 pub mod raw;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
-/// Directory holding the workspace's built binaries (target/debug).
+/// Directory holding the workspace's built binaries (target/debug). A
+/// program that is itself one of those binaries (`tunefleet-bench`, which is
+/// not under `deps/`) uses its own directory, and nothing is built.
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
+        if let Some(own) = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf))
+            .filter(|dir| dir.file_name().is_some_and(|n| n != "deps"))
+        {
+            return own;
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut build = Command::new(cargo);

@@ -400,8 +400,67 @@ fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
     xs[i]
 }
 
+/// `tunefleet-bench chaos [--jobs N] [--workers W] [--master-restarts R]
+/// [--sim-seconds S] [--seed X] [--timeout-s T]`: see `tunefleet_tests::chaos`.
+async fn chaos_main() -> anyhow::Result<()> {
+    use tunefleet_tests::chaos::{run, ChaosConfig};
+    let mut config = ChaosConfig {
+        jobs: 5_000,
+        workers: 8,
+        sim_seconds: 0.0,
+        master_restarts: 5,
+        seed: 1,
+        timeout: Duration::from_secs(600),
+    };
+    let mut it = std::env::args().skip(2);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--jobs" => config.jobs = value()?.parse()?,
+            "--workers" => config.workers = value()?.parse()?,
+            "--master-restarts" => config.master_restarts = value()?.parse()?,
+            "--sim-seconds" => config.sim_seconds = value()?.parse()?,
+            "--seed" => config.seed = value()?.parse()?,
+            "--timeout-s" => config.timeout = Duration::from_secs(value()?.parse()?),
+            other => bail!("unknown flag {other} (chaos flags: --jobs --workers --master-restarts --sim-seconds --seed --timeout-s)"),
+        }
+    }
+    let dir = tempfile::tempdir()?;
+    println!("chaos: {config:?}");
+    let report = run(&config, dir.path()).await;
+    println!();
+    println!("| jobs | workers | worker kill -9 | SIGSTOP/SIGCONT | master kill -9 | attempts recycled | trace lines | wall time | done exactly once |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| {} | {} | {} | {} | {} | {} | {} | {:.1} s | {} |",
+        report.jobs,
+        config.workers,
+        report.worker_kills,
+        report.pauses,
+        report.master_restarts,
+        report.recycled,
+        report.trace_lines,
+        report.wall.as_secs_f64(),
+        if report.violations.is_empty() {
+            "yes"
+        } else {
+            "NO"
+        }
+    );
+    if !report.violations.is_empty() {
+        bail!(
+            "chaos run broke a promise: {}",
+            report.violations.join("; ")
+        );
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("chaos") {
+        return chaos_main().await;
+    }
     let args = parse_args()?;
     for bin in [&args.master_bin, &args.worker_bin] {
         if !bin.is_file() {

@@ -1,0 +1,26 @@
+//! The short chaos run CI does on every change (the long one is
+//! `tunefleet-bench chaos`, figures in docs/benchmarks.md): zero-time jobs
+//! while workers are killed, paused and restarted and the master is killed
+//! and restarted; every job must enter `done` exactly once.
+
+use std::time::Duration;
+
+use tunefleet_tests::chaos::{run, ChaosConfig};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_is_done_exactly_once_through_kills_pauses_and_master_restarts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = ChaosConfig {
+        jobs: 400,
+        workers: 4,
+        sim_seconds: 0.02,
+        master_restarts: 2,
+        seed: 7,
+        timeout: Duration::from_secs(120),
+    };
+    let report = run(&config, dir.path()).await;
+    eprintln!("{report:?}");
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.master_restarts, 2);
+    assert!(report.worker_kills > 0 && report.pauses > 0, "{report:?}");
+}
