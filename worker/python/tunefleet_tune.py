@@ -974,6 +974,7 @@ def driver_main(run, description: str, failure: str, argv=None, before_import=No
         except (OSError, ValueError) as err:
             raise JobError(f"cannot read job file {args.job}: {err}") from err
         work_dir = os.path.abspath(args.work_dir)
+        _check_compiler()
         if before_import is not None:
             before_import(job)
     except JobError as err:
@@ -1004,6 +1005,25 @@ def driver_main(run, description: str, failure: str, argv=None, before_import=No
         return 1
     proto.emit(result)
     return 0
+
+
+def _check_compiler() -> None:
+    """TVM links every kernel it measures with a C/C++ compiler; without one,
+    every candidate fails to build and the job would end with only "no valid
+    measurement". Same search as tvm.support.cc.get_cc (CXX or CC, else the
+    first of g++, gcc, clang++, clang, c++, cc on PATH)."""
+    import shutil
+
+    env = os.environ.get("CXX") or os.environ.get("CC")
+    if env:
+        if shutil.which(env.split()[0]) is None:
+            raise JobError(f"no C/C++ compiler: CXX/CC is `{env}`, which is not on PATH; "
+                           "TVM needs it to build the kernels it measures")
+        return
+    if not any(shutil.which(name) for name in ("g++", "gcc", "clang++", "clang", "c++", "cc")):
+        raise JobError("no C/C++ compiler on this worker (none of g++, gcc, clang++, clang, c++, cc is on "
+                       "PATH): TVM needs one to build the kernels it measures; install g++ "
+                       "(apt-get install g++) or set CXX")
 
 
 def exit_fast(code: int) -> None:

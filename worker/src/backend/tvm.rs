@@ -274,7 +274,8 @@ impl TvmBackend {
         std::fs::write(
             &job_file,
             serde_json::to_vec_pretty(&job_json).map_err(io_other)?,
-        )?;
+        )
+        .map_err(|e| work_dir_failure(&job_file, e))?;
         tracing::info!(
             job_id = %job.job_id,
             work_dir = %work.path().display(),
@@ -541,7 +542,8 @@ impl TvmBackend {
         std::fs::write(
             &job_file,
             serde_json::to_vec_pretty(&job_json).map_err(io_other)?,
-        )?;
+        )
+        .map_err(|e| work_dir_failure(&job_file, e))?;
         let script = self.model_driver();
         if !script.is_file() {
             return Err(TuneError::Failed(format!(
@@ -881,11 +883,25 @@ struct WorkDir {
     path: PathBuf,
 }
 
+/// A work directory that cannot be written: named, with the likely cause.
+fn work_dir_failure(path: &Path, e: std::io::Error) -> TuneError {
+    let hint = match e.raw_os_error() {
+        Some(28) => " (the disk is full: free space or give --work-dir another disk)",
+        Some(30) => " (read-only file system)",
+        Some(13) => " (permission denied: give --work-dir a directory this user may write)",
+        _ => "",
+    };
+    TuneError::Failed(format!(
+        "cannot write the job's work directory {}: {e}{hint}",
+        path.display()
+    ))
+}
+
 impl WorkDir {
     fn create(config: &TvmConfig, job: &JobSpec) -> Result<WorkDir, TuneError> {
         let root = match &config.work_root {
             Some(root) => {
-                std::fs::create_dir_all(root)?;
+                std::fs::create_dir_all(root).map_err(|e| work_dir_failure(root, e))?;
                 root.clone()
             }
             None => std::env::temp_dir(),
@@ -900,7 +916,10 @@ impl WorkDir {
                 }
             })
             .collect();
-        let dir = tempfile::Builder::new().prefix(&prefix).tempdir_in(&root)?;
+        let dir = tempfile::Builder::new()
+            .prefix(&prefix)
+            .tempdir_in(&root)
+            .map_err(|e| work_dir_failure(&root, e))?;
         let path = dir.path().to_path_buf();
         if config.keep_work_dirs {
             let kept = dir.keep();
@@ -1588,6 +1607,88 @@ emit({
         assert_eq!(result.tvm_version, backend.tvm_version());
         assert!(result.trials >= 1);
         assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real_driver_without_a_compiler_says_so() {
+        let Some(driver) = real_driver() else {
+            return;
+        };
+        let root = tempfile::tempdir().unwrap();
+        // The venv's python, with a PATH on which no compiler is found.
+        let real_python = fixtures::python();
+        let venv_bin = real_python.parent().unwrap().to_path_buf();
+        let wrapper = root.path().join("python-without-cc");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nunset CC CXX\nPATH='{}' exec '{}' \"$@\"\n",
+                venv_bin.display(),
+                real_python.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            &wrapper,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let work_root = root.path().join("work");
+        let mut cfg = config(&driver, &work_root);
+        cfg.python = Some(wrapper);
+        let backend = TvmBackend::new(cfg).unwrap();
+        let (sink, _watch) = progress_channel();
+        let err = backend
+            .tune(job(matmul("nocc", 16, 8), 3), sink)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no C/C++ compiler on this worker"), "{err}");
+        assert!(err.contains("install g++"), "{err}");
+        assert_eq!(
+            std::fs::read_dir(&work_root).unwrap().count(),
+            0,
+            "nothing left behind"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_work_disk_is_named() {
+        let Some(driver) = real_driver() else {
+            return;
+        };
+        let root = tempfile::tempdir().unwrap();
+        let disk = root.path().join("disk");
+        std::fs::create_dir(&disk).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&disk)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs (needs root)");
+            return;
+        }
+        let _ = std::process::Command::new("dd")
+            .args(["if=/dev/zero", "bs=4k"])
+            .arg(format!("of={}", disk.join("filler").display()))
+            .output();
+        let backend = TvmBackend::new(config(&driver, &disk)).unwrap();
+        let (sink, _watch) = progress_channel();
+        let err = backend
+            .tune(job(matmul("full", 16, 8), 3), sink)
+            .await
+            .unwrap_err()
+            .to_string();
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&disk)
+            .status();
+        assert!(
+            err.contains("cannot write the job's work directory"),
+            "{err}"
+        );
+        assert!(err.contains("the disk is full"), "{err}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
