@@ -88,6 +88,15 @@ struct MasterProcess {
     url: String,
 }
 
+impl MasterProcess {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+#[path = "bench/soak.rs"]
+mod soak;
+
 impl Drop for MasterProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -460,6 +469,19 @@ async fn chaos_main() -> anyhow::Result<()> {
 async fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("chaos") {
         return chaos_main().await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("soak") {
+        let exe_dir = std::env::current_exe()?
+            .parent()
+            .context("bench binary has a directory")?
+            .to_path_buf();
+        let args = soak::parse(std::env::args().skip(2))?;
+        return soak::run(
+            args,
+            &exe_dir.join("tunefleet"),
+            &exe_dir.join("tunefleet-worker"),
+        )
+        .await;
     }
     let args = parse_args()?;
     for bin in [&args.master_bin, &args.worker_bin] {
