@@ -973,7 +973,7 @@ mod tests {
 
     #[test]
     fn hand_built_job_event_is_the_protocol_event() {
-        let view = crate::client::tests::job("j1", JobState::Running);
+        let view = tunefleet_shared::testing::job("j1", JobState::Running);
         let parsed: FleetEvent = serde_json::from_str(&job_updated_event(&view)).unwrap();
         assert_eq!(
             parsed,

@@ -8,7 +8,9 @@
 //! - [`serve`]: start-up and graceful shutdown;
 //! - [`client`] and [`commands`]: the CLI's side of the protocol.
 
-pub mod client;
+/// The client lives in its own crate (`tunefleet-client`); re-exported so
+/// that `tunefleet_server::client::Client` keeps working.
+pub use tunefleet_client as client;
 pub mod commands;
 pub mod core;
 pub mod export_trace;

@@ -10,6 +10,8 @@ pub mod model;
 pub mod onnx;
 pub mod protocol;
 pub mod target;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod workload;
 mod yaml_tree;
 

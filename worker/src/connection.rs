@@ -19,7 +19,6 @@
 use futures_util::{SinkExt, StreamExt};
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -82,38 +81,8 @@ impl ConnectionError {
 /// given, else the public web roots (Mozilla's list, built in). Errors name
 /// the file and what is wrong with it.
 pub fn tls_connector(ca_cert: Option<&Path>) -> Result<Connector, String> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::CertificateDer;
-    let mut roots = rustls::RootCertStore::empty();
-    match ca_cert {
-        Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("cannot read CA certificate {}: {e}", path.display()))?;
-            for cert in certs {
-                let cert = cert.map_err(|e| {
-                    format!("invalid PEM in CA certificate {}: {e}", path.display())
-                })?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("unusable CA certificate in {}: {e}", path.display()))?;
-            }
-            if roots.is_empty() {
-                return Err(format!(
-                    "no certificate (-----BEGIN CERTIFICATE-----) in {}",
-                    path.display()
-                ));
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| format!("TLS setup: {e}"))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    Ok(Connector::Rustls(Arc::new(config)))
+    // One TLS set-up for every client of a master: the client crate's.
+    tunefleet_client::tls_client_config(ca_cert).map(Connector::Rustls)
 }
 
 /// A worker's WebSocket to the master, speaking whole protocol messages.

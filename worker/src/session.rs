@@ -818,31 +818,11 @@ fn millis(d: Duration) -> u64 {
 
 fn connect_failure(e: ConnectionError) -> Attempt {
     // Certificates and protocols do not fix themselves: stop with a clear reason.
-    match e.tls_error() {
-        Some(tls @ rustls::Error::InvalidCertificate(_))
-            if tls.to_string().contains("CaUsedAsEndEntity") =>
-        {
-            return Attempt::Fatal(WorkerError::Tls(format!(
-                "the master's certificate is a CA certificate ({tls}); the master must serve a \
-                 leaf certificate (basicConstraints CA:FALSE, e.g. openssl req -x509 ... -addext \
-                 basicConstraints=critical,CA:FALSE), signed by the CA given with --ca-cert or \
-                 self-signed"
-            )))
-        }
-        Some(tls @ rustls::Error::InvalidCertificate(_)) => {
-            return Attempt::Fatal(WorkerError::Tls(format!(
-                "the master's certificate is not trusted ({tls}); for a self-signed certificate \
-                 or a private CA pass --ca-cert FILE (or set TUNEFLEET_CA_CERT) with the CA \
-                 certificate in PEM"
-            )))
-        }
-        Some(tls @ rustls::Error::InvalidMessage(_)) => {
-            return Attempt::Fatal(WorkerError::Tls(format!(
-                "TLS handshake failed ({tls}); is the master serving TLS (serve --tls-cert)? \
-                 Use ws:// for a master without TLS"
-            )))
-        }
-        _ => {}
+    // The advice text is the client crate's, so worker and CLI say the same.
+    if let Some(tls @ (rustls::Error::InvalidCertificate(_) | rustls::Error::InvalidMessage(_))) =
+        e.tls_error()
+    {
+        return Attempt::Fatal(WorkerError::Tls(tunefleet_client::describe_tls_error(tls)));
     }
     if let ConnectionError::WebSocket(tungstenite::Error::Http(response)) = &e {
         let status = response.status();

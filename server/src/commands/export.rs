@@ -396,8 +396,8 @@ mod target_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::tests::job;
     use tunefleet_shared::protocol::{JobState, ResultMeta};
+    use tunefleet_shared::testing::job;
 
     #[test]
     fn merging_keeps_what_is_there_and_adds_each_new_record_once() {

@@ -129,8 +129,8 @@ pub fn to_table(jobs: &[JobView]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::tests::job;
     use tunefleet_shared::protocol::{JobState, TuningRecord};
+    use tunefleet_shared::testing::job;
 
     fn jobs() -> Vec<JobView> {
         let mut done = job("aa", JobState::Done);

@@ -379,8 +379,8 @@ impl Display {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::tests::job;
     use tunefleet_shared::protocol::{FleetSnapshot, JobState};
+    use tunefleet_shared::testing::job;
 
     #[test]
     fn template_is_valid() {

@@ -1,5 +1,11 @@
 //! The Rust client of a tunefleet master: one WebSocket to `<base>/ws/client`.
 //!
+//! A crate of its own (`tunefleet-client`) so that a script author's
+//! `cargo add tunefleet-client` builds the client without the master's
+//! server and database stacks (no axum, no rusqlite); the CLI (through
+//! `tunefleet_server::client`), the worker (its TLS set-up) and the tests use
+//! this one.
+//!
 //! Shaped like mini-redis's client: [`Client::connect`] performs the handshake,
 //! [`Client::request`] sends one [`ClientCommand`] and waits for the reply that
 //! carries its `id`, and typed helpers ([`Client::submit`], [`Client::status`],
@@ -33,6 +39,8 @@
 //!
 //! [`FleetView`] is the local mirror a subscriber keeps: it applies the
 //! snapshot and the events and tells the caller when it missed events.
+
+#![forbid(unsafe_code)]
 
 use futures_util::{SinkExt, StreamExt};
 use std::collections::VecDeque;
@@ -914,46 +922,10 @@ impl Client {
 pub use tunefleet_shared::fleet::{EventOutcome, Fleet as FleetView};
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use serde_json::json;
     use tokio::net::TcpListener;
-    use tunefleet_shared::protocol::{JobCounts, JobState};
-    use tunefleet_shared::workload::Workload;
-
-    /// The one place tests build a workload (its format is still moving).
-    pub(crate) fn workload(name: &str) -> Workload {
-        serde_json::from_value(json!({
-            "name": name, "op": "matmul", "shape": {"m": 64, "n": 64, "k": 64},
-            "dtype": "float32", "target": {"kind": "llvm"}, "trials": 16
-        }))
-        .expect("test workload")
-    }
-
-    pub(crate) fn job(id: &str, state: JobState) -> JobView {
-        JobView {
-            job_id: id.into(),
-            name: format!("job-{id}"),
-            workload: workload(&format!("job-{id}")),
-            state,
-            attempts: 1,
-            worker: None,
-            trials_done: 0,
-            trials_total: 16,
-            best_latency_s: None,
-            records: vec![],
-            history: vec![],
-            errors: vec![],
-            result: None,
-            created_at: 1,
-            updated_at: 1,
-            started_at: None,
-            finished_at: None,
-            cache_hit: false,
-            cached_from: None,
-            actions: Vec::new(),
-        }
-    }
+    use tunefleet_shared::protocol::JobCounts;
 
     #[test]
     fn endpoint_url_normalises_the_server_flag() {

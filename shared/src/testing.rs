@@ -1,0 +1,40 @@
+//! Protocol values for tests in other crates (feature `testing`): the one
+//! place they build a workload or a job view, so a new field is added once.
+
+use crate::protocol::{JobState, JobView};
+use crate::workload::Workload;
+
+/// A 64³ float32 matmul for plain `llvm`, 16 trials.
+pub fn workload(name: &str) -> Workload {
+    serde_json::from_value(serde_json::json!({
+        "name": name, "op": "matmul", "shape": {"m": 64, "n": 64, "k": 64},
+        "dtype": "float32", "target": {"kind": "llvm"}, "trials": 16
+    }))
+    .expect("test workload")
+}
+
+/// A job `id` in `state`, created and updated at 1 ms, one attempt.
+pub fn job(id: &str, state: JobState) -> JobView {
+    JobView {
+        job_id: id.into(),
+        name: format!("job-{id}"),
+        workload: workload(&format!("job-{id}")),
+        state,
+        attempts: 1,
+        worker: None,
+        trials_done: 0,
+        trials_total: 16,
+        best_latency_s: None,
+        records: vec![],
+        history: vec![],
+        errors: vec![],
+        result: None,
+        created_at: 1,
+        updated_at: 1,
+        started_at: None,
+        finished_at: None,
+        cache_hit: false,
+        cached_from: None,
+        actions: Vec::new(),
+    }
+}
