@@ -387,7 +387,7 @@ impl Scheduler {
             };
             let key = self.next_back;
             self.next_back += 1;
-            let view = JobView {
+            let mut view = JobView {
                 job_id: id.clone(),
                 name: workload.name.clone(),
                 trials_total: workload.trials,
@@ -409,7 +409,6 @@ impl Scheduler {
                 cached_from: None,
                 actions: Vec::new(),
             };
-            let mut view = view;
             match answer {
                 CacheAnswer::Miss => {}
                 CacheAnswer::Hit(from) => {

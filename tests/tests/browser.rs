@@ -356,10 +356,16 @@ impl Browser {
         let path = self.downloads.join(name);
         let deadline = Instant::now() + SHORT;
         loop {
-            // Chromium writes `<name>.crdownload` first and renames when done.
+            // Chromium writes `<name>.crdownload` first and renames when
+            // done, but the final name can appear (empty) before the data is
+            // flushed: wait for a non-empty text that two reads agree on.
             if path.is_file() {
                 if let Ok(text) = std::fs::read_to_string(&path) {
-                    return text;
+                    std::thread::sleep(Duration::from_millis(100));
+                    let again = std::fs::read_to_string(&path).unwrap_or_default();
+                    if !text.is_empty() && text == again {
+                        return text;
+                    }
                 }
             }
             assert!(
