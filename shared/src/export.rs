@@ -208,36 +208,8 @@ pub fn metaschedule_database(jobs: &[JobView]) -> Result<MetascheduleDb, NoMetas
 mod tests {
     use super::*;
     use crate::protocol::{JobState, ResultMeta, TuningRecord};
-    use crate::workload::parse_workload_file;
 
-    fn job(id: &str, state: JobState) -> JobView {
-        let yaml = format!(
-            "target: {{kind: llvm}}\ntrials: 16\nworkloads:\n  - name: job-{id}\n    op: matmul\n    shape: {{m: 64, n: 64, k: 64}}\n"
-        );
-        let workload = parse_workload_file(&yaml, "t.yaml").unwrap().remove(0);
-        JobView {
-            job_id: id.into(),
-            name: format!("job-{id}"),
-            workload,
-            state,
-            attempts: 1,
-            worker: None,
-            trials_done: 0,
-            trials_total: 16,
-            best_latency_s: None,
-            records: vec![],
-            history: vec![],
-            errors: vec![],
-            result: None,
-            created_at: 1,
-            updated_at: 1,
-            started_at: None,
-            finished_at: None,
-            cache_hit: false,
-            cached_from: None,
-            actions: Vec::new(),
-        }
-    }
+    use crate::testing::job;
 
     fn jobs() -> Vec<JobView> {
         let mut done = job("aa", JobState::Done);

@@ -10,7 +10,7 @@ pub mod model;
 pub mod onnx;
 pub mod protocol;
 pub mod target;
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod workload;
 mod yaml_tree;

@@ -1,37 +1,8 @@
 use super::*;
 use crate::protocol::{JobCounts, ProgressPoint, MAX_HISTORY_POINTS};
 use crate::target::Target;
-use crate::workload::Workload;
 
-fn job(id: &str, state: JobState) -> JobView {
-    let workload: Workload = serde_json::from_value(serde_json::json!({
-        "name": format!("job-{id}"), "op": "matmul", "shape": {"m": 64, "n": 64, "k": 64},
-        "dtype": "float32", "target": {"kind": "llvm"}, "trials": 16
-    }))
-    .unwrap();
-    JobView {
-        job_id: id.into(),
-        name: format!("job-{id}"),
-        workload,
-        state,
-        attempts: 1,
-        worker: None,
-        trials_done: 0,
-        trials_total: 16,
-        best_latency_s: None,
-        records: vec![],
-        history: vec![],
-        errors: vec![],
-        result: None,
-        created_at: 1,
-        updated_at: 1,
-        started_at: None,
-        finished_at: None,
-        cache_hit: false,
-        cached_from: None,
-        actions: Vec::new(),
-    }
-}
+use crate::testing::job;
 
 fn worker(session: &str, current: Option<&str>) -> WorkerView {
     WorkerView {
