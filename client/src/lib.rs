@@ -390,6 +390,7 @@ fn reply_kind(body: &ReplyBody) -> &'static str {
         ReplyBody::TokenCreated { .. } => "token_created",
         ReplyBody::TokenRevoked { .. } => "token_revoked",
         ReplyBody::Tokens { .. } => "tokens",
+        ReplyBody::Imported(_) => "imported",
     }
 }
 
@@ -744,6 +745,22 @@ impl Client {
         match self.request(ClientCommand::ListTokens).await? {
             ReplyBody::Tokens { tokens } => Ok(tokens),
             other => Err(unexpected("tokens", &other)),
+        }
+    }
+
+    /// Imports records to seed later jobs of the same workloads (admin; see
+    /// `tunefleet_shared::import`).
+    pub async fn import(
+        &mut self,
+        workloads: Vec<tunefleet_shared::import::ImportedWorkload>,
+        keys: Vec<tunefleet_shared::import::WorkloadKey>,
+    ) -> Result<tunefleet_shared::import::ImportReport, ClientError> {
+        match self
+            .request(ClientCommand::Import { workloads, keys })
+            .await?
+        {
+            ReplyBody::Imported(report) => Ok(report),
+            other => Err(unexpected("imported", &other)),
         }
     }
 

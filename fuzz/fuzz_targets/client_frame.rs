@@ -27,6 +27,14 @@ fuzz_target!(|data: &[u8]| {
         ClientCommand::CreateToken { name } | ClientCommand::RevokeToken { name } => {
             let _ = tunefleet_shared::protocol::check_token_name(name);
         }
+        ClientCommand::Import { workloads, keys } => {
+            for w in workloads {
+                let _ = w.check();
+            }
+            for k in keys {
+                let _ = k.check();
+            }
+        }
         _ => {}
     }
 });

@@ -118,6 +118,13 @@ pub enum Command {
     ListTokens {
         reply: oneshot::Sender<Vec<TokenInfo>>,
     },
+    /// `tunefleet import`: records to seed later jobs; an `Err` names the
+    /// entry that is not valid (nothing is stored then).
+    Import {
+        workloads: Vec<tunefleet_shared::import::ImportedWorkload>,
+        keys: Vec<tunefleet_shared::import::WorkloadKey>,
+        reply: oneshot::Sender<Result<tunefleet_shared::import::ImportReport, String>>,
+    },
     Status {
         reply: oneshot::Sender<StatusReport>,
     },
@@ -244,7 +251,7 @@ impl Core {
         let models = ModelRuns::recover(store.load_models()?);
         let mut out = Vec::new();
         let loaded = jobs.len();
-        let scheduler = Scheduler::recover(config, jobs, now_ms(), &mut out);
+        let mut scheduler = Scheduler::recover(config, jobs, now_ms(), &mut out);
         let recovered: Vec<_> = out
             .iter()
             .filter_map(|o| match o {
@@ -261,6 +268,9 @@ impl Core {
         }
         store.commit(recovered, std::iter::empty(), &[], &[])?;
         let tokens = TokenBook::load(store.load_meta(META_PREFIX)?, TokenRegistry::default());
+        let mut imports = store.load_meta(crate::scheduler::IMPORT_PREFIX)?;
+        imports.extend(store.load_meta(crate::scheduler::KEY_PREFIX)?);
+        scheduler.restore_imports(imports);
         Ok(Core {
             scheduler,
             models,
@@ -406,6 +416,11 @@ impl Core {
                     }
                 }
                 let (mut cache_hits, mut warm_started) = (Vec::new(), Vec::new());
+                let seeded: Vec<_> = new_jobs
+                    .iter()
+                    .filter(|id| self.scheduler.job(id).is_some_and(|j| j.extras.seeded > 0))
+                    .cloned()
+                    .collect();
                 for id in &new_jobs {
                     match self.scheduler.job(id).map(|j| &j.view) {
                         Some(v) if v.cache_hit => cache_hits.push(id.clone()),
@@ -418,6 +433,7 @@ impl Core {
                     duplicates = duplicates.len(),
                     cache_hits = cache_hits.len(),
                     warm_started = warm_started.len(),
+                    seeded = seeded.len(),
                     "workloads submitted"
                 );
                 batch.replies.push(Box::new(move || {
@@ -426,6 +442,7 @@ impl Core {
                         duplicates,
                         cache_hits,
                         warm_started,
+                        seeded,
                     });
                 }));
             }
@@ -481,6 +498,29 @@ impl Core {
                     info!(token = %name, "named admin token revoked");
                     batch.meta.extend(meta);
                 });
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::Import {
+                workloads,
+                keys,
+                reply,
+            } => {
+                let r = self
+                    .scheduler
+                    .import(workloads, keys)
+                    .map(|(report, rows)| {
+                        info!(
+                            workloads = report.workloads_new,
+                            records = report.records_new,
+                            known = report.records_known,
+                            keys = report.keys_new,
+                            "records imported"
+                        );
+                        batch.meta.extend(rows);
+                        report
+                    });
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(r);
                 }));

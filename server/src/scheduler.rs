@@ -27,7 +27,10 @@ use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload};
 
 mod cache;
+mod imports;
 use cache::{CacheAnswer, TuningCache};
+use imports::ImportPool;
+pub use imports::{MetaRow, IMPORT_PREFIX, KEY_PREFIX};
 
 /// A connection-scoped worker identity, allocated by the driver.
 pub type SessionId = u64;
@@ -98,6 +101,13 @@ pub struct JobExtras {
     /// worker is sent the rest of the budget, and its counts are shifted.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub prior_trials: u32,
+    /// The job's database workload line when it is known before the job
+    /// runs (a model's task): imported records of that line seed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_line: Option<serde_json::Value>,
+    /// Imported records added to the warm start (`tunefleet import`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub seeded: u32,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -221,6 +231,7 @@ pub struct Scheduler {
     next_front: i64,
     sessions: BTreeMap<SessionId, Session>,
     cache: TuningCache,
+    imports: ImportPool,
 }
 
 impl Scheduler {
@@ -233,6 +244,7 @@ impl Scheduler {
             next_front: -1,
             sessions: BTreeMap::new(),
             cache: TuningCache::default(),
+            imports: ImportPool::default(),
         }
     }
 
@@ -268,6 +280,7 @@ impl Scheduler {
                 job.view.updated_at = now;
             }
             s.cache.add(&job);
+            s.imports.learn(&job);
             s.jobs.insert(id.clone(), job);
             if was_in_flight {
                 // In-flight jobs were at the head of the fleet's attention; keep them there.
@@ -432,6 +445,9 @@ impl Scheduler {
                 }
             }
             let answered = view.cache_hit;
+            if !answered {
+                self.seed(&view.workload, policy, &mut extras);
+            }
             self.jobs.insert(
                 id.clone(),
                 Job {
@@ -452,6 +468,56 @@ impl Scheduler {
         }
         self.dispatch(now, out);
         (created, duplicates)
+    }
+
+    /// Adds imported records to a new job's warm start when its workload
+    /// line is known (see `imports.rs`). `--fresh` (a bypassed cache without
+    /// a line of its own) is not seeded.
+    fn seed(&self, workload: &Workload, policy: CachePolicy, extras: &mut JobExtras) {
+        let line = extras
+            .workload_line
+            .clone()
+            .or_else(|| extras.warm_start.as_ref().map(|w| w.workload.clone()))
+            .or_else(|| {
+                (policy == CachePolicy::Use)
+                    .then(|| self.imports.line_for(&workload.content_key()).cloned())
+                    .flatten()
+            });
+        let Some(line) = line else { return };
+        let seeds = self.imports.seeds_for(&line, &workload.target);
+        if seeds.is_empty() {
+            return;
+        }
+        let start = extras.warm_start.get_or_insert_with(|| {
+            Box::new(WarmStart {
+                workload: line,
+                records: Vec::new(),
+            })
+        });
+        let mut added: u32 = 0;
+        for record in seeds {
+            if !start.records.contains(&record) {
+                start.records.push(record);
+                added += 1;
+            }
+        }
+        extras.seeded = added;
+    }
+
+    /// Stores an import (`tunefleet import`); returns what it added and the
+    /// `meta` rows to commit with it.
+    pub fn import(
+        &mut self,
+        workloads: Vec<tunefleet_shared::import::ImportedWorkload>,
+        keys: Vec<tunefleet_shared::import::WorkloadKey>,
+    ) -> Result<(tunefleet_shared::import::ImportReport, Vec<MetaRow>), String> {
+        self.imports.import(workloads, keys)
+    }
+
+    /// Loads the `meta` rows of earlier imports (prefixes [`IMPORT_PREFIX`]
+    /// and [`KEY_PREFIX`]).
+    pub fn restore_imports(&mut self, rows: Vec<(String, String)>) {
+        self.imports.restore(rows);
     }
 
     /// A worker registered. Refused when open jobs exist and none can run on
@@ -683,6 +749,7 @@ impl Scheduler {
         job.view.finished_at = Some(now);
         job.view.updated_at = now;
         self.cache.add(&self.jobs[job_id]);
+        self.imports.learn(&self.jobs[job_id]);
         out.push(Output::JobChanged(job_id.to_string()));
         self.dispatch(now, out);
         Ok(())

@@ -166,6 +166,38 @@ pub fn has_metaschedule_records(job: &JobView) -> bool {
     metaschedule_parts(job).is_some()
 }
 
+/// `tunefleet_workloads.json` for the jobs [`metaschedule_database`]
+/// exports: one [`crate::import::WorkloadKey`] per line (a workload's content
+/// key and its database line), each once, after the lines of `existing`
+/// (an earlier file, kept when merging). `tunefleet import` reads it, so that
+/// another farm's jobs of these workloads are seeded before they first run.
+pub fn workload_keys(jobs: &[JobView], existing: &str) -> String {
+    let mut lines: Vec<String> = existing
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
+    for job in jobs {
+        let Some((workload, _)) = metaschedule_parts(job) else {
+            continue;
+        };
+        let key = crate::import::WorkloadKey {
+            content_key: job.workload.content_key(),
+            workload: workload.clone(),
+        };
+        if let Ok(line) = serde_json::to_string(&key) {
+            if !lines.contains(&line) {
+                lines.push(line);
+            }
+        }
+    }
+    let mut out = lines.join("\n");
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out
+}
+
 /// Builds the database from the jobs' stored best records. Workloads that
 /// appear in several jobs (same structure, different targets) are written once.
 pub fn metaschedule_database(jobs: &[JobView]) -> Result<MetascheduleDb, NoMetascheduleRecords> {

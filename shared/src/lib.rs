@@ -5,6 +5,7 @@
 pub mod cpus;
 pub mod export;
 pub mod fleet;
+pub mod import;
 pub mod lorien;
 pub mod model;
 pub mod onnx;

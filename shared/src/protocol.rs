@@ -20,6 +20,7 @@
 //! and a reason naming both versions; the peer must not retry with the same
 //! version.
 
+use crate::import::{ImportReport, ImportedWorkload, WorkloadKey};
 use crate::model::{
     ArtifactFile, ModelArtifactKind, ModelSubmission, ModelView, TunerSettings, WarmStart,
 };
@@ -368,6 +369,14 @@ pub enum ClientCommand {
     },
     /// The named admin tokens (names and creation times, never the tokens).
     ListTokens,
+    /// Records a team already has, to seed jobs of the same workloads
+    /// (admin; see `import.rs`). Answered with `imported`.
+    Import {
+        workloads: Vec<ImportedWorkload>,
+        /// Content keys of tunefleet workloads and their database lines.
+        #[serde(default)]
+        keys: Vec<WorkloadKey>,
+    },
 }
 
 impl ClientCommand {
@@ -384,6 +393,7 @@ impl ClientCommand {
                 | ClientCommand::CreateToken { .. }
                 | ClientCommand::RevokeToken { .. }
                 | ClientCommand::ListTokens
+                | ClientCommand::Import { .. }
         )
     }
 
@@ -416,6 +426,7 @@ impl ClientCommand {
             ClientCommand::CreateToken { .. } => "create_token",
             ClientCommand::RevokeToken { .. } => "revoke_token",
             ClientCommand::ListTokens => "list_tokens",
+            ClientCommand::Import { .. } => "import",
         }
     }
 }
@@ -497,6 +508,7 @@ pub enum ReplyBody {
     Tokens {
         tokens: Vec<TokenInfo>,
     },
+    Imported(ImportReport),
 }
 
 /// A secret on the wire (a new token): plain text in JSON, redacted in
@@ -567,6 +579,10 @@ pub struct SubmitReport {
     /// rest of their budget to tune.
     #[serde(default)]
     pub warm_started: Vec<JobId>,
+    /// New jobs whose search starts from imported records (`tunefleet
+    /// import`); they still tune their whole budget.
+    #[serde(default)]
+    pub seeded: Vec<JobId>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -974,6 +990,15 @@ impl std::fmt::Debug for ClientCommand {
                 f.debug_struct("RevokeToken").field("name", name).finish()
             }
             ClientCommand::ListTokens => f.write_str("ListTokens"),
+            ClientCommand::Import { workloads, keys } => f
+                .debug_struct("Import")
+                .field("workloads", &workloads.len())
+                .field(
+                    "records",
+                    &workloads.iter().map(|w| w.records.len()).sum::<usize>(),
+                )
+                .field("keys", &keys.len())
+                .finish(),
         }
     }
 }

@@ -150,6 +150,89 @@ mod real_tvm {
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(stdout.lines().filter(|l| l.contains("speedup")).count(), 2);
+
+        // Another farm imports the export: its first job of mm64 starts its
+        // search from these records (seeded), and the result is still
+        // verified and timed on its own worker.
+        let farm_b = dir.path().join("farm-b");
+        std::fs::create_dir_all(&farm_b).expect("mkdir");
+        let master_b = Master::start(&farm_b, &[]);
+        let db = db_dir.display().to_string();
+        let out = master_b.cli(&["import", "--format", "metaschedule", "--json", &db]);
+        assert!(
+            out.status.success(),
+            "import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(report["workloads_new"], 2, "{report}");
+        assert_eq!(report["keys_new"], 2, "{report}");
+        let exported_records: usize = jobs.iter().map(|j| j.records.len()).sum();
+        assert_eq!(report["records_new"], exported_records, "{report}");
+        let again = master_b.cli(&["import", "--format", "metaschedule", "--json", &db]);
+        let again: serde_json::Value = serde_json::from_slice(&again.stdout).expect("json");
+        assert_eq!(
+            (
+                again["records_new"].as_u64(),
+                again["records_known"].as_u64()
+            ),
+            (Some(0), Some(exported_records as u64)),
+            "an import twice adds nothing"
+        );
+
+        let mm_only: String = WORKLOADS
+            .lines()
+            .take(6)
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let file = farm_b.join("mm.yaml");
+        std::fs::write(&file, mm_only).expect("write");
+        let out = master_b.cli(&["submit", "--json", &file.display().to_string()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let submitted: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let seeded = &submitted[0]["seeded"];
+        assert_eq!(seeded.as_array().map(Vec::len), Some(1), "{submitted}");
+        let _worker_b = Worker::spawn(
+            &master_b.url(),
+            &farm_b,
+            "tvm-worker-b",
+            &["--backend", "tvm", "--python", &python()],
+        );
+        let job = eventually(Duration::from_secs(300), "the seeded job tuned", || async {
+            let mut c = Client::connect(&master_b.url(), Some(ADMIN_TOKEN))
+                .await
+                .ok()?;
+            let jobs = c.results(None).await.ok()?;
+            let job = jobs.into_iter().next()?;
+            assert_ne!(job.state, JobState::Failed, "{:?}", job.errors);
+            (job.state == JobState::Done).then_some(job)
+        })
+        .await;
+        let meta = job.result.as_ref().expect("result");
+        let mm = jobs.iter().find(|j| j.name == "mm64").expect("mm64");
+        println!(
+            "seeded mm64: {} imported records, {:.1} µs (first farm {:.1} µs)",
+            meta.extra["warm_start_records"],
+            job.best_latency_s.unwrap_or(f64::NAN) * 1e6,
+            mm.best_latency_s.unwrap_or(f64::NAN) * 1e6
+        );
+        assert_eq!(
+            meta.extra["warm_start_records"].as_u64(),
+            Some(mm.records.len() as u64),
+            "the driver loaded the imported records: {}",
+            meta.extra
+        );
+        assert!(meta.extra["warm_start_ignored"].is_null(), "{}", meta.extra);
+        assert_eq!(meta.extra["verified"], true);
+        assert_eq!(
+            job.trials_total, 8,
+            "imported records are not trials done here"
+        );
+        assert!(meta.trials > 0 && meta.trials <= 8, "{meta:?}");
     }
 
     /// A process group killed (whole) on drop: the RPC server forks per session.

@@ -53,12 +53,13 @@ mode=extract result::
     {"event":"result","mode":"extract","tvm_version","wall_time_s","target",
      "inputs":[{"name","shape","dtype"}], "params":[{"name","shape","dtype"}],
      "outputs":[{"name","shape","dtype"}],
-     "tasks":[{"name","weight","tvmscript","flops","trivial"}],
+     "tasks":[{"name","weight","tvmscript","flops","trivial","workload"}],
      "untuned_estimate_s": null, "functions": <PrimFuncs in the fused module>}
 
 `tvmscript` is accepted by `tunefleet_tune.build_workload({"op": "tvmscript",
 ...})` and builds exactly the extracted task's module (checked for every task
-at extraction), so records tuned from it apply at compile time. See
+at extraction), so records tuned from it apply at compile time; `workload` is
+the module's MetaSchedule database line `[structural_hash, base64]`. See
 `is_trivial` for the `trivial` rule.
 
 mode=compile result::
@@ -586,8 +587,11 @@ def run_extract(job: dict, prep: Prepared, proto, t0: float) -> dict:
         want = _workload_mod(func)
         if not tvm_ffi.structural_equal(built.mod, want):
             raise JobError(f"internal: task {task.task_name}'s TVMScript does not rebuild the same module")
+        # The task's database line (what MetaSchedule writes for the module
+        # the rounds tune): the master seeds rounds with imported records of it.
+        line = ms.database.MemoryDatabase(module_equality="structural").commit_workload(built.mod).as_json()
         rows.append({"name": task.task_name, "weight": int(task.weight), "tvmscript": text, "flops": flops,
-                     "_reductions": _reduction_blocks(func)})
+                     "workload": [str(line[0]), str(line[1])], "_reductions": _reduction_blocks(func)})
     total = sum(r["flops"] * r["weight"] for r in rows if r["flops"] is not None)
     for r in rows:
         r["trivial"] = is_trivial(r["flops"], r["weight"], total, r.pop("_reductions"))

@@ -18,7 +18,10 @@
 //! `--merge` adds to a database already in `DIR` (an earlier export, another
 //! farm's, MetaSchedule's own) instead of replacing it: workloads are matched
 //! by their database line, and a record already there is not written twice,
-//! so exports of several runs can be merged into one directory.
+//! so exports of several runs can be merged into one directory. Beside the
+//! database, `tunefleet_workloads.json` names the tunefleet workload of each
+//! database line, so that `tunefleet import` of the directory seeds another
+//! farm's jobs of those workloads before they first run.
 
 use super::results::{fetch, to_csv, to_json};
 use super::{emit, plural, ConnectArgs};
@@ -26,8 +29,10 @@ use anyhow::Context;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use tunefleet_shared::export::{
-    metaschedule_database, MetascheduleDb, METASCHEDULE_RECORD_FILE, METASCHEDULE_WORKLOAD_FILE,
+    metaschedule_database, workload_keys, MetascheduleDb, METASCHEDULE_RECORD_FILE,
+    METASCHEDULE_WORKLOAD_FILE,
 };
+use tunefleet_shared::import::WORKLOAD_KEYS_FILE;
 use tunefleet_shared::protocol::JobView;
 use tunefleet_shared::target::Target;
 
@@ -155,6 +160,20 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
                 db.workloads.as_bytes(),
             )?;
             write_atomically(&dir.join(METASCHEDULE_RECORD_FILE), db.records.as_bytes())?;
+            let keys_path = dir.join(WORKLOAD_KEYS_FILE);
+            let existing = if args.merge {
+                match std::fs::read_to_string(&keys_path) {
+                    Ok(text) => text,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                    Err(e) => {
+                        return Err(e)
+                            .with_context(|| format!("cannot read {}", keys_path.display()))
+                    }
+                }
+            } else {
+                String::new()
+            };
+            write_atomically(&keys_path, workload_keys(jobs, &existing).as_bytes())?;
             eprintln!(
                 "exported {} ({}) for target {target} to {} as a MetaSchedule database{}",
                 plural(db.jobs, "job", "jobs"),

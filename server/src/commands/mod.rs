@@ -29,6 +29,7 @@ use tunefleet_shared::protocol::{ErrorCode, JobView};
 pub use tunefleet_shared::export::{csv_field, csv_line, format_latency, job_gflops};
 
 pub mod export;
+pub mod import;
 pub mod import_lorien;
 pub mod model;
 pub mod results;
@@ -188,6 +189,9 @@ pub enum ClientCli {
     Results(results::ResultsArgs),
     /// Write tuning results to a file.
     Export(export::ExportArgs),
+    /// Seed the farm with records a team already has (a MetaSchedule
+    /// database directory; admin token).
+    Import(import::ImportArgs),
     /// Convert a Lorien workload file into a tunefleet workload file.
     ImportLorien(import_lorien::ImportLorienArgs),
     /// Stop the master gracefully, as SIGTERM does (admin token).
@@ -206,6 +210,7 @@ impl ClientCli {
             ClientCli::Status(args) => status::run(args).await,
             ClientCli::Results(args) => results::run(args).await,
             ClientCli::Export(args) => export::run(args).await,
+            ClientCli::Import(args) => import::run(args).await,
             ClientCli::ImportLorien(args) => import_lorien::run(args).await,
             ClientCli::Shutdown(args) => shutdown::run(args).await,
             ClientCli::Stop(args) => model::stop(args).await,

@@ -18,12 +18,14 @@
 //!
 //! `--json` prints an array with one object per file:
 //! `{"file": ..., "new_jobs": [...], "duplicates": [...], "cache_hits": [...],
-//! "warm_started": [...]}`.
+//! "warm_started": [...], "seeded": [...]}`.
 //!
 //! The master's tuning cache answers a new job at once when an earlier job
 //! tuned the same computation for a target that serves this one with at
 //! least its budget (`cache_hits`, already done), and warm-starts it when one
-//! tuned less (`warm_started`). `--fresh` tunes every new job from scratch.
+//! tuned less (`warm_started`). Jobs whose search starts from records
+//! brought in by `tunefleet import` are `seeded` (they tune their whole
+//! budget). `--fresh` tunes every new job from scratch.
 
 use super::{emit, plural, ConnectArgs};
 use crate::client::{Client, ClientError};
@@ -158,6 +160,9 @@ pub fn summary_line(file: &str, report: &SubmitReport) -> String {
     if !report.warm_started.is_empty() {
         line += &format!(", {} warm-started", report.warm_started.len());
     }
+    if !report.seeded.is_empty() {
+        line += &format!(", {} seeded from imported records", report.seeded.len());
+    }
     line
 }
 
@@ -194,6 +199,8 @@ async fn print_report(client: &mut Client, file: &str, report: &SubmitReport) {
                 "cached"
             } else if report.warm_started.contains(id) {
                 "warm"
+            } else if report.seeded.contains(id) {
+                "seeded"
             } else {
                 tag
             };
@@ -242,7 +249,7 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
             serde_json::json!({"file": "a.yaml", "new_jobs": ["x"], "duplicates": [],
-                "cache_hits": [], "warm_started": []})
+                "cache_hits": [], "warm_started": [], "seeded": []})
         );
     }
 

@@ -626,7 +626,12 @@ fn extract_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> bool {
             dead: false,
             rounds: Vec::new(),
             history: Vec::new(),
-            workload_line: None,
+            // Extraction reports each task's database line (older workers
+            // did not: the first round's result then gives it).
+            workload_line: t
+                .get("workload")
+                .filter(|w| tunefleet_shared::import::check_workload_line(w).is_ok())
+                .cloned(),
             records: Vec::new(),
         });
     }
@@ -805,6 +810,8 @@ fn round_job(run: &ModelRun, i: usize, trials: u32, target: &Target) -> (Workloa
         warm_start,
         tuner,
         prior_trials: 0,
+        workload_line: task.workload_line.clone(),
+        seeded: 0,
     };
     (workload, extras)
 }

@@ -569,6 +569,26 @@ async fn handle(
                 None => return gone(),
             }
         }
+        ClientCommand::Import { workloads, keys } => {
+            match core
+                .ask(|reply| Command::Import {
+                    workloads,
+                    keys,
+                    reply,
+                })
+                .await
+            {
+                Some(Ok(report)) => ReplyBody::Imported(report),
+                Some(Err(e)) => {
+                    return error(
+                        Some(id),
+                        ErrorCode::BadRequest,
+                        format!("import refused: {e}"),
+                    )
+                }
+                None => return gone(),
+            }
+        }
         ClientCommand::ListTokens => match core.ask(|reply| Command::ListTokens { reply }).await {
             Some(tokens) => ReplyBody::Tokens { tokens },
             None => return gone(),
