@@ -42,6 +42,9 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "logging")]
+pub mod logging;
+
 use futures_util::{SinkExt, StreamExt};
 use std::collections::VecDeque;
 use std::fmt;

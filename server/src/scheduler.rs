@@ -86,6 +86,9 @@ pub struct Job {
     pub extras: JobExtras,
 }
 
+/// Most imported records added to one job's warm start.
+pub const MAX_SEEDS_PER_JOB: usize = 64;
+
 /// Per-job settings a model run attaches to its jobs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobExtras {
@@ -484,7 +487,10 @@ impl Scheduler {
                     .flatten()
             });
         let Some(line) = line else { return };
-        let seeds = self.imports.seeds_for(&line, &workload.target);
+        let mut seeds = self.imports.seeds_for(&line, &workload.target);
+        // The fastest few are what the search starts from; more would only
+        // grow the job's row and its assignment.
+        seeds.truncate(MAX_SEEDS_PER_JOB);
         if seeds.is_empty() {
             return;
         }

@@ -455,29 +455,10 @@ fn local_cpus() -> tunefleet_shared::cpus::CpuSet {
     allowed
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` if set, else at `default_level`.
-/// Whatever `RUST_LOG` says, the WebSocket libraries never log below `debug`:
-/// at `trace` they log whole frames, and frames carry tokens (`hello`,
-/// `register`).
+/// Logs to stderr, filtered by `RUST_LOG` if set, else at `default_level`
+/// (the set-up the worker shares, in `tunefleet-client`).
 pub fn init_logging(default_level: &str) {
-    use std::io::IsTerminal;
-    use tracing_subscriber::filter::{LevelFilter, Targets};
-    use tracing_subscriber::prelude::*;
-    let env = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let no_frames = Targets::new()
-        .with_default(LevelFilter::TRACE)
-        .with_target("tungstenite", LevelFilter::DEBUG)
-        .with_target("tokio_tungstenite", LevelFilter::DEBUG);
-    tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal()),
-        )
-        .with(env)
-        .with(no_frames)
-        .init();
+    tunefleet_client::logging::init(default_level);
 }
 
 fn default_web_dir() -> Option<PathBuf> {

@@ -365,6 +365,83 @@ async fn squeezenet_in_faster_squeezenet_out() {
     assert!(open_db.status.success(), "{}", text(&open_db.stderr));
     let n: usize = text(&open_db.stdout).trim().parse().unwrap_or(0);
     assert_eq!(n, records.lines().count());
+    drop(_worker);
+    drop(master);
+
+    // Another farm imports that database: extraction reports each task's
+    // database line, so the new run's first rounds start from the records.
+    let farm_b = dir.path().join("farm-b");
+    std::fs::create_dir_all(&farm_b).unwrap();
+    let master_b = Master::start(&farm_b, &[]);
+    let out = master_b.cli(&[
+        "import",
+        "--format",
+        "metaschedule",
+        "--json",
+        db.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "import: {}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        report["records_new"].as_u64(),
+        Some(records.lines().count() as u64),
+        "{report}"
+    );
+    let _worker_b = Worker::spawn(
+        &master_b.url(),
+        &farm_b,
+        "tvm-model-b",
+        &[
+            "--backend",
+            "tvm",
+            "--python",
+            python.to_str().unwrap(),
+            "--target",
+            "auto",
+        ],
+    );
+    let submit = std::process::Command::new("timeout")
+        .arg("1200")
+        .arg(bin("tunefleet"))
+        .args(["submit", model.to_str().unwrap(), "--name", "squeezenet-b"])
+        .args(["--trials", "4", "--trials-per-round", "2", "--wait"])
+        .args(["--server", &master_b.url()])
+        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+        .output()
+        .expect("run tunefleet submit --wait");
+    assert!(submit.status.success(), "{}", text(&submit.stderr));
+    let jobs = master_b.cli(&["results", "--format", "json"]);
+    let jobs: serde_json::Value = serde_json::from_slice(&jobs.stdout).expect("results json");
+    let rounds: Vec<&serde_json::Value> = jobs
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter(|j| j["name"].as_str().is_some_and(|n| n.ends_with("/r1")))
+        .collect();
+    assert!(!rounds.is_empty(), "{jobs:#}");
+    let seeded: Vec<u64> = rounds
+        .iter()
+        .filter_map(|j| j["result"]["extra"]["warm_start_records"].as_u64())
+        .filter(|&n| n > 0)
+        .collect();
+    for j in &rounds {
+        assert!(
+            j["result"]["extra"]["warm_start_ignored"].is_null(),
+            "{}: {}",
+            j["name"],
+            j["result"]["extra"]["warm_start_ignored"]
+        );
+    }
+    eprintln!(
+        "farm b: {} first rounds, {} seeded with {:?} imported records",
+        rounds.len(),
+        seeded.len(),
+        seeded
+    );
+    assert!(
+        !seeded.is_empty(),
+        "a first round starts from imported records: {jobs:#}"
+    );
 }
 
 /// The model driver's own tests (a tiny handmade model: extraction, compile

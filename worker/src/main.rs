@@ -2,7 +2,6 @@
 
 use anyhow::bail;
 use clap::{Parser, ValueEnum};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -255,7 +254,7 @@ async fn shutdown_signal(supervised: bool) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    tunefleet_client::logging::init("info");
     // Before the runtime starts a thread: threads keep the mask they start with.
     if let Some(cpus) = &cli.cpus {
         if let Err(e) = pin_current_process(cpus) {
@@ -279,28 +278,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn init_logging() {
-    use tracing_subscriber::filter::{LevelFilter, Targets};
-    use tracing_subscriber::prelude::*;
-    let env = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // At `trace` the WebSocket libraries log whole frames, and frames carry the
-    // join secret and the session token: never below `debug` for them.
-    let no_frames = Targets::new()
-        .with_default(LevelFilter::TRACE)
-        .with_target("tungstenite", LevelFilter::DEBUG)
-        .with_target("tokio_tungstenite", LevelFilter::DEBUG);
-    tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal()),
-        )
-        .with(env)
-        .with(no_frames)
-        .init();
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

@@ -22,8 +22,9 @@
 //!    MetaSchedule's; `records` are the driver's (with MetaSchedule's
 //!    latencies); `extra` holds `workload` (MetaSchedule's `[hash, b64]`),
 //!    `metaschedule_best_latency_s`, `untuned_latency_s` (measured here),
-//!    `speedup_vs_untuned`, `max_abs_error`, `max_rel_error`, `timer` and
-//!    `verified: true`.
+//!    `speedup_vs_untuned`, `max_abs_error`, `max_rel_error`, `timer`,
+//!    `verified: true`, and `warm_start_records` / `warm_start_ignored` (the
+//!    warm start's records the driver loaded, or why it ignored them).
 //!
 //! # Cancellation
 //! Dropping the future kills the driver's whole process group with SIGKILL
@@ -359,6 +360,8 @@ impl TvmBackend {
                 "max_rel_error": verification.max_rel_error,
                 "timer": verification.timer,
                 "verified": true,
+                "warm_start_records": driver.warm_start_records,
+                "warm_start_ignored": driver.warm_start_ignored,
             }),
             target: Some(job.workload.target.clone()),
         }
@@ -661,6 +664,12 @@ struct DriverResult {
     wall_time_s: Option<f64>,
     #[serde(default)]
     tvm_version: Option<String>,
+    /// Records of the job's warm start the driver loaded, and why it
+    /// ignored them (a workload line of another module), if it did.
+    #[serde(default)]
+    warm_start_records: u32,
+    #[serde(default)]
+    warm_start_ignored: Option<String>,
     #[serde(default)]
     flops: Option<f64>,
     records: Vec<TuningRecord>,
