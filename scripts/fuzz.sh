@@ -34,7 +34,8 @@ summary=()
 for target in "${TARGETS[@]}"; do
     mkdir -p "fuzz/corpus/$target"
     log=$(mktemp)
-    echo "== fuzz $target (${FUZZ_RUNS:+$FUZZ_RUNS runs}${FUZZ_RUNS:-$SECONDS_PER_TARGET s})"
+    if [ -n "${FUZZ_RUNS:-}" ]; then budget="$FUZZ_RUNS runs"; else budget="$SECONDS_PER_TARGET s"; fi
+    echo "== fuzz $target ($budget)"
     if ! (cd fuzz && cargo +nightly fuzz run "$target" "corpus/$target" "seeds/$target" -- \
             "${limit[@]}" -rss_limit_mb=2048 -max_len=262144 -print_final_stats=1) >"$log" 2>&1; then
         tail -n 60 "$log"
