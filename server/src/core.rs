@@ -415,17 +415,19 @@ impl Core {
                         self.scheduler.note_action(id, "submit", by, now);
                     }
                 }
-                let (mut cache_hits, mut warm_started) = (Vec::new(), Vec::new());
-                let seeded: Vec<_> = new_jobs
-                    .iter()
-                    .filter(|id| self.scheduler.job(id).is_some_and(|j| j.extras.seeded > 0))
-                    .cloned()
-                    .collect();
+                let (mut cache_hits, mut warm_started, mut seeded) =
+                    (Vec::new(), Vec::new(), Vec::new());
                 for id in &new_jobs {
-                    match self.scheduler.job(id).map(|j| &j.view) {
-                        Some(v) if v.cache_hit => cache_hits.push(id.clone()),
-                        Some(v) if v.cached_from.is_some() => warm_started.push(id.clone()),
-                        _ => {}
+                    let Some(job) = self.scheduler.job(id) else {
+                        continue;
+                    };
+                    if job.view.cache_hit {
+                        cache_hits.push(id.clone());
+                    } else if job.view.cached_from.is_some() {
+                        warm_started.push(id.clone());
+                    }
+                    if job.extras.seeded > 0 {
+                        seeded.push(id.clone());
                     }
                 }
                 info!(

@@ -477,6 +477,11 @@ impl Scheduler {
     /// line is known (see `imports.rs`). `--fresh` (a bypassed cache without
     /// a line of its own) is not seeded.
     fn seed(&self, workload: &Workload, policy: CachePolicy, extras: &mut JobExtras) {
+        // Most farms import nothing: then no submission pays for hashing
+        // its workload's content here.
+        if !self.imports.has_records() {
+            return;
+        }
         let line = extras
             .workload_line
             .clone()

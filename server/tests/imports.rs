@@ -3,30 +3,13 @@
 //! refuses.
 
 use serde_json::{json, Value};
-use tunefleet_server::scheduler::{
-    CachePolicy, JobExtras, Scheduler, SchedulerConfig, IMPORT_PREFIX, KEY_PREFIX,
-};
+use tunefleet_server::scheduler::{CachePolicy, JobExtras, Scheduler, IMPORT_PREFIX, KEY_PREFIX};
 use tunefleet_shared::import::{ImportedWorkload, WorkloadKey};
 use tunefleet_shared::model::WarmStart;
-use tunefleet_shared::protocol::{JobResult, TuningRecord, WorkerHello, PROTOCOL_VERSION};
-use tunefleet_shared::target::Target;
-use tunefleet_shared::workload::{parse_workload_file, Workload};
+use tunefleet_shared::protocol::{JobResult, TuningRecord};
 
-const CONFIG: SchedulerConfig = SchedulerConfig {
-    max_attempts: 3,
-    job_timeout_ms: Some(10_000),
-    nbest: 5,
-};
-
-fn matmul(trials: u32, target: &str) -> Workload {
-    let yaml = format!(
-        "workloads:\n  - name: mm-{trials}\n    op: matmul\n    shape: {{m: 64, n: 64, k: 64}}\n    \
-         dtype: float32\n    target: {target}\n    trials: {trials}\n"
-    );
-    parse_workload_file(&yaml, "imports.yaml")
-        .expect("test workload parses")
-        .remove(0)
-}
+mod common;
+use common::{hello, matmul, CONFIG};
 
 fn line() -> Value {
     json!(["4242", "bW9kdWxl"])
@@ -40,10 +23,7 @@ fn record(secs: f64, mcpu: &str) -> Value {
 /// keyed to the 64³ matmul's content.
 fn imported(s: &mut Scheduler, with_key: bool) {
     let keys = if with_key {
-        vec![WorkloadKey {
-            content_key: matmul(1, "{kind: llvm}").content_key(),
-            workload: line(),
-        }]
+        vec![matmul_key()]
     } else {
         Vec::new()
     };
@@ -66,6 +46,22 @@ fn imported(s: &mut Scheduler, with_key: bool) {
     assert!(rows
         .iter()
         .any(|(k, v)| k.starts_with(IMPORT_PREFIX) && v.is_some()));
+}
+
+/// `line()` as the 64³ matmul's database line.
+fn matmul_key() -> WorkloadKey {
+    WorkloadKey {
+        content_key: matmul(1, "{kind: llvm}").content_key(),
+        workload: line(),
+    }
+}
+
+/// `line()` with one record, measured for znver3.
+fn one_znver3_record() -> Vec<ImportedWorkload> {
+    vec![ImportedWorkload {
+        workload: line(),
+        records: vec![record(1e-5, "znver3")],
+    }]
 }
 
 fn extras(s: &Scheduler, id: &str) -> JobExtras {
@@ -125,15 +121,7 @@ fn a_line_learned_from_a_run_seeds_later_jobs_of_the_same_content() {
     let mut s = Scheduler::new(CONFIG);
     imported(&mut s, false);
     let mut out = Vec::new();
-    let hello = WorkerHello {
-        protocol: PROTOCOL_VERSION,
-        worker_id: "w".into(),
-        name: "w".into(),
-        target: Target::parse(r#"{"kind":"llvm","mcpu":"znver4"}"#).expect("target"),
-        backend: "tvm".into(),
-        tvm_version: None,
-        secret: None,
-    };
+    let hello = hello("w", r#"{"kind":"llvm","mcpu":"znver4"}"#);
     s.worker_joined(1, &hello, 0, &mut out).expect("joins");
     let (first, _) = s.submit(vec![matmul(8, "{kind: llvm, mcpu: znver4}")], 1, &mut out);
     s.request_job(1, 1, &mut out);
@@ -219,16 +207,7 @@ fn a_bad_import_is_refused_whole_and_a_repeat_adds_nothing() {
 
     imported(&mut s, true);
     let (again, rows) = s
-        .import(
-            vec![ImportedWorkload {
-                workload: line(),
-                records: vec![record(1e-5, "znver3")],
-            }],
-            vec![WorkloadKey {
-                content_key: matmul(1, "{kind: llvm}").content_key(),
-                workload: line(),
-            }],
-        )
+        .import(one_znver3_record(), vec![matmul_key()])
         .expect("valid");
     assert_eq!(
         (
@@ -246,16 +225,7 @@ fn a_bad_import_is_refused_whole_and_a_repeat_adds_nothing() {
 fn imports_survive_a_restart_through_their_rows() {
     let mut s = Scheduler::new(CONFIG);
     let (_, rows) = s
-        .import(
-            vec![ImportedWorkload {
-                workload: line(),
-                records: vec![record(1e-5, "znver3")],
-            }],
-            vec![WorkloadKey {
-                content_key: matmul(1, "{kind: llvm}").content_key(),
-                workload: line(),
-            }],
-        )
+        .import(one_znver3_record(), vec![matmul_key()])
         .expect("valid");
     let mut restarted = Scheduler::new(CONFIG);
     let mut stored: Vec<(String, String)> = rows

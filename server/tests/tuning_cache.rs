@@ -2,42 +2,12 @@
 //! results answer a new job, which only warm-start it, and which may not be
 //! used at all (another effective target, `--fresh`).
 
-use tunefleet_server::scheduler::{
-    CachePolicy, Output, ProgressReport, Scheduler, SchedulerConfig, SessionId,
-};
-use tunefleet_shared::protocol::{
-    JobResult, JobState, MasterMessage, TuningRecord, WorkerHello, PROTOCOL_VERSION,
-};
+use tunefleet_server::scheduler::{CachePolicy, Output, ProgressReport, Scheduler, SessionId};
+use tunefleet_shared::protocol::{JobResult, JobState, MasterMessage, TuningRecord};
 use tunefleet_shared::target::Target;
-use tunefleet_shared::workload::{parse_workload_file, Workload};
 
-const CONFIG: SchedulerConfig = SchedulerConfig {
-    max_attempts: 3,
-    job_timeout_ms: Some(10_000),
-    nbest: 5,
-};
-
-fn matmul(trials: u32, target: &str) -> Workload {
-    let yaml = format!(
-        "workloads:\n  - name: mm-{trials}\n    op: matmul\n    shape: {{m: 64, n: 64, k: 64}}\n    \
-         dtype: float32\n    target: {target}\n    trials: {trials}\n"
-    );
-    parse_workload_file(&yaml, "cache.yaml")
-        .expect("test workload parses")
-        .remove(0)
-}
-
-fn hello(name: &str, target: &str) -> WorkerHello {
-    WorkerHello {
-        protocol: PROTOCOL_VERSION,
-        worker_id: name.into(),
-        name: name.into(),
-        target: Target::parse(target).expect("test target"),
-        backend: "tvm".into(),
-        tvm_version: None,
-        secret: None,
-    }
-}
+mod common;
+use common::{hello, matmul, CONFIG};
 
 /// What a MetaSchedule worker sends: database records `[trace, secs,
 /// target, args]` and the workload line they belong to.

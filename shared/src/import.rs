@@ -104,6 +104,22 @@ pub fn record_seconds(record: &Value) -> Option<f64> {
 }
 
 impl ImportedWorkload {
+    /// Adds `records` not already here, then keeps the fastest
+    /// [`MAX_IMPORTED_RECORDS`]. Returns (added, already here).
+    pub fn absorb(&mut self, records: Vec<Value>) -> (usize, usize) {
+        let (mut added, mut known) = (0, 0);
+        for record in records {
+            if self.records.contains(&record) {
+                known += 1;
+            } else {
+                self.records.push(record);
+                added += 1;
+            }
+        }
+        keep_fastest(&mut self.records);
+        (added, known)
+    }
+
     /// Checks what a client sent (the master trusts no import).
     pub fn check(&self) -> Result<(), String> {
         check_workload_line(&self.workload)?;

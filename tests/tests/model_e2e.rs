@@ -200,6 +200,41 @@ fn the_model_suite_is_enabled_in_ci() {
     }
 }
 
+/// A `tvm` worker on `master` for the host's own target.
+#[cfg(feature = "tvm")]
+fn tvm_worker(master: &Master, dir: &Path, name: &str, python: &Path, extra: &[&str]) -> Worker {
+    let python = python.to_str().expect("venv path is UTF-8");
+    let mut args = vec!["--backend", "tvm", "--python", python, "--target", "auto"];
+    args.extend_from_slice(extra);
+    Worker::spawn(&master.url(), dir, name, &args)
+}
+
+/// `tunefleet submit MODEL --wait` with 2 trials per round, bounded by
+/// `timeout_s` so that a hung run fails the test instead of the CI job.
+#[cfg(feature = "tvm")]
+fn submit_model_and_wait(
+    master: &Master,
+    model: &Path,
+    name: &str,
+    trials: &str,
+    timeout_s: u32,
+) -> std::process::Output {
+    std::process::Command::new("timeout")
+        .arg(timeout_s.to_string())
+        .arg(bin("tunefleet"))
+        .args([
+            "submit",
+            model.to_str().expect("model path is UTF-8"),
+            "--name",
+            name,
+        ])
+        .args(["--trials", trials, "--trials-per-round", "2", "--wait"])
+        .args(["--server", &master.url()])
+        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+        .output()
+        .expect("run tunefleet submit --wait")
+}
+
 #[cfg(feature = "tvm")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn squeezenet_in_faster_squeezenet_out() {
@@ -211,32 +246,15 @@ async fn squeezenet_in_faster_squeezenet_out() {
     let python = repo_root().join(".venv/bin/python");
     let dir = tempfile::tempdir().expect("tempdir");
     let master = Master::start(dir.path(), &[]);
-    let _worker = Worker::spawn(
-        &master.url(),
+    let _worker = tvm_worker(
+        &master,
         dir.path(),
         "tvm-model",
-        &[
-            "--backend",
-            "tvm",
-            "--python",
-            python.to_str().unwrap(),
-            "--target",
-            "auto",
-            "--trials-per-round",
-            "2",
-        ],
+        &python,
+        &["--trials-per-round", "2"],
     );
     let budget = std::env::var("TUNEFLEET_MODEL_TEST_TRIALS").unwrap_or_else(|_| "40".into());
-    // Bounded: a hung run fails this test instead of the whole CI job.
-    let submit = std::process::Command::new("timeout")
-        .arg("2400")
-        .arg(bin("tunefleet"))
-        .args(["submit", model.to_str().unwrap(), "--name", "squeezenet"])
-        .args(["--trials", &budget, "--trials-per-round", "2", "--wait"])
-        .args(["--server", &master.url()])
-        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
-        .output()
-        .expect("run tunefleet submit --wait");
+    let submit = submit_model_and_wait(&master, &model, "squeezenet", &budget, 2400);
     let results = master.cli(&["results", "--model", "squeezenet", "--format", "json"]);
     let view: serde_json::Value =
         serde_json::from_slice(&results.stdout).expect("results --model --format json is JSON");
@@ -387,28 +405,8 @@ async fn squeezenet_in_faster_squeezenet_out() {
         Some(records.lines().count() as u64),
         "{report}"
     );
-    let _worker_b = Worker::spawn(
-        &master_b.url(),
-        &farm_b,
-        "tvm-model-b",
-        &[
-            "--backend",
-            "tvm",
-            "--python",
-            python.to_str().unwrap(),
-            "--target",
-            "auto",
-        ],
-    );
-    let submit = std::process::Command::new("timeout")
-        .arg("1200")
-        .arg(bin("tunefleet"))
-        .args(["submit", model.to_str().unwrap(), "--name", "squeezenet-b"])
-        .args(["--trials", "4", "--trials-per-round", "2", "--wait"])
-        .args(["--server", &master_b.url()])
-        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
-        .output()
-        .expect("run tunefleet submit --wait");
+    let _worker_b = tvm_worker(&master_b, &farm_b, "tvm-model-b", &python, &[]);
+    let submit = submit_model_and_wait(&master_b, &model, "squeezenet-b", "4", 1200);
     assert!(submit.status.success(), "{}", text(&submit.stderr));
     let jobs = master_b.cli(&["results", "--format", "json"]);
     let jobs: serde_json::Value = serde_json::from_slice(&jobs.stdout).expect("results json");

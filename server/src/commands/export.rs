@@ -162,14 +162,7 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
             write_atomically(&dir.join(METASCHEDULE_RECORD_FILE), db.records.as_bytes())?;
             let keys_path = dir.join(WORKLOAD_KEYS_FILE);
             let existing = if args.merge {
-                match std::fs::read_to_string(&keys_path) {
-                    Ok(text) => text,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-                    Err(e) => {
-                        return Err(e)
-                            .with_context(|| format!("cannot read {}", keys_path.display()))
-                    }
-                }
+                read_if_present(&keys_path)?
             } else {
                 String::new()
             };
@@ -217,21 +210,23 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
 /// The database in `dir` (if any) with `db`'s workloads and records added;
 /// `db.record_count` becomes the number of records new to `dir`.
 fn merge_with_existing(dir: &Path, db: MetascheduleDb) -> anyhow::Result<MetascheduleDb> {
-    let read = |name: &str| -> anyhow::Result<String> {
-        let path = dir.join(name);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
-        }
-    };
     let merged = merge_databases(
-        &read(METASCHEDULE_WORKLOAD_FILE)?,
-        &read(METASCHEDULE_RECORD_FILE)?,
+        &read_if_present(&dir.join(METASCHEDULE_WORKLOAD_FILE))?,
+        &read_if_present(&dir.join(METASCHEDULE_RECORD_FILE))?,
         &db,
     )
     .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
     Ok(merged)
+}
+
+/// A file's text, or nothing when there is no such file yet (a `--merge`
+/// into a new directory).
+fn read_if_present(path: &Path) -> anyhow::Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
 }
 
 /// Pure part of [`merge_with_existing`]: existing database text plus `db`.

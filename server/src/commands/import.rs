@@ -151,12 +151,7 @@ fn read_database(dir: &Path, out: &mut ReadImport) -> anyhow::Result<()> {
     for w in parsed {
         match out.workloads.iter_mut().find(|o| o.workload == w.workload) {
             Some(o) => {
-                for r in w.records {
-                    if !o.records.contains(&r) {
-                        o.records.push(r);
-                    }
-                }
-                tunefleet_shared::import::keep_fastest(&mut o.records);
+                o.absorb(w.records);
             }
             None => out.workloads.push(w),
         }

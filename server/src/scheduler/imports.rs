@@ -18,12 +18,9 @@
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tunefleet_shared::import::{
-    keep_fastest, record_target, ImportReport, ImportedWorkload, WorkloadKey,
-};
+use tunefleet_shared::import::{record_target, ImportReport, ImportedWorkload, WorkloadKey};
 use tunefleet_shared::target::Target;
 
 use super::Job;
@@ -36,19 +33,13 @@ pub const KEY_PREFIX: &str = "workload-key:";
 /// A `meta` row to write.
 pub type MetaRow = (String, Option<String>);
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-struct Entry {
-    workload: Value,
-    records: Vec<Value>,
-}
-
 #[derive(Debug, Default)]
 pub(super) struct ImportPool {
     /// Structural hash (the line's first column) → its imported records.
     /// The hash, not the whole line, is the key, as in MetaSchedule's own
     /// lookup and the driver's check: the module's base64 may differ
     /// between TVM versions for the same structure.
-    entries: HashMap<String, Entry>,
+    entries: HashMap<String, ImportedWorkload>,
     /// Content key → line, imported.
     keys: HashMap<String, Value>,
     /// Content key → line, from jobs the fleet ran.
@@ -78,7 +69,7 @@ impl ImportPool {
     pub(super) fn restore(&mut self, rows: Vec<(String, String)>) {
         for (key, value) in rows {
             if key.starts_with(IMPORT_PREFIX) {
-                match serde_json::from_str::<Entry>(&value) {
+                match serde_json::from_str::<ImportedWorkload>(&value) {
                     Ok(entry) => {
                         if let Some(hash) = hash_of(&entry.workload) {
                             self.entries.insert(hash.to_string(), entry);
@@ -119,20 +110,14 @@ impl ImportPool {
             let key = entry_key(&hash);
             let entry = self.entries.entry(hash).or_insert_with(|| {
                 report.workloads_new += 1;
-                Entry {
+                ImportedWorkload {
                     workload: w.workload.clone(),
                     records: Vec::new(),
                 }
             });
-            for record in w.records {
-                if entry.records.contains(&record) {
-                    report.records_known += 1;
-                } else {
-                    entry.records.push(record);
-                    report.records_new += 1;
-                }
-            }
-            keep_fastest(&mut entry.records);
+            let (added, known) = entry.absorb(w.records);
+            report.records_new += added;
+            report.records_known += known;
             if let Ok(value) = serde_json::to_string(&*entry) {
                 rows.push((key, Some(value)));
             }
@@ -167,6 +152,12 @@ impl ImportPool {
         }
     }
 
+    /// Whether any records were imported (else no job can be seeded, and
+    /// a submission need not look up its workload's line).
+    pub(super) fn has_records(&self) -> bool {
+        !self.entries.is_empty()
+    }
+
     /// The line of a workload with this content key, if known.
     pub(super) fn line_for(&self, content_key: &str) -> Option<&Value> {
         self.keys
@@ -177,9 +168,6 @@ impl ImportPool {
     /// Imported records of `line` measured for a target that serves
     /// `target`, fastest first.
     pub(super) fn seeds_for(&self, line: &Value, target: &Target) -> Vec<Value> {
-        if self.entries.is_empty() {
-            return Vec::new();
-        }
         hash_of(line)
             .and_then(|hash| self.entries.get(hash))
             .map(|entry| {
