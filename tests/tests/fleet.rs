@@ -424,9 +424,16 @@ async fn a_slow_subscriber_is_resynced_with_a_snapshot_and_never_stalls_the_flee
     init_tracing();
     let dir = tempfile::tempdir().expect("tempdir");
     let master = Master::start(dir.path(), &["--event-buffer", "16"]);
-    let (mut slow, _) = tokio_tungstenite::connect_async(format!("{}/ws/client", master.url()))
-        .await
-        .expect("connect");
+    // A tiny receive window, so the master's socket fills after a few events
+    // and the lag comes from back-pressure, not from a lucky burst: with the
+    // default buffers the whole run fits in the kernel and nothing lags.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(2048).expect("SO_RCVBUF");
+    let stream = socket.connect(master.addr).await.expect("connect");
+    let (mut slow, _) =
+        tokio_tungstenite::client_async(format!("{}/ws/client", master.url()), stream)
+            .await
+            .expect("websocket handshake");
     let hello = serde_json::json!({"id": 1, "type": "hello", "protocol": 1, "token": ADMIN_TOKEN});
     slow.send(Message::Text(hello.to_string().into()))
         .await
@@ -436,17 +443,18 @@ async fn a_slow_subscriber_is_resynced_with_a_snapshot_and_never_stalls_the_flee
         .await
         .expect("subscribe");
 
-    // The subscriber reads nothing while 40 jobs run through the fleet.
+    // The subscriber reads nothing while the jobs run through the fleet.
+    const JOBS: usize = 120;
     master
         .client()
         .await
-        .submit(matmul_yaml(40, "burst"), None)
+        .submit(matmul_yaml(JOBS, "burst"), None)
         .await
         .expect("submit");
     let _workers: Vec<Worker> = (0..2)
         .map(|i| Worker::start(&master, &format!("b{i}"), 0.0, &[]))
         .collect();
-    wait_all_done(&master, 40, Duration::from_secs(30)).await;
+    wait_all_done(&master, JOBS, Duration::from_secs(60)).await;
 
     // Now it reads. It fell behind, so somewhere in the stream there is a
     // fresh snapshot; that snapshot plus the events after it is the truth.
@@ -475,7 +483,7 @@ async fn a_slow_subscriber_is_resynced_with_a_snapshot_and_never_stalls_the_flee
         snapshots >= 2,
         "a resync snapshot followed the first one ({snapshots} seen)"
     );
-    assert_eq!(states.len(), 40);
+    assert_eq!(states.len(), JOBS);
     assert!(
         states.values().all(|s| s == "\"done\""),
         "the mirror ends in the true state: {states:?}"
