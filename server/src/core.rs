@@ -60,11 +60,105 @@ pub enum Outbound {
     Close { code: u16, reason: String },
 }
 
+/// See `Core::snapshot_cache`.
+#[derive(Default)]
+struct SnapshotCache {
+    /// Kept for as long as the seq is current, once serialised and small.
+    held: Option<Arc<SharedSnapshot>>,
+    shared: std::sync::Weak<SharedSnapshot>,
+}
+
+/// Snapshots up to this size are kept between subscribes; a larger one
+/// (a farm with many finished jobs) would cost more memory than it saves.
+const KEEP_SNAPSHOT_BYTES: usize = 8 << 20;
+
+impl SnapshotCache {
+    fn get(&mut self, seq: u64) -> Option<Arc<SharedSnapshot>> {
+        self.trim();
+        let shared = self
+            .held
+            .clone()
+            .or_else(|| self.shared.upgrade())
+            .filter(|s| s.seq == seq);
+        if shared.is_none() {
+            self.held = None;
+        }
+        shared
+    }
+
+    fn put(&mut self, shared: &Arc<SharedSnapshot>) {
+        self.held = Some(shared.clone());
+        self.shared = Arc::downgrade(shared);
+    }
+
+    /// Lets go of a snapshot that turned out large once it is serialised
+    /// (called on every tick too, so it is not kept for long).
+    fn trim(&mut self) {
+        let large = |s: &Arc<SharedSnapshot>| {
+            s.message
+                .get()
+                .is_some_and(|m| m.len() > KEEP_SNAPSHOT_BYTES)
+        };
+        if self.held.as_ref().is_some_and(large) {
+            self.held = None;
+        }
+    }
+}
+
+/// A `snapshot` message for every subscriber that asked at `seq`. The
+/// fleet is serialised once, by the first connection that sends it (off
+/// the core thread), and then dropped; the text is shared.
+pub struct SharedSnapshot {
+    pub seq: u64,
+    fleet: std::sync::Mutex<Option<FleetSnapshot>>,
+    message: tokio::sync::OnceCell<tokio_tungstenite::tungstenite::Utf8Bytes>,
+}
+
+impl SharedSnapshot {
+    fn new(seq: u64, fleet: FleetSnapshot) -> Self {
+        SharedSnapshot {
+            seq,
+            fleet: std::sync::Mutex::new(Some(fleet)),
+            message: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The `ServerMessage::Snapshot` text.
+    pub async fn message(&self) -> tokio_tungstenite::tungstenite::Utf8Bytes {
+        // The initialiser never awaits, so it cannot be cancelled between
+        // taking the fleet and storing the text.
+        self.message
+            .get_or_init(|| async {
+                let fleet = self
+                    .fleet
+                    .lock()
+                    .map(|mut f| f.take().unwrap_or_default())
+                    .unwrap_or_default();
+                snapshot_message(self.seq, &fleet).into()
+            })
+            .await
+            .clone()
+    }
+}
+
+/// `ServerMessage::Snapshot { seq, snapshot }` serialised from a borrowed
+/// fleet (tested against the enum below).
+fn snapshot_message(seq: u64, fleet: &FleetSnapshot) -> String {
+    match serde_json::to_string(fleet) {
+        Ok(fleet) => format!(r#"{{"type":"snapshot","seq":{seq},"snapshot":{fleet}}}"#),
+        Err(e) => {
+            error!("cannot serialise the snapshot: {e}");
+            format!(r#"{{"type":"snapshot","seq":{seq},"snapshot":{{"jobs":[],"workers":[]}}}}"#)
+        }
+    }
+}
+
 /// A published event, serialised once for every subscriber.
 #[derive(Debug)]
 pub struct Published {
     pub seq: u64,
-    pub json: String,
+    /// Shared by every subscriber's socket without a copy.
+    pub json: tokio_tungstenite::tungstenite::Utf8Bytes,
 }
 
 /// Messages from a registered worker, minus the token (checked by the connection).
@@ -143,8 +237,10 @@ pub enum Command {
         by: String,
         reply: oneshot::Sender<Result<(), CommandError>>,
     },
+    /// The fleet as a `snapshot` message; subscribers asking at the same
+    /// seq share one.
     Snapshot {
-        reply: oneshot::Sender<(u64, FleetSnapshot)>,
+        reply: oneshot::Sender<Arc<SharedSnapshot>>,
     },
     SubmitModel {
         submission: Box<ModelSubmission>,
@@ -207,7 +303,7 @@ struct Batch {
     events: Vec<String>,
     sends: Vec<(SessionId, Outbound)>,
     replies: Vec<Reply>,
-    snapshots: Vec<oneshot::Sender<(u64, FleetSnapshot)>>,
+    snapshots: Vec<oneshot::Sender<Arc<SharedSnapshot>>>,
 }
 
 pub struct Core {
@@ -218,6 +314,10 @@ pub struct Core {
     next_session: SessionId,
     seq: u64,
     events: broadcast::Sender<Arc<Published>>,
+    /// The last snapshot handed out: kept while the fleet does not change
+    /// if it is small (an idle fleet's dashboards reconnect at the cost of a
+    /// socket write), else only while a subscriber still sends it.
+    snapshot_cache: SnapshotCache,
     server_version: String,
     counters: CoreCounters,
     trace_retention_ms: Option<Millis>,
@@ -277,6 +377,7 @@ impl Core {
             store,
             sessions: HashMap::new(),
             next_session: 1,
+            snapshot_cache: SnapshotCache::default(),
             seq: 0,
             events,
             server_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -579,6 +680,7 @@ impl Core {
             Command::Tick => {
                 self.scheduler.tick(now, &mut out);
                 self.prune_trace(now);
+                self.snapshot_cache.trim();
             }
             Command::Shutdown { .. } => {}
         }
@@ -887,16 +989,7 @@ impl Core {
                 );
             }
         }
-        self.counters.events += batch.events.len() as u64;
-        for event in batch.events {
-            self.seq += 1;
-            // Same shape as `ServerMessage::Event { seq, event }` (tested below).
-            let json = format!(r#"{{"type":"event","seq":{},"event":{event}}}"#, self.seq);
-            let _ = self.events.send(Arc::new(Published {
-                seq: self.seq,
-                json,
-            }));
-        }
+        // Workers first: an assignment must not queue behind a fan-out.
         for (session, msg) in batch.sends {
             match self.sessions.get(&session) {
                 Some(tx) => {
@@ -905,11 +998,21 @@ impl Core {
                 None => debug!(session, "message for a session that is gone"),
             }
         }
+        self.counters.events += batch.events.len() as u64;
+        for event in batch.events {
+            self.seq += 1;
+            // Same shape as `ServerMessage::Event { seq, event }` (tested below).
+            let json = format!(r#"{{"type":"event","seq":{},"event":{event}}}"#, self.seq);
+            let _ = self.events.send(Arc::new(Published {
+                seq: self.seq,
+                json: json.into(),
+            }));
+        }
         for reply in batch.replies {
             reply();
         }
         for reply in batch.snapshots {
-            let _ = reply.send((self.seq, self.snapshot()));
+            let _ = reply.send(self.shared_snapshot());
         }
     }
 
@@ -975,6 +1078,18 @@ impl Core {
         views
     }
 
+    /// The snapshot at the current seq: the one subscribers are still
+    /// sending if there is one, so a thousand dashboards subscribing at once
+    /// cost one copy of the fleet and one serialisation, not a thousand.
+    fn shared_snapshot(&mut self) -> Arc<SharedSnapshot> {
+        if let Some(shared) = self.snapshot_cache.get(self.seq) {
+            return shared;
+        }
+        let shared = Arc::new(SharedSnapshot::new(self.seq, self.snapshot()));
+        self.snapshot_cache.put(&shared);
+        shared
+    }
+
     fn snapshot(&self) -> FleetSnapshot {
         let mut workers: Vec<_> = self.scheduler.workers().cloned().collect();
         workers.sort_by_key(|w| w.connected_at);
@@ -1021,6 +1136,19 @@ mod tests {
             parsed,
             FleetEvent::JobUpdated {
                 job: Box::new(view)
+            }
+        );
+    }
+
+    #[test]
+    fn hand_built_snapshot_frame_parses_as_server_message() {
+        let fleet = FleetSnapshot::default();
+        let parsed: ServerMessage = serde_json::from_str(&snapshot_message(9, &fleet)).unwrap();
+        assert_eq!(
+            parsed,
+            ServerMessage::Snapshot {
+                seq: 9,
+                snapshot: fleet
             }
         );
     }

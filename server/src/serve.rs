@@ -316,6 +316,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
     let stop = Arc::new(Notify::new());
+    raise_open_file_limit(args.max_connections);
+    let client_runtime = ClientRuntime::start()?;
     let state = AppState {
         core: handle.clone(),
         config: Arc::new(NetConfig {
@@ -341,10 +343,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         stop: stop.clone(),
         tokens,
         storage_failing,
+        runtimes: net::Runtimes {
+            workers: tokio::runtime::Handle::current(),
+            clients: client_runtime.handle()?,
+        },
     };
-    let listener = TcpListener::bind(args.bind)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.bind))?;
+    let listener =
+        bind_listener(args.bind).with_context(|| format!("cannot listen on {}", args.bind))?;
     let addr = listener.local_addr()?;
     let (http, ws) = if tls.is_some() {
         ("https", "wss")
@@ -438,6 +443,82 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let _ = tokio::task::spawn_blocking(move || core_thread.join()).await;
     info!("master stopped");
     Ok(())
+}
+
+/// Listens with a backlog of 4,096 connections (the kernel caps it at
+/// `net.core.somaxconn`) instead of tokio's 1,024: a fleet of thousands
+/// reconnecting after an outage otherwise overflows the queue, and every
+/// connection dropped there waits a second or more for its SYN to be resent.
+fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
+}
+
+/// The runtime client connections run on (see [`net::Runtimes`]). Shut
+/// down in the background when dropped: `serve` runs inside the main
+/// runtime, where a blocking shutdown is not allowed.
+struct ClientRuntime(Option<tokio::runtime::Runtime>);
+
+impl ClientRuntime {
+    fn start() -> anyhow::Result<Self> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("tunefleet-clients")
+            .enable_all()
+            .build()
+            .context("cannot start the client connections' runtime")?;
+        Ok(ClientRuntime(Some(runtime)))
+    }
+
+    fn handle(&self) -> anyhow::Result<tokio::runtime::Handle> {
+        self.0
+            .as_ref()
+            .map(|r| r.handle().clone())
+            .context("client runtime already stopped")
+    }
+}
+
+impl Drop for ClientRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Each connection is an open file. Distributions start processes with a
+/// soft limit of 1,024 and a hard limit far above it; a master asked for
+/// more connections raises its soft limit up to the hard one (as Go and
+/// nginx do) and says so if even that is too low.
+fn raise_open_file_limit(max_connections: usize) {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    // Connections, plus the database, logs, listeners and a margin.
+    let wanted = max_connections as u64 + 64;
+    let mut limit = getrlimit(Resource::Nofile);
+    let soft = limit.current.unwrap_or(u64::MAX);
+    if soft >= wanted {
+        return;
+    }
+    let hard = limit.maximum.unwrap_or(u64::MAX);
+    limit.current = Some(wanted.min(hard));
+    match setrlimit(Resource::Nofile, limit) {
+        Ok(()) if hard >= wanted => {
+            info!(from = soft, to = wanted, "raised the open-file limit for --max-connections")
+        }
+        Ok(()) => warn!(
+            "--max-connections {max_connections} needs {wanted} open files; the hard limit is {hard}, \
+             so connections beyond about {} will fail: raise it (ulimit -Hn, LimitNOFILE= in a systemd unit)",
+            hard.saturating_sub(64)
+        ),
+        Err(e) => warn!("cannot raise the open-file limit from {soft} for --max-connections {max_connections}: {e}"),
+    }
 }
 
 /// The CPUs local workers are spread over: those this process may run on,

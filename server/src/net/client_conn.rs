@@ -42,6 +42,8 @@ fn token_error(id: u64, e: TokenError) -> ServerMessage {
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BAD_MESSAGES: u32 = 16;
+/// Events written before the socket is flushed and requests are read again.
+const MAX_EVENTS_PER_WRITE: usize = 256;
 
 pub async fn run(mut conn: Connection, state: AppState) {
     let _alive = state.alive.clone();
@@ -129,24 +131,40 @@ pub async fn run(mut conn: Connection, state: AppState) {
                     }
                 }
             },
-            event = next_event(&mut events) => match event {
-                Ok(published) => {
-                    if published.seq > last_seq {
-                        last_seq = published.seq;
-                        if conn.send_text(published.json.clone()).await.is_err() {
+            event = next_event(&mut events) => {
+                // Events already waiting go out in the same write: one
+                // system call for a burst instead of one per event.
+                let mut next = Some(event);
+                let mut fed = 0;
+                while let Some(event) = next.take() {
+                    match event {
+                        Ok(published) => {
+                            if published.seq > last_seq {
+                                last_seq = published.seq;
+                                if conn.feed_text(published.json.clone()).await.is_err() {
+                                    return;
+                                }
+                                fed += 1;
+                            }
+                            if fed < MAX_EVENTS_PER_WRITE {
+                                next = try_next_event(&mut events);
+                            }
+                        }
+                        Err(RecvError::Lagged(missed)) => {
+                            info!(missed, "subscriber fell behind; sending a fresh snapshot");
+                            match send_snapshot(&mut conn, &state).await {
+                                Some(seq) => last_seq = seq,
+                                None => return,
+                            }
+                            fed = 0;
+                        }
+                        Err(RecvError::Closed) => {
+                            conn.close(close_code::GOING_AWAY, "master is shutting down").await;
                             return;
                         }
                     }
                 }
-                Err(RecvError::Lagged(missed)) => {
-                    info!(missed, "subscriber fell behind; sending a fresh snapshot");
-                    match send_snapshot(&mut conn, &state).await {
-                        Some(seq) => last_seq = seq,
-                        None => return,
-                    }
-                }
-                Err(RecvError::Closed) => {
-                    conn.close(close_code::GOING_AWAY, "master is shutting down").await;
+                if fed > 0 && conn.flush().await.is_err() {
                     return;
                 }
             },
@@ -180,12 +198,22 @@ async fn next_event(
     }
 }
 
+/// An event that is already waiting, without waiting for one.
+fn try_next_event(
+    rx: &mut Option<broadcast::Receiver<Arc<Published>>>,
+) -> Option<Result<Arc<Published>, RecvError>> {
+    use broadcast::error::TryRecvError;
+    match rx.as_mut()?.try_recv() {
+        Ok(published) => Some(Ok(published)),
+        Err(TryRecvError::Lagged(missed)) => Some(Err(RecvError::Lagged(missed))),
+        Err(TryRecvError::Empty | TryRecvError::Closed) => None,
+    }
+}
+
 async fn send_snapshot(conn: &mut Connection, state: &AppState) -> Option<u64> {
-    let (seq, snapshot) = state.core.ask(|reply| Command::Snapshot { reply }).await?;
-    conn.send(&ServerMessage::Snapshot { seq, snapshot })
-        .await
-        .ok()?;
-    Some(seq)
+    let shared = state.core.ask(|reply| Command::Snapshot { reply }).await?;
+    conn.send_text(shared.message().await).await.ok()?;
+    Some(shared.seq)
 }
 
 /// The role, the client's self-chosen name (for the log) and who it acts as:

@@ -4,9 +4,28 @@
 //! close with its code, an oversize message) instead of tungstenite's error
 //! variety, and send typed messages instead of building frames.
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::{CloseFrame, Frame as WsFrame};
+use tokio_tungstenite::tungstenite::{Bytes, Error as WsError, Message, Utf8Bytes};
+
+use super::upgrade::Socket;
+
+/// Messages longer than this go out as fragments this long (RFC 6455 §5.4),
+/// so the socket's write buffer never grows past one fragment: tungstenite
+/// keeps the largest capacity it ever needed for the life of the connection.
+pub const FRAGMENT_BYTES: usize = 16 * 1024;
+
+/// Why a send failed; the connection is no longer usable.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("cannot serialise the message: {0}")]
+    Serialise(#[from] serde_json::Error),
+    #[error(transparent)]
+    Socket(#[from] WsError),
+}
 
 pub enum Frame {
     Text(String),
@@ -24,14 +43,14 @@ pub enum Frame {
 }
 
 pub struct Connection {
-    socket: WebSocket,
+    socket: Socket,
     max_message_bytes: usize,
     /// When a frame of any kind last arrived.
     pub last_seen: Instant,
 }
 
 impl Connection {
-    pub fn new(socket: WebSocket, max_message_bytes: usize) -> Self {
+    pub fn new(socket: Socket, max_message_bytes: usize) -> Self {
         Connection {
             socket,
             max_message_bytes,
@@ -41,18 +60,18 @@ impl Connection {
 
     /// Next frame. Cancel-safe (the socket buffers partial frames).
     pub async fn recv(&mut self) -> Frame {
-        let frame = match self.socket.recv().await {
+        let frame = match self.socket.next().await {
             None => Frame::Closed {
                 code: None,
                 reason: "connection ended".into(),
             },
             Some(Ok(Message::Text(text))) => Frame::Text(text.to_string()),
             Some(Ok(Message::Binary(_))) => Frame::Binary,
-            Some(Ok(Message::Ping(_) | Message::Pong(_))) => Frame::Control,
+            Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => Frame::Control,
             Some(Ok(Message::Close(frame))) => {
                 self.answer_close().await;
                 Frame::Closed {
-                    code: frame.as_ref().map(|f| f.code),
+                    code: frame.as_ref().map(|f| u16::from(f.code)),
                     reason: frame.map(|f| f.reason.to_string()).unwrap_or_default(),
                 }
             }
@@ -67,24 +86,51 @@ impl Connection {
     /// writes it on the next flush; without this the handler drops the
     /// socket first and the peer sees 1006 (abnormal closure).
     async fn answer_close(&mut self) {
-        let _ = tokio::time::timeout(
-            std::time::Duration::from_millis(200),
-            futures_util::SinkExt::flush(&mut self.socket),
-        )
-        .await;
+        let _ = tokio::time::timeout(Duration::from_millis(200), self.socket.flush()).await;
     }
 
-    pub async fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), axum::Error> {
-        let text = serde_json::to_string(msg).map_err(axum::Error::new)?;
+    pub async fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), SendError> {
+        let text = serde_json::to_string(msg)?;
+        self.send_text(text.into()).await
+    }
+
+    /// Sends one text message; shared text (an event for every subscriber)
+    /// is not copied until the socket's buffer.
+    pub async fn send_text(&mut self, text: Utf8Bytes) -> Result<(), SendError> {
+        if text.len() <= FRAGMENT_BYTES {
+            return Ok(self.socket.send(Message::Text(text)).await?);
+        }
+        let bytes = Bytes::from(text);
+        let mut start = 0;
+        while start < bytes.len() {
+            let end = (start + FRAGMENT_BYTES).min(bytes.len());
+            let opcode = if start == 0 {
+                OpCode::Data(Data::Text)
+            } else {
+                OpCode::Data(Data::Continue)
+            };
+            let fragment = WsFrame::message(bytes.slice(start..end), opcode, end == bytes.len());
+            self.socket.send(Message::Frame(fragment)).await?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Queues one text message without flushing; [`Connection::flush`]
+    /// sends what is queued. A message that needs fragments is sent at once.
+    pub async fn feed_text(&mut self, text: Utf8Bytes) -> Result<(), SendError> {
+        if text.len() <= FRAGMENT_BYTES {
+            return Ok(self.socket.feed(Message::Text(text)).await?);
+        }
         self.send_text(text).await
     }
 
-    pub async fn send_text(&mut self, text: String) -> Result<(), axum::Error> {
-        self.socket.send(Message::Text(text.into())).await
+    pub async fn flush(&mut self) -> Result<(), SendError> {
+        Ok(self.socket.flush().await?)
     }
 
-    pub async fn ping(&mut self) -> Result<(), axum::Error> {
-        self.socket.send(Message::Ping(Default::default())).await
+    pub async fn ping(&mut self) -> Result<(), SendError> {
+        Ok(self.socket.send(Message::Ping(Bytes::new())).await?)
     }
 
     /// Sends a close frame with a code and a human-readable reason (best
@@ -94,7 +140,7 @@ impl Connection {
         if self.send_close(code, reason).await {
             // Give the peer a moment to read the close frame before the TCP close.
             let _ = tokio::time::timeout(std::time::Duration::from_millis(500), async {
-                while let Some(Ok(_)) = self.socket.recv().await {}
+                while let Some(Ok(_)) = self.socket.next().await {}
             })
             .await;
         }
@@ -117,16 +163,12 @@ impl Connection {
             reason.push_str("...");
         }
         let frame = Message::Close(Some(CloseFrame {
-            code,
+            code: CloseCode::from(code),
             reason: reason.into(),
         }));
         // A peer that stopped reading can fill the TCP buffer; never wait on it long.
         matches!(
-            tokio::time::timeout(
-                std::time::Duration::from_millis(200),
-                self.socket.send(frame)
-            )
-            .await,
+            tokio::time::timeout(Duration::from_millis(200), self.socket.send(frame)).await,
             Ok(Ok(()))
         )
     }
@@ -136,15 +178,14 @@ impl Connection {
     }
 }
 
-fn classify(e: axum::Error) -> Frame {
-    use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
-    let inner = e.into_inner();
-    match inner.downcast_ref::<WsError>() {
-        Some(WsError::Capacity(CapacityError::MessageTooLong { .. })) => Frame::TooBig,
-        Some(WsError::ConnectionClosed | WsError::AlreadyClosed) => Frame::Closed {
+fn classify(e: WsError) -> Frame {
+    use tokio_tungstenite::tungstenite::error::CapacityError;
+    match e {
+        WsError::Capacity(CapacityError::MessageTooLong { .. }) => Frame::TooBig,
+        WsError::ConnectionClosed | WsError::AlreadyClosed => Frame::Closed {
             code: None,
             reason: "connection closed".into(),
         },
-        _ => Frame::Error(inner.to_string()),
+        other => Frame::Error(other.to_string()),
     }
 }

@@ -16,6 +16,7 @@ mod head_deadline;
 pub mod limits;
 pub mod origin;
 pub mod tls;
+mod upgrade;
 mod worker_conn;
 
 use std::fmt;
@@ -24,7 +25,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -38,6 +38,7 @@ use crate::core::CoreHandle;
 pub use connection::{Connection, Frame};
 pub use head_deadline::{HeadDeadline, REQUEST_HEAD_TIMEOUT};
 pub use origin::OriginPolicy;
+use upgrade::WsUpgrade;
 
 /// What the connection tasks need to know about the master's settings.
 /// `Debug` redacts the admin token and the worker secret.
@@ -105,6 +106,31 @@ pub struct AppState {
     pub tokens: crate::tokens::TokenRegistry,
     /// True while the core cannot commit (full disk, ...): new work is refused.
     pub storage_failing: Arc<std::sync::atomic::AtomicBool>,
+    /// Where connection tasks run.
+    pub runtimes: Runtimes,
+}
+
+/// Workers and clients run on separate runtimes. Watching the fleet must
+/// never slow the fleet: an event fanned out to a thousand dashboards wakes
+/// a thousand tasks, and on a shared runtime a worker's assignment would
+/// queue behind them. On its own runtime the worker's task is woken by the
+/// kernel as soon as a core is free.
+#[derive(Clone)]
+pub struct Runtimes {
+    pub workers: tokio::runtime::Handle,
+    pub clients: tokio::runtime::Handle,
+}
+
+/// The WebSocket settings of every connection: the size limit, and an 8 KiB
+/// read buffer instead of tungstenite's 128 KiB (zero-filled before every
+/// read, and held by every idle connection).
+fn socket_config(
+    max_message_bytes: usize,
+) -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(max_message_bytes))
+        .max_frame_size(Some(max_message_bytes))
+        .read_buffer_size(tunefleet_shared::protocol::WS_READ_BUFFER_BYTES)
 }
 
 pub fn router(state: AppState) -> Router {
@@ -186,7 +212,7 @@ fn admit(
 }
 
 async fn worker_upgrade(
-    ws: WebSocketUpgrade,
+    ws: WsUpgrade,
     headers: HeaderMap,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     State(state): State<AppState>,
@@ -196,17 +222,15 @@ async fn worker_upgrade(
         Err(refusal) => return refusal.into_response(),
     };
     let max = state.config.max_message_bytes;
-    ws.max_message_size(max)
-        .max_frame_size(max)
-        .read_buffer_size(tunefleet_shared::protocol::WS_READ_BUFFER_BYTES)
-        .on_upgrade(move |socket| async move {
-            let _permit = permit;
-            worker_conn::run(Connection::new(socket, max), state).await
-        })
+    let runtime = state.runtimes.workers.clone();
+    ws.on_upgrade(socket_config(max), &runtime, move |socket| async move {
+        let _permit = permit;
+        worker_conn::run(Connection::new(socket, max), state).await
+    })
 }
 
 async fn client_upgrade(
-    ws: WebSocketUpgrade,
+    ws: WsUpgrade,
     headers: HeaderMap,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     State(state): State<AppState>,
@@ -216,11 +240,9 @@ async fn client_upgrade(
         Err(refusal) => return refusal.into_response(),
     };
     let max = state.config.max_message_bytes;
-    ws.max_message_size(max)
-        .max_frame_size(max)
-        .read_buffer_size(tunefleet_shared::protocol::WS_READ_BUFFER_BYTES)
-        .on_upgrade(move |socket| async move {
-            let _permit = permit;
-            client_conn::run(Connection::new(socket, max), state).await
-        })
+    let runtime = state.runtimes.clients.clone();
+    ws.on_upgrade(socket_config(max), &runtime, move |socket| async move {
+        let _permit = permit;
+        client_conn::run(Connection::new(socket, max), state).await
+    })
 }

@@ -94,6 +94,10 @@ impl MasterProcess {
     }
 }
 
+#[path = "bench/procfs.rs"]
+mod procfs;
+#[path = "bench/scale.rs"]
+mod scale;
 #[path = "bench/soak.rs"]
 mod soak;
 
@@ -104,7 +108,7 @@ impl Drop for MasterProcess {
     }
 }
 
-fn start_master(bin: &Path, state: &str) -> anyhow::Result<MasterProcess> {
+fn start_master(bin: &Path, state: &str, extra: &[&str]) -> anyhow::Result<MasterProcess> {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(bin)
         .args([
@@ -118,6 +122,7 @@ fn start_master(bin: &Path, state: &str) -> anyhow::Result<MasterProcess> {
         ])
         .arg("--state")
         .arg(state)
+        .args(extra)
         .env(
             "RUST_LOG",
             std::env::var("BENCH_MASTER_LOG").unwrap_or_else(|_| "warn".into()),
@@ -483,6 +488,19 @@ async fn main() -> anyhow::Result<()> {
         )
         .await;
     }
+    if std::env::args().nth(1).as_deref() == Some("scale") {
+        let exe_dir = std::env::current_exe()?
+            .parent()
+            .context("bench binary has a directory")?
+            .to_path_buf();
+        let args = scale::parse(std::env::args().skip(2))?;
+        return scale::run(
+            args,
+            &exe_dir.join("tunefleet"),
+            &exe_dir.join("tunefleet-worker"),
+        )
+        .await;
+    }
     let args = parse_args()?;
     for bin in [&args.master_bin, &args.worker_bin] {
         if !bin.is_file() {
@@ -505,7 +523,7 @@ async fn main() -> anyhow::Result<()> {
             "a fresh SQLite file, durability normal",
         ),
     };
-    let master = start_master(&args.master_bin, &state)?;
+    let master = start_master(&args.master_bin, &state, &[])?;
     println!("master: {} (state in {store})", master.url);
 
     // Throughput.

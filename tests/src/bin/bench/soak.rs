@@ -16,6 +16,7 @@ use anyhow::{bail, Context};
 use tunefleet_server::client::{Client, Update};
 use tunefleet_shared::protocol::FleetEvent;
 
+use super::procfs::{open_fds, rss_kib};
 use super::{start_master, KillOnDrop, TOKEN};
 
 pub struct SoakArgs {
@@ -66,22 +67,6 @@ fn worker(bin: &Path, url: &str, i: usize) -> anyhow::Result<KillOnDrop> {
     ))
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
 fn db_bytes(path: &Path) -> u64 {
     ["", "-wal"]
         .iter()
@@ -104,7 +89,7 @@ fn percentile(xs: &mut [u64], p: f64) -> u64 {
 pub async fn run(args: SoakArgs, master_bin: &Path, worker_bin: &Path) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("soak.db");
-    let master = start_master(master_bin, &db.display().to_string())?;
+    let master = start_master(master_bin, &db.display().to_string(), &[])?;
     let pid = master.pid();
     let url = master.url.clone();
     let mut workers: Vec<KillOnDrop> = (0..args.workers)
