@@ -28,8 +28,8 @@ use tunefleet_shared::model::{
     base64, ArtifactFile, ModelArtifactKind, ModelStage, ModelSubmission, ModelView,
 };
 use tunefleet_shared::protocol::{
-    FleetEvent, FleetSnapshot, JobCounts, JobId, JobProgress, JobResult, JobState, JobView, Lease,
-    MasterMessage, Millis, StatusReport, SubmitReport, TokenInfo, WorkerHello,
+    FleetEvent, JobCounts, JobId, JobProgress, JobResult, JobState, JobView, Lease, MasterMessage,
+    Millis, StatusReport, SubmitReport, TokenInfo, WorkerHello, WorkerView,
 };
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload};
@@ -110,12 +110,12 @@ impl SnapshotCache {
 /// the core thread), and then dropped; the text is shared.
 pub struct SharedSnapshot {
     pub seq: u64,
-    fleet: std::sync::Mutex<Option<FleetSnapshot>>,
+    fleet: std::sync::Mutex<Option<SnapshotParts>>,
     message: tokio::sync::OnceCell<tokio_tungstenite::tungstenite::Utf8Bytes>,
 }
 
 impl SharedSnapshot {
-    fn new(seq: u64, fleet: FleetSnapshot) -> Self {
+    fn new(seq: u64, fleet: SnapshotParts) -> Self {
         SharedSnapshot {
             seq,
             fleet: std::sync::Mutex::new(Some(fleet)),
@@ -141,14 +141,62 @@ impl SharedSnapshot {
     }
 }
 
-/// `ServerMessage::Snapshot { seq, snapshot }` serialised from a borrowed
-/// fleet (tested against the enum below).
-fn snapshot_message(seq: u64, fleet: &FleetSnapshot) -> String {
-    match serde_json::to_string(fleet) {
-        Ok(fleet) => format!(r#"{{"type":"snapshot","seq":{seq},"snapshot":{fleet}}}"#),
-        Err(e) => {
+/// The fleet as the core hands it out for a snapshot: job and model views,
+/// and each worker's view already serialised (kept by the core as workers
+/// change), so a snapshot of 10,000 workers is 10,000 pointer copies
+/// instead of 10,000 deep clones and serialisations.
+#[derive(Default)]
+struct SnapshotParts {
+    jobs: Vec<JobView>,
+    workers: Vec<Arc<str>>,
+    models: Vec<ModelView>,
+}
+
+/// `ServerMessage::Snapshot { seq, snapshot }` with the `FleetSnapshot`
+/// written from its parts (tested against the enum below).
+fn snapshot_message(seq: u64, fleet: &SnapshotParts) -> String {
+    let (jobs, models) = match (
+        serde_json::to_string(&fleet.jobs),
+        serde_json::to_string(&fleet.models),
+    ) {
+        (Ok(jobs), Ok(models)) => (jobs, models),
+        (Err(e), _) | (_, Err(e)) => {
             error!("cannot serialise the snapshot: {e}");
-            format!(r#"{{"type":"snapshot","seq":{seq},"snapshot":{{"jobs":[],"workers":[]}}}}"#)
+            ("[]".to_string(), "[]".to_string())
+        }
+    };
+    let workers_len: usize = fleet.workers.iter().map(|w| w.len() + 1).sum();
+    let mut out = String::with_capacity(jobs.len() + models.len() + workers_len + 80);
+    out.push_str(r#"{"type":"snapshot","seq":"#);
+    out.push_str(&seq.to_string());
+    out.push_str(r#","snapshot":{"jobs":"#);
+    out.push_str(&jobs);
+    out.push_str(r#","workers":["#);
+    for (i, worker) in fleet.workers.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(worker);
+    }
+    out.push_str(r#"],"models":"#);
+    out.push_str(&models);
+    out.push_str("}}");
+    out
+}
+
+/// `FleetEvent::WorkerJoined`/`WorkerUpdated` around a serialised view
+/// (tested against the enum below).
+fn worker_event_json(kind: &str, worker: &str) -> String {
+    format!(r#"{{"kind":"{kind}","worker":{worker}}}"#)
+}
+
+/// A worker's view as JSON, for its events and for snapshots.
+fn worker_json(view: &WorkerView) -> Arc<str> {
+    match serde_json::to_string(view) {
+        Ok(json) => json.into(),
+        Err(e) => {
+            error!("cannot serialise a worker view: {e}");
+            "{}".into()
         }
     }
 }
@@ -318,6 +366,8 @@ pub struct Core {
     /// if it is small (an idle fleet's dashboards reconnect at the cost of a
     /// socket write), else only while a subscriber still sends it.
     snapshot_cache: SnapshotCache,
+    /// Every registered worker's view as JSON, by session label.
+    worker_json: HashMap<String, Arc<str>>,
     server_version: String,
     counters: CoreCounters,
     trace_retention_ms: Option<Millis>,
@@ -378,6 +428,7 @@ impl Core {
             sessions: HashMap::new(),
             next_session: 1,
             snapshot_cache: SnapshotCache::default(),
+            worker_json: HashMap::new(),
             seq: 0,
             events,
             server_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -882,28 +933,34 @@ impl Core {
                 Output::WorkerJoined(session) => match self.scheduler.worker(session) {
                     Some(view) => {
                         self.counters.worker_joins += 1;
-                        (
-                            FleetEvent::WorkerJoined {
-                                worker: Box::new(view.clone()),
-                            },
-                            true,
-                        )
+                        let worker = worker_json(view);
+                        self.worker_json
+                            .insert(view.session.clone(), worker.clone());
+                        let json = worker_event_json("worker_joined", &worker);
+                        batch.trace.push((now, json.clone()));
+                        batch.events.push(json);
+                        continue;
                     }
                     None => continue,
                 },
                 Output::WorkerChanged(session) => match self.scheduler.worker(session) {
                     Some(_) if !workers_seen.insert(session) => continue,
-                    Some(view) => (
-                        FleetEvent::WorkerUpdated {
-                            worker: Box::new(view.clone()),
-                        },
-                        false,
-                    ),
+                    Some(view) => {
+                        let worker = worker_json(view);
+                        self.worker_json
+                            .insert(view.session.clone(), worker.clone());
+                        batch
+                            .events
+                            .push(worker_event_json("worker_updated", &worker));
+                        continue;
+                    }
                     None => continue,
                 },
                 Output::WorkerLeft { session, reason } => {
                     self.counters.worker_leaves += 1;
                     self.sessions.remove(&session);
+                    self.worker_json
+                        .remove(&crate::scheduler::session_label(session));
                     let event = FleetEvent::WorkerLeft {
                         session: crate::scheduler::session_label(session),
                         reason,
@@ -1090,12 +1147,20 @@ impl Core {
         shared
     }
 
-    fn snapshot(&self) -> FleetSnapshot {
-        let mut workers: Vec<_> = self.scheduler.workers().cloned().collect();
+    fn snapshot(&self) -> SnapshotParts {
+        let mut workers: Vec<&WorkerView> = self.scheduler.workers().collect();
         workers.sort_by_key(|w| w.connected_at);
-        FleetSnapshot {
+        SnapshotParts {
             jobs: self.results(None),
-            workers,
+            workers: workers
+                .into_iter()
+                .map(|w| {
+                    self.worker_json
+                        .get(&w.session)
+                        .cloned()
+                        .unwrap_or_else(|| worker_json(w))
+                })
+                .collect(),
             models: self.models.runs().map(|r| r.view()).collect(),
         }
     }
@@ -1126,7 +1191,7 @@ fn job_updated_event(view: &JobView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tunefleet_shared::protocol::ServerMessage;
+    use tunefleet_shared::protocol::{FleetSnapshot, ServerMessage};
 
     #[test]
     fn hand_built_job_event_is_the_protocol_event() {
@@ -1140,15 +1205,56 @@ mod tests {
         );
     }
 
+    fn some_worker(name: &str, connected_at: u64) -> WorkerView {
+        WorkerView {
+            session: format!("s-{name}"),
+            worker_id: format!("id-{name}"),
+            name: name.into(),
+            target: tunefleet_shared::target::Target::of_kind("llvm"),
+            backend: "sim".into(),
+            tvm_version: None,
+            current_job: Some("00000000000000aa".into()),
+            jobs_done: 3,
+            connected_at,
+        }
+    }
+
     #[test]
     fn hand_built_snapshot_frame_parses_as_server_message() {
-        let fleet = FleetSnapshot::default();
-        let parsed: ServerMessage = serde_json::from_str(&snapshot_message(9, &fleet)).unwrap();
+        for workers in [vec![], vec![some_worker("a", 1), some_worker("b", 2)]] {
+            let parts = SnapshotParts {
+                jobs: vec![],
+                workers: workers.iter().map(worker_json).collect(),
+                models: vec![],
+            };
+            let parsed: ServerMessage = serde_json::from_str(&snapshot_message(9, &parts)).unwrap();
+            let snapshot = FleetSnapshot {
+                jobs: vec![],
+                workers,
+                models: vec![],
+            };
+            assert_eq!(parsed, ServerMessage::Snapshot { seq: 9, snapshot });
+        }
+    }
+
+    #[test]
+    fn hand_built_worker_events_parse_as_fleet_events() {
+        let view = some_worker("w", 5);
+        let json = worker_json(&view);
+        let joined: FleetEvent =
+            serde_json::from_str(&worker_event_json("worker_joined", &json)).unwrap();
         assert_eq!(
-            parsed,
-            ServerMessage::Snapshot {
-                seq: 9,
-                snapshot: fleet
+            joined,
+            FleetEvent::WorkerJoined {
+                worker: Box::new(view.clone())
+            }
+        );
+        let updated: FleetEvent =
+            serde_json::from_str(&worker_event_json("worker_updated", &json)).unwrap();
+        assert_eq!(
+            updated,
+            FleetEvent::WorkerUpdated {
+                worker: Box::new(view)
             }
         );
     }

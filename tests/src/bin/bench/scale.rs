@@ -47,6 +47,8 @@ pub struct ScaleArgs {
     pub dashboards: usize,
     pub samples: usize,
     pub recycle_samples: usize,
+    /// Another master binary (a before/after comparison).
+    pub master_bin: Option<std::path::PathBuf>,
 }
 
 pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<ScaleArgs> {
@@ -55,6 +57,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<ScaleArgs> 
         dashboards: 1_000,
         samples: 20,
         recycle_samples: 10,
+        master_bin: None,
     };
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -63,8 +66,9 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<ScaleArgs> 
             "--dashboards" => args.dashboards = value()?.parse()?,
             "--samples" => args.samples = value()?.parse()?,
             "--recycle-samples" => args.recycle_samples = value()?.parse()?,
+            "--master-bin" => args.master_bin = Some(value()?.into()),
             other => bail!(
-                "unknown flag {other} (scale flags: --workers --dashboards --samples --recycle-samples)"
+                "unknown flag {other} (scale flags: --workers --dashboards --samples --recycle-samples --master-bin)"
             ),
         }
     }
@@ -101,9 +105,18 @@ fn llvm() -> Target {
 
 /// Tells the bench when the master handed it a job: the moment a recycled
 /// job reaches a worker is what recycle latency means for the fleet.
-struct Stopwatch {
+pub struct Stopwatch {
     inner: SimBackend,
     handed: mpsc::UnboundedSender<Instant>,
+}
+
+impl Stopwatch {
+    pub fn new(handed: mpsc::UnboundedSender<Instant>) -> Self {
+        Stopwatch {
+            inner: SimBackend::new(Duration::ZERO),
+            handed,
+        }
+    }
 }
 
 impl Backend for Stopwatch {
@@ -269,10 +282,7 @@ async fn recycle_sample(
             url,
             llvm(),
             spare_name.clone(),
-            Arc::new(Stopwatch {
-                inner: SimBackend::new(Duration::ZERO),
-                handed: handed_tx,
-            }),
+            Arc::new(Stopwatch::new(handed_tx)),
         ),
         std::future::pending::<()>(),
     ));
@@ -326,7 +336,7 @@ pub async fn run(args: ScaleArgs, master_bin: &Path, worker_bin: &Path) -> anyho
     let db = dir.path().join("scale.db");
     let max = connections.to_string();
     let master = start_master(
-        master_bin,
+        args.master_bin.as_deref().unwrap_or(master_bin),
         &db.display().to_string(),
         &["--max-connections", &max],
     )?;
