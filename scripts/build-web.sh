@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the web dashboard into web/dist/ (served by `tunefleet serve` at /):
-#   cargo build -p web --target wasm32-unknown-unknown --profile wasm-release
+#   cargo build -p web        (the page)      --target wasm32-unknown-unknown --profile wasm-release
+#   cargo build -p web-check  (file checks, fetched on first use of the upload box)
 #   wasm-bindgen --target web  (the CLI at exactly the version in Cargo.lock)
 #   wasm-opt                   (optional, binaryen; kept only when smaller)
+#   web-pack                   (content-hashed names, .br and .gz copies)
 # plus the static files from web/static/. No trunk, no network at run time.
 #
 # Installs what is missing when it can: the wasm32 target (rustup) and
@@ -13,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 OUT=web/dist
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
-WASM="$TARGET_DIR/wasm32-unknown-unknown/wasm-release/web.wasm"
+WASM_DIR="$TARGET_DIR/wasm32-unknown-unknown/wasm-release"
 
 # The wasm-bindgen CLI must match the wasm-bindgen crate exactly.
 WB_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
@@ -35,13 +37,16 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WB_VERSION"
         || cargo install wasm-bindgen-cli --version "=$WB_VERSION"
 fi
 
-echo "build-web: cargo build (wasm-release)"
+echo "build-web: cargo build (wasm-release): the page, then the checker module"
 cargo build -p web --target wasm32-unknown-unknown --profile wasm-release
+cargo build -p web-check --features exports --target wasm32-unknown-unknown --profile wasm-release
 
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/tunefleet-web.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT
 wasm-bindgen --target web --no-typescript --remove-name-section --remove-producers-section \
-    --out-dir "$STAGE" --out-name web "$WASM"
+    --out-dir "$STAGE" --out-name web "$WASM_DIR/web.wasm"
+wasm-bindgen --target web --no-typescript --remove-name-section --remove-producers-section \
+    --out-dir "$STAGE" --out-name check "$WASM_DIR/web_check.wasm"
 
 # Optional: binaryen's wasm-opt (Debian's is too old for current rustc output;
 # npm's `binaryen` works: `npm install binaryen`, or set WASM_OPT=path). Its
@@ -54,33 +59,46 @@ if [ -z "$WASM_OPT" ]; then
     done
 fi
 gz_size() { gzip -9 -c "$1" | wc -c; }
-if [ -n "$WASM_OPT" ]; then
+optimise() {
+    local module=$1
     if "$WASM_OPT" ${WASM_OPT_FLAGS:--Oz} --enable-bulk-memory --enable-nontrapping-float-to-int \
         --enable-sign-ext --enable-mutable-globals --enable-reference-types \
-        "$STAGE/web_bg.wasm" -o "$STAGE/web_bg.opt.wasm" 2>"$STAGE/wasm-opt.log"; then
-        before=$(gz_size "$STAGE/web_bg.wasm"); after=$(gz_size "$STAGE/web_bg.opt.wasm")
+        "$module" -o "$module.opt" 2>"$STAGE/wasm-opt.log"; then
+        before=$(gz_size "$module"); after=$(gz_size "$module.opt")
         if [ "$after" -lt "$before" ]; then
-            mv "$STAGE/web_bg.opt.wasm" "$STAGE/web_bg.wasm"
-            echo "build-web: $WASM_OPT: $before -> $after bytes gzipped"
+            mv "$module.opt" "$module"
+            echo "build-web: $WASM_OPT $(basename "$module"): $before -> $after bytes gzipped"
         else
-            rm "$STAGE/web_bg.opt.wasm"
-            echo "build-web: $WASM_OPT did not help ($before -> $after bytes gzipped); kept the original"
+            rm "$module.opt"
+            echo "build-web: $WASM_OPT did not help $(basename "$module") ($before -> $after bytes gzipped); kept the original"
         fi
     else
-        echo "build-web: $WASM_OPT failed (kept the unoptimised module):" >&2
+        echo "build-web: $WASM_OPT failed on $(basename "$module") (kept the unoptimised module):" >&2
         head -3 "$STAGE/wasm-opt.log" >&2
     fi
     rm -f "$STAGE/wasm-opt.log"
+}
+if [ -n "$WASM_OPT" ]; then
+    optimise "$STAGE/web_bg.wasm"
+    optimise "$STAGE/check_bg.wasm"
 fi
 
 cp web/static/* "$STAGE/"
+echo "build-web: packing (hashed names, brotli and gzip copies)"
+cargo build --quiet --release -p web-pack
 # Replace the bundle in one step, so a running master never serves half of it.
 rm -rf "$OUT.new"
 mkdir -p "$(dirname "$OUT")"
-cp -r "$STAGE" "$OUT.new"
+"$TARGET_DIR/release/web-pack" "$STAGE" "$OUT.new" >/dev/null
 rm -rf "$OUT"
 mv "$OUT.new" "$OUT"
 
-raw=$(wc -c < "$OUT/web_bg.wasm")
-gz=$(gzip -9 -c "$OUT/web_bg.wasm" | wc -c)
-echo "build-web: $OUT ready; web_bg.wasm $((raw / 1024)) KiB, $((gz / 1024)) KiB gzipped"
+# What a browser transfers on first load (brotli), and the checker it fetches later.
+served() { sed -n "s/^  \"$1\": \"\(.*\)\",\{0,1\}$/\1/p" "$OUT/assets.json"; }
+size() { if [ -f "$OUT/$1.br" ]; then wc -c < "$OUT/$1.br"; else wc -c < "$OUT/$1"; fi; }
+first=0
+for logical in index.html boot.js web.js web_bg.wasm style.css favicon.svg; do
+    first=$((first + $(size "$(served "$logical")")))
+done
+later=$(( $(size "$(served check.js)") + $(size "$(served check_bg.wasm)") ))
+echo "build-web: $OUT ready; first load $((first / 1024)) KiB brotli (web_bg.wasm $(( $(wc -c < "$OUT/$(served web_bg.wasm)") / 1024 )) KiB raw); the checker $((later / 1024)) KiB brotli, fetched on first use"

@@ -20,6 +20,7 @@ echo "== cargo fmt / clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --features tunefleet-worker/tvm,tunefleet-tests/tvm -- -D warnings
 cargo clippy -p web --target wasm32-unknown-unknown -- -D warnings   # the browser-only code
+cargo clippy -p web-check --features exports --target wasm32-unknown-unknown -- -D warnings   # the checker module
 
 echo "== Kubernetes manifests (offline, strict schema check)"
 scripts/validate-k8s.sh

@@ -75,17 +75,30 @@ fn browser_binaries(test: &str) -> Option<(PathBuf, PathBuf)> {
 /// The built dashboard; a clear failure when it is not built.
 fn web_dist() -> PathBuf {
     let dist = repo_root().join("web/dist");
+    let manifest = dist.join("assets.json");
+    fn not_built(manifest: &Path) -> ! {
+        panic!(
+            "{} is missing: build the dashboard with scripts/build-web.sh before the browser tests",
+            manifest.display()
+        )
+    }
+    let text = std::fs::read_to_string(&manifest).unwrap_or_else(|_| not_built(&manifest));
+    let served: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
     for file in [
         "index.html",
         "web.js",
         "web_bg.wasm",
+        "check.js",
+        "check_bg.wasm",
         "style.css",
         "boot.js",
     ] {
+        let name = served.get(file).unwrap_or_else(|| not_built(&manifest));
         assert!(
-            dist.join(file).is_file(),
-            "{} is missing: build the dashboard with scripts/build-web.sh before the browser tests",
-            dist.join(file).display()
+            dist.join(name).is_file(),
+            "{} is missing: rebuild the dashboard with scripts/build-web.sh",
+            dist.join(name).display()
         );
     }
     dist
@@ -1473,5 +1486,117 @@ async fn a_finished_model_run_shows_latencies_curve_and_tasks() {
         )
         .await;
     browser.shot("02-model-done-detail").await;
+    browser.close().await;
+}
+
+/// What the browser fetched, from the Resource Timing API: the page itself
+/// and every resource, with the bytes on the wire (headers included) and
+/// the decoded body sizes.
+async fn transfers(browser: &Browser) -> Vec<(String, u64, u64, u64)> {
+    let v = browser
+        .js(
+            "const all = [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource')];
+             return all.map(e => [new URL(e.name).pathname, e.transferSize, e.encodedBodySize, e.decodedBodySize]);",
+            vec![],
+        )
+        .await;
+    serde_json::from_value(v).expect("resource timings")
+}
+
+#[tokio::test]
+async fn the_first_load_is_small_and_the_checker_comes_when_needed() {
+    let _serial = SERIAL.lock().await;
+    let Some(browser) = Browser::start("first_load", "7").await else {
+        return;
+    };
+    let dist = web_dist();
+    let dir = tempfile::tempdir().unwrap();
+    let mut extra = web_args(&dist);
+    extra.push("--public-read".into());
+    let master = Master::start(dir.path(), &args(&extra));
+    let base = format!("http://{}/", master.addr);
+
+    browser.goto(&base).await;
+    browser
+        .wait(
+            "the live fleet",
+            LONG,
+            "return document.querySelector('#conn')?.dataset.state === 'live'",
+        )
+        .await;
+    let first = transfers(&browser).await;
+    let on_wire: u64 = first.iter().map(|t| t.1).sum();
+    let decoded: u64 = first.iter().map(|t| t.3).sum();
+    let first_render = browser
+        .js(
+            "return performance.getEntriesByName('tunefleet-first-render')[0]?.startTime ?? null",
+            vec![],
+        )
+        .await;
+    eprintln!(
+        "FIGURE first load: {on_wire} bytes transferred for {decoded} bytes of files; first render at {first_render} ms after navigation start; {first:?}"
+    );
+    assert!(
+        first_render.as_f64().is_some(),
+        "the app marks its first render"
+    );
+    // Only the page's own module: the checker waits for the upload box.
+    assert!(
+        first.iter().any(|t| t.0.starts_with("/web_bg-")),
+        "{first:?}"
+    );
+    assert!(
+        !first.iter().any(|t| t.0.starts_with("/check")),
+        "the checker was fetched on first load: {first:?}"
+    );
+    // Compressed on the wire: the wasm is far smaller than what it decodes to.
+    for (path, _, encoded, size) in first.iter().filter(|t| t.0.ends_with(".wasm")) {
+        assert!(
+            encoded * 2 < *size,
+            "{path}: {encoded} bytes on the wire for {size} bytes: not compressed"
+        );
+    }
+
+    // The upload box fetches the checker, and the preview follows.
+    browser
+        .type_into(
+            "#upload-text",
+            "target: {kind: llvm}\nworkloads:\n  - {name: lazy, op: matmul, shape: {m: 8, n: 8, k: 8}}\n",
+        )
+        .await;
+    browser
+        .wait(
+            "the preview from the checker",
+            LONG,
+            "return document.querySelector('#preview-table tbody tr td.name')?.textContent.includes('lazy')",
+        )
+        .await;
+    let later = transfers(&browser).await;
+    let checker: Vec<_> = later.iter().filter(|t| t.0.starts_with("/check")).collect();
+    assert_eq!(checker.len(), 2, "check.js and check_bg.wasm: {later:?}");
+    eprintln!(
+        "FIGURE checker: {} bytes transferred when the upload box is first used",
+        checker.iter().map(|t| t.1).sum::<u64>()
+    );
+    browser.shot("01-checked-by-the-lazy-module").await;
+
+    // A second visit takes the hashed assets from the cache: nothing on the
+    // wire for them, only the page itself is revalidated.
+    browser.goto(&base).await;
+    browser
+        .wait(
+            "the live fleet again",
+            LONG,
+            "return document.querySelector('#conn')?.dataset.state === 'live'",
+        )
+        .await;
+    let again = transfers(&browser).await;
+    for (path, wire, _, _) in again.iter().filter(|t| t.0.contains('-')) {
+        assert_eq!(*wire, 0, "{path} was fetched again: {again:?}");
+    }
+    eprintln!(
+        "FIGURE second visit: {} bytes transferred",
+        again.iter().map(|t| t.1).sum::<u64>()
+    );
     browser.close().await;
 }

@@ -1,31 +1,9 @@
 //! Small text formatting helpers for the page (pure, tested natively).
 
 use tunefleet_shared::protocol::Millis;
-use tunefleet_shared::target::Target;
 
 pub use tunefleet_shared::export::format_latency;
-
-/// `llvm num-cores=2 mcpu=znver4`: the kind, then every other attribute.
-pub fn target_summary(target: &Target) -> String {
-    let mut text = target.kind().to_string();
-    for (key, value) in target.attrs() {
-        if key == "kind" {
-            continue;
-        }
-        text.push(' ');
-        text.push_str(key);
-        text.push('=');
-        match value {
-            serde_json::Value::String(s) => text.push_str(s),
-            serde_json::Value::Array(items) if items.iter().all(|i| i.is_string()) => {
-                let items: Vec<&str> = items.iter().filter_map(|i| i.as_str()).collect();
-                text.push_str(&items.join(","));
-            }
-            other => text.push_str(&other.to_string()),
-        }
-    }
-    text
-}
+pub use web_check::workloads::target_summary;
 
 /// `45s`, `3m 05s`, `2h 10m`, `3d 4h`: two units at most.
 pub fn format_duration(ms: u64) -> String {
@@ -101,6 +79,7 @@ pub fn short_id(id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tunefleet_shared::target::Target;
 
     #[test]
     fn targets_read_like_tvm_options() {

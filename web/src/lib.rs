@@ -6,15 +6,20 @@
 //! natively, so `cargo test -p web` tests it on the host:
 //! - [`model`]: the state reducer for the pub/sub stream and the protocol
 //!   session (hello, subscribe, replies, reconnect backoff);
-//! - [`upload`]: workload files checked in the browser with the master's parser;
+//! - [`upload`]: workload files checked in the browser with the master's
+//!   parser; the parser itself is in the checker module (`web-check`), a
+//!   second wasm file fetched when the upload box is first used, so the first
+//!   load carries only the page;
 //! - [`model_upload`]: ONNX models checked and stripped of their weights in the
-//!   browser, as `tunefleet submit MODEL.onnx` does;
+//!   browser, as `tunefleet submit MODEL.onnx` does (the reading and stripping
+//!   in the checker module, the form here);
 //! - [`model_runs`]: what the Models card says about a model run;
 //! - [`chart`], [`format`]: the tuning curve's geometry and text formatting.
 //!
 //! The browser part (`app`, wasm32 only) renders that state and moves frames
 //! between the WebSocket and [`model::Session`]. Build it with
-//! `scripts/build-web.sh` (bundle in `web/dist/`).
+//! `scripts/build-web.sh` (bundle in `web/dist/`, packed by `web/pack` with
+//! content-hashed names and brotli/gzip copies).
 
 pub mod chart;
 pub mod format;

@@ -10,6 +10,7 @@
 //! (`--max-connections`). Refusals are plain HTTP answers (403, 503), logged
 //! with the peer's address.
 
+mod assets;
 mod client_conn;
 mod connection;
 mod head_deadline;
@@ -31,7 +32,6 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
-use tower_http::services::{ServeDir, ServeFile};
 use tracing::warn;
 
 use crate::core::CoreHandle;
@@ -142,8 +142,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics));
     let router = match web_dir {
         Some(dir) if dir.join("index.html").is_file() => {
-            let index = dir.join("index.html");
-            router.fallback_service(ServeDir::new(dir).fallback(ServeFile::new(index)))
+            router.fallback_service(assets::router(&dir))
         }
         _ => router.route("/", get(no_dashboard)),
     };

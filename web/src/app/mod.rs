@@ -8,6 +8,7 @@
 //! snapshot of the new subscription.
 
 mod browser;
+mod checker;
 mod view;
 
 use std::collections::HashSet;
@@ -23,6 +24,7 @@ use crate::model::{CloseAction, Effect, Session, Sort, SortKey, StateFilter};
 use crate::model_upload::{self, LoadedModel, ModelForm};
 use crate::upload::{self, Checked};
 use browser::Socket;
+use wasm_bindgen_futures::spawn_local;
 
 /// Jobs table rows rendered at first (and added per "show more").
 const PAGE_ROWS: usize = 200;
@@ -138,6 +140,10 @@ pub enum Msg {
     FilePicked(web_sys::File),
     FileLoaded(String, Result<String, String>),
     ModelLoaded(String, Result<Vec<u8>, String>),
+    /// The checker's answer for the upload text of this generation.
+    Checked(u64, Checked),
+    /// The checker's reading of a model file (name, size, result).
+    ModelChecked(u64, String, usize, Result<LoadedModel, String>),
     ModelName(String),
     ModelTrials(String),
     ModelShape(String, String),
@@ -185,6 +191,11 @@ pub struct App {
     /// Set when the loaded file is too big to show in the text area.
     upload_hidden_bytes: Option<usize>,
     checked: Checked,
+    /// Bumped whenever the upload box changes, so a late answer from the
+    /// checker for older content is dropped.
+    check_generation: u64,
+    /// The checker has not yet answered for the current content: submit waits.
+    checking: bool,
     submit_outcome: Option<SubmitOutcome>,
     reader: Option<FileReader>,
     dragging: bool,
@@ -259,8 +270,32 @@ impl App {
             .collect()
     }
 
-    fn recheck(&mut self) {
-        self.checked = upload::check(&self.upload_text, &self.upload_name, &self.known_ids());
+    /// Asks the checker about the upload text; the answer comes back as
+    /// [`Msg::Checked`]. The last preview stays on screen meanwhile.
+    fn recheck(&mut self, ctx: &Context<Self>) {
+        self.check_generation += 1;
+        if self.upload_text.trim().is_empty() {
+            self.checked = Checked::Empty;
+            self.checking = false;
+            return;
+        }
+        self.checking = true;
+        let (generation, link) = (self.check_generation, ctx.link().clone());
+        let (text, name) = (self.upload_text.clone(), self.upload_name.clone());
+        spawn_local(async move {
+            let checked = checker::check_workloads(&text, &name).await;
+            link.send_message(Msg::Checked(generation, checked));
+        });
+    }
+
+    /// Marks the preview rows whose jobs the master already has.
+    fn mark_known(&mut self) {
+        let known = self
+            .known_ids()
+            .into_iter()
+            .map(String::from)
+            .collect::<HashSet<_>>();
+        self.checked.mark_known(|id| known.contains(id));
     }
 
     fn handle_effects(&mut self, ctx: &Context<Self>, effects: Vec<Effect>) {
@@ -306,6 +341,8 @@ impl App {
 
     /// Puts a model file in the upload box in place of any YAML.
     fn show_model(&mut self, file: String, size: usize, loaded: Result<LoadedModel, String>) {
+        self.check_generation += 1;
+        self.checking = false;
         self.upload_text.clear();
         self.upload_hidden_bytes = None;
         self.checked = Checked::Empty;
@@ -375,6 +412,8 @@ impl Component for App {
             upload_name: "pasted.yaml".into(),
             upload_hidden_bytes: None,
             checked: Checked::Empty,
+            check_generation: 0,
+            checking: false,
             submit_outcome: None,
             reader: None,
             dragging: false,
@@ -425,7 +464,7 @@ impl Component for App {
                 if self.session.fleet.jobs().len() != had_jobs {
                     // The duplicate marks of the preview depend on the known jobs.
                     if self.checked.is_valid() {
-                        self.recheck();
+                        self.mark_known();
                     }
                 }
                 true
@@ -493,7 +532,7 @@ impl Component for App {
                 self.upload_name = "pasted.yaml".into();
                 self.upload_hidden_bytes = None;
                 self.submit_outcome = None;
-                self.recheck();
+                self.recheck(ctx);
                 true
             }
             Msg::FilePicked(file) => {
@@ -546,7 +585,7 @@ impl Component for App {
                         self.upload_text = text;
                         self.upload_name = name;
                         self.model = None;
-                        self.recheck();
+                        self.recheck(ctx);
                     }
                     Err(e) => self.notice(ctx, format!("cannot read {name}: {e}"), true),
                 }
@@ -557,11 +596,38 @@ impl Component for App {
                 self.submit_outcome = None;
                 match result {
                     Ok(bytes) => {
-                        let loaded = model_upload::load(&name, &bytes);
-                        self.show_model(name, bytes.len(), loaded);
+                        self.check_generation += 1;
+                        self.checking = true;
+                        let (generation, link) = (self.check_generation, ctx.link().clone());
+                        spawn_local(async move {
+                            let loaded = checker::load_model(&name, &bytes).await;
+                            link.send_message(Msg::ModelChecked(
+                                generation,
+                                name,
+                                bytes.len(),
+                                loaded,
+                            ));
+                        });
                     }
                     Err(e) => self.notice(ctx, format!("cannot read {name}: {e}"), true),
                 }
+                true
+            }
+            Msg::Checked(generation, checked) => {
+                if generation != self.check_generation {
+                    return false;
+                }
+                self.checking = false;
+                self.checked = checked;
+                self.mark_known();
+                true
+            }
+            Msg::ModelChecked(generation, name, size, loaded) => {
+                if generation != self.check_generation {
+                    return false;
+                }
+                self.checking = false;
+                self.show_model(name, size, loaded);
                 true
             }
             Msg::ModelName(text) => {
@@ -604,6 +670,9 @@ impl Component for App {
                 changed
             }
             Msg::Submit => {
+                if self.checking {
+                    return false;
+                }
                 if let Checked::Valid { yaml, .. } = &self.checked {
                     let command = ClientCommand::Submit {
                         yaml: yaml.clone(),
@@ -618,6 +687,8 @@ impl Component for App {
                 true
             }
             Msg::ClearUpload => {
+                self.check_generation += 1;
+                self.checking = false;
                 self.model = None;
                 self.upload_text.clear();
                 self.upload_hidden_bytes = None;
@@ -676,6 +747,16 @@ impl Component for App {
                 let before = self.notices.len();
                 self.notices.retain(|n| n.id != id);
                 before != self.notices.len()
+            }
+        }
+    }
+
+    fn rendered(&mut self, _ctx: &Context<Self>, first_render: bool) {
+        if first_render {
+            // For the browser test's time to first render (performance marks
+            // are cheap and visible in the browser's own tools too).
+            if let Some(performance) = gloo::utils::window().performance() {
+                let _ = performance.mark("tunefleet-first-render");
             }
         }
     }

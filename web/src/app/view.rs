@@ -305,6 +305,9 @@ fn upload_card(app: &App, ctx: &Context<App>) -> Html {
 
 fn check_result(app: &App, ctx: &Context<App>) -> Html {
     match &app.checked {
+        Checked::Empty if app.checking => html! {
+            <p id="upload-checking" class="sub" role="status">{ "Checking…" }</p>
+        },
         Checked::Empty => html! {},
         Checked::Invalid(errors) => html! {
             <div id="upload-errors" class="errors" role="alert">
@@ -349,7 +352,7 @@ fn check_result(app: &App, ctx: &Context<App>) -> Html {
                         if known > 0 { <span class="sub">{ format!(" · {known} already known, will be skipped") }</span> }
                     </p>
                     <div class="actions">
-                        <button id="submit" class="primary" disabled={!admin || !live || submitting}
+                        <button id="submit" class="primary" disabled={!admin || !live || submitting || app.checking}
                             onclick={ctx.link().callback(|_| Msg::Submit)}>{ label }</button>
                         if let Some(hint) = hint { <span class="sub">{ hint }</span> }
                     </div>
