@@ -585,6 +585,32 @@ pub struct SubmitReport {
     pub seeded: Vec<JobId>,
 }
 
+impl SubmitReport {
+    /// `3 new jobs, 1 duplicate skipped, 1 answered from the tuning cache,
+    /// 1 warm-started, 1 seeded from imported records` (the last three only
+    /// when there are any): what `tunefleet submit` prints after the file
+    /// name and the dashboard shows after a submit.
+    pub fn summary(&self) -> String {
+        let count =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let mut line = format!(
+            "{}, {} skipped",
+            count(self.new_jobs.len(), "new job", "new jobs"),
+            count(self.duplicates.len(), "duplicate", "duplicates")
+        );
+        for (ids, what) in [
+            (&self.cache_hits, "answered from the tuning cache"),
+            (&self.warm_started, "warm-started"),
+            (&self.seeded, "seeded from imported records"),
+        ] {
+            if !ids.is_empty() {
+                line += &format!(", {} {what}", ids.len());
+            }
+        }
+        line
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobCounts {

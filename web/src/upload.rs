@@ -17,21 +17,6 @@ pub fn check(text: &str, filename: &str, known: &HashSet<&str>) -> Checked {
     checked
 }
 
-/// `3 new jobs, 1 duplicate skipped`.
-pub fn submit_summary(new_jobs: usize, duplicates: usize) -> String {
-    let jobs = if new_jobs == 1 { "job" } else { "jobs" };
-    let mut text = format!("{new_jobs} new {jobs}");
-    if duplicates > 0 {
-        let dups = if duplicates == 1 {
-            "duplicate"
-        } else {
-            "duplicates"
-        };
-        text.push_str(&format!(", {duplicates} {dups} skipped"));
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,12 +37,5 @@ mod tests {
             rows.iter().map(|r| r.known).collect::<Vec<_>>(),
             [false, true]
         );
-    }
-
-    #[test]
-    fn summary_reads_well() {
-        assert_eq!(submit_summary(3, 0), "3 new jobs");
-        assert_eq!(submit_summary(1, 1), "1 new job, 1 duplicate skipped");
-        assert_eq!(submit_summary(0, 2), "0 new jobs, 2 duplicates skipped");
     }
 }

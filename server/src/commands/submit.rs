@@ -146,24 +146,7 @@ fn rejection(connect: &ConnectArgs, file: &str, err: ClientError) -> anyhow::Err
 
 /// `more.yaml: 3 new jobs, 1 duplicate skipped`, then one line per job.
 pub fn summary_line(file: &str, report: &SubmitReport) -> String {
-    let mut line = format!(
-        "{file}: {}, {} skipped",
-        plural(report.new_jobs.len(), "new job", "new jobs"),
-        plural(report.duplicates.len(), "duplicate", "duplicates")
-    );
-    if !report.cache_hits.is_empty() {
-        line += &format!(
-            ", {} answered from the tuning cache",
-            report.cache_hits.len()
-        );
-    }
-    if !report.warm_started.is_empty() {
-        line += &format!(", {} warm-started", report.warm_started.len());
-    }
-    if !report.seeded.is_empty() {
-        line += &format!(", {} seeded from imported records", report.seeded.len());
-    }
-    line
+    format!("{file}: {}", report.summary())
 }
 
 async fn print_report(client: &mut Client, file: &str, report: &SubmitReport) {
@@ -233,6 +216,17 @@ mod tests {
         assert_eq!(
             summary_line("x.yaml", &one),
             "x.yaml: 1 new job, 0 duplicates skipped"
+        );
+        let mixed = SubmitReport {
+            new_jobs: vec!["a".into(), "b".into(), "c".into()],
+            cache_hits: vec!["a".into()],
+            warm_started: vec!["b".into()],
+            seeded: vec!["c".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            summary_line("m.yaml", &mixed),
+            "m.yaml: 3 new jobs, 0 duplicates skipped, 1 answered from the tuning cache, 1 warm-started, 1 seeded from imported records"
         );
     }
 

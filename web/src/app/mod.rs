@@ -22,7 +22,7 @@ use yew::prelude::*;
 
 use crate::model::{CloseAction, Effect, Session, Sort, SortKey, StateFilter};
 use crate::model_upload::{self, LoadedModel, ModelForm};
-use crate::upload::{self, Checked};
+use crate::upload::Checked;
 use browser::Socket;
 use wasm_bindgen_futures::spawn_local;
 
@@ -315,10 +315,7 @@ impl App {
                         }
                     };
                     let outcome = SubmitOutcome::Accepted {
-                        summary: upload::submit_summary(
-                            report.new_jobs.len(),
-                            report.duplicates.len(),
-                        ),
+                        summary: report.summary(),
                         new_names: report.new_jobs.iter().map(name_of).collect(),
                         duplicate_names: report.duplicates.iter().map(name_of).collect(),
                     };
