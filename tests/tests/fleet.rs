@@ -444,7 +444,11 @@ async fn a_slow_subscriber_is_resynced_with_a_snapshot_and_never_stalls_the_flee
         .expect("subscribe");
 
     // The subscriber reads nothing while the jobs run through the fleet.
-    const JOBS: usize = 120;
+    // Enough jobs that their events (~700 bytes each, three or more per job)
+    // outgrow every buffer on the way: the 128 KiB the connection may queue
+    // before it waits for the socket, and the kernel's send buffer, which
+    // grows as the connection goes on.
+    const JOBS: usize = 600;
     master
         .client()
         .await

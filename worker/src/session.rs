@@ -11,7 +11,9 @@
 //!   is fixed for the whole run.
 //!
 //! A worker runs one job at a time and asks for the next one (`request_job`)
-//! only when it has no running job and nothing pending, once per idle period.
+//! once per idle period: as soon as no job is running, right after sending
+//! the last one's report, without waiting for its ack (at most
+//! [`MAX_UNACKNOWLEDGED`] reports wait for one).
 
 use crate::backend::{
     progress_channel, Backend, JobSpec, ProgressUpdate, ProgressWatch, TuneError,
@@ -34,6 +36,11 @@ use tunefleet_shared::protocol::{
 };
 use tunefleet_shared::target::Target;
 
+/// Reports (results, failures) that may wait for their ack while the worker
+/// takes the next job. One is the normal case (the ack comes with the next
+/// assignment); the bound keeps a master that stops acking from piling up
+/// finished work here.
+const MAX_UNACKNOWLEDGED: usize = 2;
 /// Limit for opening the socket, and then for the `registered` answer.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause before trying the next of several master URLs.
@@ -395,6 +402,14 @@ impl Worker {
         self.stats.clone()
     }
 
+    /// Room for one more job: reports awaiting an ack count as finished jobs
+    /// (for `--max-jobs`), and at most [`MAX_UNACKNOWLEDGED`] may wait.
+    fn wants_another_job(&self) -> bool {
+        let finished = self.stats.jobs_acknowledged() + self.pending.len() as u64;
+        self.pending.len() < MAX_UNACKNOWLEDGED
+            && self.config.max_jobs.is_none_or(|max| finished < max)
+    }
+
     fn max_jobs_reached(&self) -> bool {
         self.config
             .max_jobs
@@ -506,11 +521,15 @@ impl Worker {
         }
         let mut requested = false;
         loop {
-            if self.running.is_none() && self.pending.is_empty() {
-                if self.max_jobs_reached() {
+            if self.running.is_none() {
+                if self.pending.is_empty() && self.max_jobs_reached() {
                     return SessionEnd::Done;
                 }
-                if !requested {
+                // Asked for right after a report, not after its ack: the
+                // master handles a socket's messages in order, so the report
+                // is taken first, and the result and the next assignment
+                // share one commit instead of two round trips.
+                if !requested && self.wants_another_job() {
                     let request = WorkerMessage::RequestJob {
                         token: token.to_string(),
                     };

@@ -89,6 +89,23 @@ async fn expect_request_job(ws: &mut Ws, expected_token: &str) {
     }
 }
 
+/// Returns once the worker has read everything sent to it so far: it
+/// answers a ping only when its reading reaches it. (The worker asks for its
+/// next job before the ack of its last result arrives, so seeing that
+/// request says nothing about whether the ack was taken.)
+async fn worker_caught_up(ws: &mut Ws) {
+    ws.send(Message::Ping(b"caught-up".to_vec().into()))
+        .await
+        .unwrap();
+    loop {
+        match next_frame(ws).await {
+            Message::Pong(payload) if payload.as_ref() == b"caught-up" => return,
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("expected the pong, got {other:?}"),
+        }
+    }
+}
+
 async fn expect_close(mut ws: Ws, code: u16) {
     let ws = &mut ws;
     loop {
@@ -281,6 +298,7 @@ async fn unacked_result_is_resent_with_original_lease_after_reconnect() {
     )
     .await;
     expect_request_job(&mut ws, "t2").await;
+    worker_caught_up(&mut ws).await;
 
     worker.shutdown();
     expect_close(ws, close_code::NORMAL).await;
@@ -542,8 +560,58 @@ async fn result_finished_while_disconnected_goes_out_first_after_registering() {
     )
     .await;
     expect_request_job(&mut ws, "t2").await;
+    worker_caught_up(&mut ws).await;
     worker.shutdown();
     expect_close(ws, close_code::NORMAL).await;
     let stats = worker.finish().await.unwrap();
     assert_eq!((stats.registrations, stats.reports_accepted), (2, 1));
+}
+
+/// The next job is asked for right after a result, before its ack (the
+/// master takes a socket's messages in order, so both share one commit);
+/// while two results await their acks, the worker takes no third job.
+#[tokio::test]
+async fn the_next_job_is_asked_for_before_the_ack_but_at_most_two_reports_wait() {
+    let (master, url) = FakeMaster::start().await;
+    let mut worker = RunningWorker::start(&url, Duration::ZERO, None);
+    let (mut ws, _) = master.accept_registered("t1").await;
+    expect_request_job(&mut ws, "t1").await;
+    let mut ids = Vec::new();
+    for (i, lease) in [(1u32, 21), (2, 22)] {
+        let job = workload(&format!("mm-{i}"), 8 * i);
+        ids.push((job.job_id(), lease));
+        send(&mut ws, assign(job, lease, 1)).await;
+        loop {
+            match recv(&mut ws).await {
+                WorkerMessage::Progress { .. } => {}
+                WorkerMessage::Result { lease: l, .. } => {
+                    assert_eq!(l, lease);
+                    break;
+                }
+                other => panic!("expected the result, got {other:?}"),
+            }
+        }
+        if i == 1 {
+            // No ack yet, and the request is already here.
+            expect_request_job(&mut ws, "t1").await;
+        }
+    }
+    // Two reports wait: nothing more is asked for until an ack comes.
+    worker_caught_up(&mut ws).await;
+    let (first, lease) = ids[0].clone();
+    send(
+        &mut ws,
+        MasterMessage::Ack {
+            job_id: first,
+            lease,
+            accepted: true,
+            reason: None,
+        },
+    )
+    .await;
+    expect_request_job(&mut ws, "t1").await;
+    worker.shutdown();
+    expect_close(ws, close_code::NORMAL).await;
+    let stats = worker.finish().await.unwrap();
+    assert_eq!((stats.jobs_succeeded, stats.reports_accepted), (2, 1));
 }
