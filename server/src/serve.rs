@@ -186,6 +186,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let signals = watch_signals();
     if args.heartbeat_timeout <= args.heartbeat_interval {
         bail!("--heartbeat-timeout must be longer than --heartbeat-interval");
     }
@@ -253,7 +254,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let mut core = tokio::select! {
         opened = opening => opened.context("the start-up task failed")??,
-        () = wait_for_signal() => {
+        () = signalled(signals.clone()) => {
             info!("stopped before taking the lead");
             return Ok(());
         }
@@ -385,7 +386,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let app = net::router(state).into_make_service_with_connect_info::<SocketAddr>();
     let stopping = async move {
         tokio::select! {
-            _ = wait_for_signal() => {}
+            _ = signalled(signals) => {}
             _ = stop.notified() => {}
         }
         info!("shutting down: closing connections");
@@ -555,26 +556,48 @@ fn default_web_dir() -> Option<PathBuf> {
         .find(|d| d.join("index.html").is_file())
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Listens for SIGTERM and ctrl-c from the first line of [`run`] to its end.
+/// Tokio tells a signal only to the streams that exist when it arrives, so a
+/// listener made later (when the server starts serving) would miss a SIGTERM
+/// sent just after "listening" was printed, and the master would never stop.
+/// The streams are made here, synchronously, and the answer is kept.
+fn watch_signals() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
+        use tokio::signal::unix::{signal, SignalKind};
+        let streams = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        );
+        tokio::spawn(async move {
+            match streams {
+                (Ok(mut term), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
                 }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+            let _ = tx.send(true);
+        });
     }
     #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Resolves once a signal has come (even before this was called).
+async fn signalled(mut signals: watch::Receiver<bool>) {
+    if signals.wait_for(|stop| *stop).await.is_err() {
+        // The watcher is gone without a signal: wait for other reasons to stop.
+        std::future::pending::<()>().await;
     }
 }
 
