@@ -215,6 +215,26 @@ mod tests {
         }
     }
 
+    /// Found by fuzzing (10 million runs of `target_text`): a number too
+    /// large for an integer was parsed to one float and printed as text
+    /// that parsed to the next one, so the target's canonical text named
+    /// another target. serde_json's `float_roundtrip` parses exactly.
+    #[test]
+    fn a_huge_number_prints_back_as_the_same_target() {
+        let found = format!(r#"{{"kind":"l","mm\\,71":{}2}}"#, "6".repeat(44));
+        for text in [
+            found.as_str(),
+            r#"{"kind":"llvm","x":1e400}"#,
+            r#"{"kind":"llvm","x":0.1}"#,
+        ] {
+            let Ok(target) = Target::parse(text) else {
+                continue;
+            };
+            let again = Target::parse(&target.to_string()).unwrap();
+            assert_eq!(again, target, "{text}");
+        }
+    }
+
     #[test]
     fn completion_fills_only_what_the_job_leaves_open() {
         let worker = Target::parse(r#"{"kind":"llvm","mcpu":"znver3","num-cores":2}"#).unwrap();
