@@ -236,7 +236,12 @@ pub enum LeaveKind {
 #[derive(Debug)]
 pub struct Scheduler {
     config: SchedulerConfig,
-    jobs: HashMap<JobId, Job>,
+    /// Boxed: a `Job` is ~870 bytes, and a table of them inline wastes that
+    /// much per empty slot (up to half the table after it doubles) and
+    /// copies every job when it grows; boxed, a slot is 32 bytes. A farm
+    /// keeps every job it was given, so this is most of its memory (the
+    /// soak in docs/benchmarks.md).
+    jobs: HashMap<JobId, Box<Job>>,
     /// Queued jobs grouped by their target's canonical text, each in queue order.
     queues: BTreeMap<String, (Target, BTreeMap<i64, JobId>)>,
     next_back: i64,
@@ -298,7 +303,7 @@ impl Scheduler {
             }
             s.cache.add(&job);
             s.imports.learn(&job);
-            s.jobs.insert(id.clone(), job);
+            s.jobs.insert(id.clone(), Box::new(job));
             if was_in_flight {
                 // In-flight jobs were at the head of the fleet's attention; keep them there.
                 let key = s.take_front_key();
@@ -317,11 +322,11 @@ impl Scheduler {
     }
 
     pub fn job(&self, id: &str) -> Option<&Job> {
-        self.jobs.get(id)
+        self.jobs.get(id).map(|job| &**job)
     }
 
     pub fn jobs(&self) -> impl Iterator<Item = &Job> {
-        self.jobs.values()
+        self.jobs.values().map(|job| &**job)
     }
 
     pub fn worker(&self, session: SessionId) -> Option<&WorkerView> {
@@ -467,7 +472,7 @@ impl Scheduler {
             }
             self.jobs.insert(
                 id.clone(),
-                Job {
+                Box::new(Job {
                     view,
                     lease: 0,
                     holder: None,
@@ -475,7 +480,7 @@ impl Scheduler {
                     last_progress_at: now,
                     queue_key: key,
                     extras,
-                },
+                }),
             );
             if !answered {
                 self.enqueue(&id, key);
@@ -554,11 +559,7 @@ impl Scheduler {
         now: Millis,
         out: &mut Vec<Output>,
     ) -> Result<usize, JoinRefusal> {
-        let open: Vec<&Job> = self
-            .jobs
-            .values()
-            .filter(|j| !j.state().is_terminal())
-            .collect();
+        let open: Vec<&Job> = self.jobs().filter(|j| !j.state().is_terminal()).collect();
         let matching = open
             .iter()
             .filter(|j| hello.target.serves(j.target()))

@@ -61,19 +61,26 @@ impl TuningCache {
         }
     }
 
-    pub(super) fn lookup(&self, workload: &Workload, jobs: &HashMap<JobId, Job>) -> CacheAnswer {
+    pub(super) fn lookup(
+        &self,
+        workload: &Workload,
+        jobs: &HashMap<JobId, Box<Job>>,
+    ) -> CacheAnswer {
         let Some(ids) = self.entries.get(&workload.content_key()) else {
             return CacheAnswer::Miss;
         };
-        let usable = ids.iter().filter_map(|id| jobs.get(id)).filter(|job| {
-            is_entry(job)
-                && job
-                    .view
-                    .result
-                    .as_ref()
-                    .and_then(|r| r.target.as_ref())
-                    .is_some_and(|effective| effective.serves(&workload.target))
-        });
+        let usable = ids
+            .iter()
+            .filter_map(|id| jobs.get(id).map(|job| &**job))
+            .filter(|job| {
+                is_entry(job)
+                    && job
+                        .view
+                        .result
+                        .as_ref()
+                        .and_then(|r| r.target.as_ref())
+                        .is_some_and(|effective| effective.serves(&workload.target))
+            });
         let covered = |job: &Job| job.view.trials_total.max(job.view.trials_done);
         let latency = |job: &Job| job.view.best_latency_s.unwrap_or(f64::INFINITY);
         let (full, partial): (Vec<&Job>, Vec<&Job>) =

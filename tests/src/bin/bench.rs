@@ -111,16 +111,16 @@ impl Drop for MasterProcess {
 
 fn start_master(bin: &Path, state: &str, extra: &[&str]) -> anyhow::Result<MasterProcess> {
     use std::io::{BufRead, BufReader};
+    // A deep event ring so that the throughput runs' subscribers never lag
+    // into a resync, unless the caller names its own.
+    let ring: &[&str] = if extra.contains(&"--event-buffer") {
+        &[]
+    } else {
+        &["--event-buffer", "65536"]
+    };
     let mut child = Command::new(bin)
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--admin-token",
-            TOKEN,
-            "--event-buffer",
-            "65536",
-        ])
+        .args(["serve", "--bind", "127.0.0.1:0", "--admin-token", TOKEN])
+        .args(ring)
         .arg("--state")
         .arg(state)
         .args(extra)
