@@ -603,6 +603,20 @@ impl Harness {
     }
 
     fn check(&self) {
+        // The open-jobs count by target (what a joining worker is checked
+        // against) is always what the jobs say.
+        let mut open = std::collections::BTreeMap::<String, usize>::new();
+        for job in self.s.jobs().filter(|j| !j.state().is_terminal()) {
+            *open
+                .entry(job.view.workload.target.canonical_json())
+                .or_default() += 1;
+        }
+        let counted: std::collections::BTreeMap<String, usize> = self
+            .s
+            .open_by_target()
+            .map(|(key, n)| (key.to_string(), n))
+            .collect();
+        assert_eq!(counted, open, "open jobs by target");
         let queue = self.s.queue_order();
         for id in &self.ids {
             let job = self.s.job(id).expect("a job is never lost");

@@ -95,6 +95,8 @@ impl MasterProcess {
     }
 }
 
+#[path = "bench/join.rs"]
+mod join;
 #[path = "bench/procfs.rs"]
 mod procfs;
 #[path = "bench/scale.rs"]
@@ -487,6 +489,9 @@ async fn chaos_main() -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("join") {
+        return join::run(std::env::args().skip(2));
+    }
     if std::env::args().nth(1).as_deref() == Some("chaos") {
         return chaos_main().await;
     }
