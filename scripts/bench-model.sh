@@ -40,20 +40,21 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
+BIN=${CARGO_TARGET_DIR:-target}/release
 echo "== fleet: $model, $TRIALS trials, $PER_ROUND per round, one worker" >&2
-target/release/tunefleet serve --bind "127.0.0.1:$PORT" --state "$OUT/fleet.db" \
+"$BIN/tunefleet" serve --bind "127.0.0.1:$PORT" --state "$OUT/fleet.db" \
   --admin-token "$TOKEN" >"$OUT/master.log" 2>&1 &
 pids+=($!)
 sleep 1
-target/release/tunefleet-worker --server "ws://127.0.0.1:$PORT" --backend tvm \
+"$BIN/tunefleet-worker" --server "ws://127.0.0.1:$PORT" --backend tvm \
   --trials-per-round "$PER_ROUND" >"$OUT/worker.log" 2>&1 &
 pids+=($!)
 export TUNEFLEET_TOKEN=$TOKEN TUNEFLEET_SERVER="ws://127.0.0.1:$PORT"
 start=$(date +%s.%N)
-target/release/tunefleet submit "$model" --name bench --trials "$TRIALS" \
+"$BIN/tunefleet" submit "$model" --name bench --trials "$TRIALS" \
   --trials-per-round "$PER_ROUND" --wait >"$OUT/fleet.txt"
 end=$(date +%s.%N)
-target/release/tunefleet results --model bench --format json >"$OUT/fleet.json"
+"$BIN/tunefleet" results --model bench --format json >"$OUT/fleet.json"
 cleanup
 pids=()
 fleet_wall=$(python3 -c "print(round($end - $start, 1))")

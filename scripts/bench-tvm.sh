@@ -41,8 +41,9 @@ OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 WORKLOADS=("$@")
 [ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(examples/workloads.yaml)
 PY=$ROOT/.venv/bin/python
-TF=$ROOT/target/release/tunefleet
-TFW=$ROOT/target/release/tunefleet-worker
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+TF=$BIN/tunefleet
+TFW=$BIN/tunefleet-worker
 export TUNEFLEET_TOKEN=${TUNEFLEET_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 unset TUNEFLEET_SERVER TUNEFLEET_FULL_TENSOR_INTRIN
 

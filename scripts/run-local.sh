@@ -21,12 +21,13 @@ WORKLOADS=("$@")
 scripts/setup-tvm.sh
 export PATH="$PWD/.venv/bin:$PATH"
 cargo build --release -p tunefleet-server -p tunefleet-worker --features tunefleet-worker/tvm --bins
+BIN=${CARGO_TARGET_DIR:-target}/release
 if [ -x scripts/build-web.sh ]; then scripts/build-web.sh; fi
 
 # The master starts and supervises its own worker(s): `--local-workers auto`
 # is one per 2 cores, each pinned to its cores, restarted if it dies.
 LOCAL_WORKERS=${TUNEFLEET_LOCAL_WORKERS:-auto}
-target/release/tunefleet serve --bind "$BIND" --state "$STATE" --admin-token "$TOKEN" \
+"$BIN/tunefleet" serve --bind "$BIND" --state "$STATE" --admin-token "$TOKEN" \
     --local-workers "$LOCAL_WORKERS" --local-worker-args "--target $(printf %q "$TARGET") --backend tvm" \
     --workloads "${WORKLOADS[@]}" 2> tunefleet-master.log &
 master=$!
@@ -36,8 +37,8 @@ for _ in $(seq 100); do curl -sf "http://$BIND/healthz" >/dev/null 2>&1 && break
 echo "master: ws://$BIND  dashboard: http://$BIND/  admin token: $TOKEN"
 echo "log: tunefleet-master.log (the local workers' lines are in it, under their names)"
 export TUNEFLEET_TOKEN="$TOKEN"
-target/release/tunefleet watch --server "ws://$BIND" || true
-target/release/tunefleet results --server "ws://$BIND" --format table
+"$BIN/tunefleet" watch --server "ws://$BIND" || true
+"$BIN/tunefleet" results --server "ws://$BIND" --format table
 if [ -z "${EXIT_WHEN_DONE:-}" ]; then
     echo "tuning finished; the master keeps serving http://$BIND/ until Ctrl-C"
     wait "$master"
