@@ -53,14 +53,13 @@ pub fn run(mut it: impl Iterator<Item = String>) -> anyhow::Result<()> {
             secret: None,
         })
         .collect();
+    let expected = open.min(jobs);
     out.clear();
     let started = Instant::now();
     for (i, hello) in (0..).zip(&hellos) {
-        let matching = s
-            .worker_joined(1_000 + i, hello, 2, &mut out)
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        if matching != open.min(jobs) {
-            bail!("a worker saw {matching} open jobs, expected {open}");
+        let matching = s.worker_joined(1_000 + i, hello, 2, &mut out)?;
+        if matching != expected {
+            bail!("a worker saw {matching} open jobs, expected {expected}");
         }
     }
     let per_join = started.elapsed().as_secs_f64() * 1e6 / joins as f64;
