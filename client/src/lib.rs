@@ -687,12 +687,26 @@ impl Client {
         }
     }
 
-    /// Full views of the given jobs, or of every job when `job_ids` is `None`.
+    /// Full views of the given jobs (archived ones included), or of every
+    /// job the master holds when `job_ids` is `None`.
     pub async fn results(
         &mut self,
         job_ids: Option<Vec<JobId>>,
     ) -> Result<Vec<JobView>, ClientError> {
-        match self.request(ClientCommand::Results { job_ids }).await? {
+        self.results_with(job_ids, false).await
+    }
+
+    /// [`Client::results`]; with `archived`, every job also brings the jobs
+    /// archived by `--job-retention` (read from the master's database).
+    pub async fn results_with(
+        &mut self,
+        job_ids: Option<Vec<JobId>>,
+        archived: bool,
+    ) -> Result<Vec<JobView>, ClientError> {
+        match self
+            .request(ClientCommand::Results { job_ids, archived })
+            .await?
+        {
             ReplyBody::Results { jobs } => Ok(jobs),
             other => Err(unexpected("results", &other)),
         }

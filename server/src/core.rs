@@ -37,10 +37,10 @@ use tunefleet_shared::workload::{Op, Workload};
 use crate::metrics::{CoreCounters, FleetMetrics};
 use crate::models::{ModelError, ModelRuns, Plan};
 use crate::scheduler::{
-    CachePolicy, CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection,
+    CachePolicy, CommandError, Job, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection,
     Scheduler, SchedulerConfig, SessionId,
 };
-use crate::store::{Store, TraceJob};
+use crate::store::{Archived, Store, TraceJob};
 use crate::tokens::{TokenBook, TokenError, TokenRegistry, META_PREFIX};
 
 /// Commands taken per batch, at most; bounds the latency a batch adds.
@@ -150,6 +150,7 @@ struct SnapshotParts {
     jobs: Vec<JobView>,
     workers: Vec<Arc<str>>,
     models: Vec<ModelView>,
+    archived: JobCounts,
 }
 
 /// `ServerMessage::Snapshot { seq, snapshot }` with the `FleetSnapshot`
@@ -180,6 +181,10 @@ fn snapshot_message(seq: u64, fleet: &SnapshotParts) -> String {
     }
     out.push_str(r#"],"models":"#);
     out.push_str(&models);
+    if !fleet.archived.is_empty() {
+        out.push_str(r#","archived":"#);
+        out.push_str(&serde_json::to_string(&fleet.archived).unwrap_or_else(|_| "{}".into()));
+    }
     out.push_str("}}");
     out
 }
@@ -272,6 +277,8 @@ pub enum Command {
     },
     Results {
         job_ids: Option<Vec<JobId>>,
+        /// With every job: the archived ones too (read from the store).
+        archived: bool,
         reply: oneshot::Sender<Vec<JobView>>,
     },
     Cancel {
@@ -372,6 +379,12 @@ pub struct Core {
     counters: CoreCounters,
     trace_retention_ms: Option<Millis>,
     trace_pruned_at: Millis,
+    /// `--job-retention`: ended jobs unchanged for this long leave memory.
+    job_retention_ms: Option<Millis>,
+    archive_swept_at: Millis,
+    /// The archived jobs by state (the store's rows, counted at start and
+    /// kept current), so that counts stay whole without holding the jobs.
+    archived: JobCounts,
     tokens: TokenBook,
     /// Set while commits fail (full disk, ...): read by the network layer,
     /// which then refuses new work instead of letting it queue unanswered.
@@ -417,6 +430,17 @@ impl Core {
             );
         }
         store.commit(recovered, std::iter::empty(), &[], &[])?;
+        let mut archived = JobCounts::default();
+        for (state, n) in store.archived_counts()? {
+            archived.count(state, n as isize);
+        }
+        archived.archived = archived.total;
+        if archived.total > 0 {
+            info!(
+                jobs = archived.total,
+                "archived jobs stay in the state database (found again by id or computation)"
+            );
+        }
         let tokens = TokenBook::load(store.load_meta(META_PREFIX)?, TokenRegistry::default());
         let mut imports = store.load_meta(crate::scheduler::IMPORT_PREFIX)?;
         imports.extend(store.load_meta(crate::scheduler::KEY_PREFIX)?);
@@ -435,6 +459,9 @@ impl Core {
             counters: CoreCounters::default(),
             trace_retention_ms: None,
             trace_pruned_at: 0,
+            job_retention_ms: None,
+            archive_swept_at: 0,
+            archived,
             tokens,
             storage_failing: Arc::new(AtomicBool::new(false)),
         })
@@ -560,6 +587,10 @@ impl Core {
                 by,
                 reply,
             } => {
+                self.bring_back(workloads.iter().map(Workload::job_id), batch);
+                if cache == CachePolicy::Use {
+                    self.bring_back_entries(&workloads, batch);
+                }
                 let (new_jobs, duplicates) =
                     self.scheduler.submit_as(workloads, cache, now, &mut out);
                 if let Some(by) = &by {
@@ -612,13 +643,19 @@ impl Core {
                     let _ = reply.send(report);
                 }));
             }
-            Command::Results { job_ids, reply } => {
-                let views = self.results(job_ids.as_deref());
+            Command::Results {
+                job_ids,
+                archived,
+                reply,
+            } => {
+                let mut views = self.results(job_ids.as_deref());
+                self.add_archived_views(job_ids.as_deref(), archived, &mut views);
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(views);
                 }));
             }
             Command::Cancel { job_id, by, reply } => {
+                self.bring_back(std::iter::once(job_id.clone()), batch);
                 let r = self.scheduler.cancel(&job_id, now, &mut out);
                 if r.is_ok() {
                     self.scheduler.note_action(&job_id, "cancel", &by, now);
@@ -628,6 +665,7 @@ impl Core {
                 }));
             }
             Command::Retry { job_id, by, reply } => {
+                self.bring_back(std::iter::once(job_id.clone()), batch);
                 let r = self.scheduler.retry(&job_id, now, &mut out);
                 if r.is_ok() {
                     self.scheduler.note_action(&job_id, "retry", &by, now);
@@ -731,6 +769,7 @@ impl Core {
             Command::Tick => {
                 self.scheduler.tick(now, &mut out);
                 self.prune_trace(now);
+                self.archive_ended_jobs(now, batch);
                 self.snapshot_cache.trim();
             }
             Command::Shutdown { .. } => {}
@@ -760,6 +799,152 @@ impl Core {
         }
     }
 
+    /// `--job-retention`: moves the ended jobs unchanged for the window out
+    /// of memory, at most every tenth of the window (1 s to 1 min). Their
+    /// rows stay, marked; subscribers get `jobs_archived`. A model run that
+    /// is still going keeps its jobs.
+    fn archive_ended_jobs(&mut self, now: Millis, batch: &mut Batch) {
+        let Some(keep) = self.job_retention_ms else {
+            return;
+        };
+        if now.saturating_sub(self.archive_swept_at) < (keep / 10).clamp(1_000, 60_000) {
+            return;
+        }
+        self.archive_swept_at = now;
+        let models = &self.models;
+        let gone = self
+            .scheduler
+            .archive(now.saturating_sub(keep), &|id| models.holds_job(id));
+        if gone.is_empty() {
+            return;
+        }
+        let mut job_ids = Vec::with_capacity(gone.len());
+        let mut rows = Vec::with_capacity(gone.len());
+        for job in gone {
+            self.archived.count(job.state(), 1);
+            rows.push((job.id().clone(), job.view.workload.content_key()));
+            job_ids.push(job.id().clone());
+        }
+        self.archived.archived = self.archived.total;
+        self.store.archive(rows, now);
+        info!(
+            jobs = job_ids.len(),
+            archived = self.archived.total,
+            "ended jobs archived (--job-retention)"
+        );
+        // In the trace too: it is also what commits the marks with the batch.
+        let event = FleetEvent::JobsArchived {
+            job_ids,
+            archived: self.archived.clone(),
+        };
+        let json = serde_json::to_string(&event).unwrap_or_default();
+        batch.trace.push((now, json.clone()));
+        batch.events.push(json);
+    }
+
+    /// Archived jobs among `ids` come back into memory, for a command that
+    /// names them (a resubmission, a retry, a cancel, a model's task).
+    fn bring_back(&mut self, ids: impl Iterator<Item = JobId>, batch: &mut Batch) {
+        if self.archived.total == 0 {
+            return;
+        }
+        let missing: Vec<JobId> = ids.filter(|id| self.scheduler.job(id).is_none()).collect();
+        if missing.is_empty() {
+            return;
+        }
+        match self.store.load_archived(Archived::Ids(&missing)) {
+            Ok(jobs) => self.restore(jobs, batch),
+            // Then the command goes on as if the job were new or unknown.
+            Err(e) => warn!("cannot read archived jobs back: {e}"),
+        }
+    }
+
+    /// The archived tuning-cache entries of these workloads' computations
+    /// come back, so that the cache answers as if they had never left.
+    fn bring_back_entries(&mut self, workloads: &[Workload], batch: &mut Batch) {
+        if self.archived.done == 0 {
+            return;
+        }
+        let keys: std::collections::BTreeSet<String> =
+            workloads.iter().map(Workload::content_key).collect();
+        for key in keys {
+            match self
+                .store
+                .load_archived(Archived::Done { content_key: &key })
+            {
+                Ok(jobs) => self.restore(jobs, batch),
+                Err(e) => warn!("cannot read archived cache entries back: {e}"),
+            }
+        }
+    }
+
+    /// Takes archived jobs back: live again in memory, and in the store once
+    /// the batch writes them; subscribers get the lower counts, then the jobs.
+    fn restore(&mut self, jobs: Vec<Job>, batch: &mut Batch) {
+        let mut back = Vec::new();
+        for job in jobs {
+            let (id, state) = (job.id().clone(), job.state());
+            if self.scheduler.restore(job) {
+                self.store.keep_live(&id);
+                self.archived.count(state, -1);
+                back.push(id);
+            }
+        }
+        if back.is_empty() {
+            return;
+        }
+        self.archived.archived = self.archived.total;
+        debug!(jobs = back.len(), "archived jobs brought back");
+        let event = FleetEvent::JobsArchived {
+            job_ids: Vec::new(),
+            archived: self.archived.clone(),
+        };
+        batch
+            .events
+            .push(serde_json::to_string(&event).unwrap_or_default());
+        for id in back {
+            if let Some(job) = self.scheduler.job(&id) {
+                batch.events.push(job_updated_event(&job.view));
+            }
+            batch.dirty.push(id);
+        }
+    }
+
+    /// `results` of archived jobs: those named that memory does not hold,
+    /// or, with `all`, every one. Read only: nothing comes back into memory.
+    fn add_archived_views(&mut self, ids: Option<&[JobId]>, all: bool, views: &mut Vec<JobView>) {
+        if self.archived.total == 0 {
+            return;
+        }
+        let read = match ids {
+            Some(ids) => {
+                let missing: Vec<JobId> = ids
+                    .iter()
+                    .filter(|id| self.scheduler.job(id).is_none())
+                    .cloned()
+                    .collect();
+                if missing.is_empty() {
+                    return;
+                }
+                self.store.load_archived(Archived::Ids(&missing))
+            }
+            None if all => self.store.load_archived(Archived::All),
+            None => return,
+        };
+        match read {
+            Ok(jobs) => {
+                views.extend(jobs.into_iter().map(|job| job.view));
+                views.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
+            }
+            Err(e) => warn!("cannot read archived jobs: {e}"),
+        }
+    }
+
+    /// Keep ended jobs in memory for this long (`None`: for ever).
+    pub fn set_job_retention(&mut self, keep: Option<Duration>) {
+        self.job_retention_ms = keep.map(|d| d.as_millis() as Millis);
+    }
+
     /// Keep trace lines for this long (`None`: for ever).
     pub fn set_trace_retention(&mut self, keep: Option<Duration>) {
         self.trace_retention_ms = keep.map(|d| d.as_millis() as Millis);
@@ -777,6 +962,7 @@ impl Core {
         if plan.jobs.is_empty() {
             return;
         }
+        self.bring_back(plan.jobs.iter().map(|(w, _)| w.job_id()), batch);
         let (_, duplicates) = self.scheduler.submit_with(plan.jobs, now, out);
         // A job another run already finished (a shared task): its result is
         // news to this run, so report it as a change.
@@ -1076,15 +1262,9 @@ impl Core {
     fn status(&self) -> StatusReport {
         let mut jobs = JobCounts::default();
         for job in self.scheduler.jobs() {
-            jobs.total += 1;
-            match job.state() {
-                JobState::Queued => jobs.queued += 1,
-                JobState::Assigned | JobState::Running => jobs.running += 1,
-                JobState::Done => jobs.done += 1,
-                JobState::Failed => jobs.failed += 1,
-                JobState::Cancelled => jobs.cancelled += 1,
-            }
+            jobs.count(job.state(), 1);
         }
+        let jobs = jobs.plus(&self.archived);
         let workers: Vec<_> = self.scheduler.workers().collect();
         StatusReport {
             jobs,
@@ -1100,6 +1280,14 @@ impl Core {
             counters: self.counters.clone(),
             ..FleetMetrics::default()
         };
+        for (state, n) in [
+            (JobState::Done, self.archived.done),
+            (JobState::Failed, self.archived.failed),
+            (JobState::Cancelled, self.archived.cancelled),
+        ] {
+            *metrics.jobs.entry(state).or_default() += n as u64;
+        }
+        metrics.jobs_archived = self.archived.total as u64;
         for job in self.scheduler.jobs() {
             let state = job.state();
             *metrics.jobs.entry(state).or_default() += 1;
@@ -1162,6 +1350,7 @@ impl Core {
                 })
                 .collect(),
             models: self.models.runs().map(|r| r.view()).collect(),
+            archived: self.archived.clone(),
         }
     }
 }
@@ -1221,17 +1410,30 @@ mod tests {
 
     #[test]
     fn hand_built_snapshot_frame_parses_as_server_message() {
-        for workers in [vec![], vec![some_worker("a", 1), some_worker("b", 2)]] {
+        let mut some_archived = JobCounts::default();
+        some_archived.count(JobState::Done, 3);
+        some_archived.count(JobState::Failed, 1);
+        some_archived.archived = some_archived.total;
+        let cases = [
+            (vec![], JobCounts::default()),
+            (
+                vec![some_worker("a", 1), some_worker("b", 2)],
+                some_archived,
+            ),
+        ];
+        for (workers, archived) in cases {
             let parts = SnapshotParts {
                 jobs: vec![],
                 workers: workers.iter().map(worker_json).collect(),
                 models: vec![],
+                archived: archived.clone(),
             };
             let parsed: ServerMessage = serde_json::from_str(&snapshot_message(9, &parts)).unwrap();
             let snapshot = FleetSnapshot {
                 jobs: vec![],
                 workers,
                 models: vec![],
+                archived,
             };
             assert_eq!(parsed, ServerMessage::Snapshot { seq: 9, snapshot });
         }

@@ -36,6 +36,8 @@ pub struct FleetMetrics {
     pub workers_busy: u64,
     pub workers_idle: u64,
     pub model_runs_active: u64,
+    /// Of `jobs`, those archived (`--job-retention`): in the database only.
+    pub jobs_archived: u64,
     pub counters: CoreCounters,
 }
 
@@ -108,7 +110,18 @@ pub fn render(fleet: &FleetMetrics, server: &ServerMetrics) -> String {
             (label("state", state.as_str()), n.to_string())
         })
         .collect();
-    family("tunefleet_jobs", "gauge", "Jobs by state.", &jobs);
+    family(
+        "tunefleet_jobs",
+        "gauge",
+        "Jobs by state (archived ones included).",
+        &jobs,
+    );
+    family(
+        "tunefleet_jobs_archived",
+        "gauge",
+        "Ended jobs archived by --job-retention: kept in the database, not in memory.",
+        &plain(fleet.jobs_archived),
+    );
     let queued: Vec<_> = fleet
         .queued_by_target
         .iter()

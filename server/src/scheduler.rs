@@ -357,6 +357,53 @@ impl Scheduler {
         s
     }
 
+    /// `--job-retention`: takes out of memory every job that ended (done,
+    /// failed or cancelled) and has not changed since `before`, except those
+    /// `keep` names (a model run still going needs its jobs). Returns them;
+    /// their rows stay in the store, and [`Scheduler::restore`] takes one
+    /// back. Nothing else changes: an ended job holds no lease and is in no
+    /// queue, and it is no longer a tuning-cache entry in memory.
+    pub fn archive(&mut self, before: Millis, keep: &dyn Fn(&str) -> bool) -> Vec<Box<Job>> {
+        let ids: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|job| job.state().is_terminal() && job.view.updated_at < before)
+            .map(|job| job.id().clone())
+            .filter(|id| !keep(id))
+            .collect();
+        let mut archived = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(job) = self.jobs.remove(&id) {
+                self.cache.remove(&job);
+                archived.push(job);
+            }
+        }
+        archived
+    }
+
+    /// Takes an archived job back into memory (a resubmission of it, a
+    /// retry, a cache lookup of its computation, a model run's shared task).
+    /// Only an ended job is taken, and never over one already held: returns
+    /// whether it was.
+    pub fn restore(&mut self, job: Job) -> bool {
+        if !job.state().is_terminal() || self.jobs.contains_key(job.id()) {
+            return false;
+        }
+        self.next_back = self.next_back.max(job.queue_key + 1);
+        self.next_front = self.next_front.min(job.queue_key - 1);
+        let mut job = job;
+        job.holder = None;
+        self.cache.add(&job);
+        self.imports.learn(&job);
+        self.jobs.insert(job.id().clone(), Box::new(job));
+        true
+    }
+
+    /// Tuning-cache entries held in memory.
+    pub fn cache_entries(&self) -> usize {
+        self.cache.len()
+    }
+
     /// Jobs not ended yet (queued or in flight) by target, keyed by the
     /// target's canonical text.
     pub fn open_by_target(&self) -> impl Iterator<Item = (&str, usize)> {

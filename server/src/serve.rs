@@ -119,6 +119,15 @@ pub struct ServeArgs {
     /// them all (the trace grows with jobs, never with progress reports).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub trace_retention: Option<Duration>,
+    /// Keep ended jobs (done, failed, cancelled) in memory for this long
+    /// after their last change, e.g. `1d`; older ones are archived: their
+    /// rows stay in the state database, `results --archived`, `export` and
+    /// `results --job ID` still read them, a resubmission, retry or tuning
+    /// cache lookup brings them back, and `status` still counts them. A
+    /// model run still going keeps its jobs. Default: keep every job in
+    /// memory (the master then grows ~4 KiB per job; docs/benchmarks.md, Soak).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub job_retention: Option<Duration>,
     /// Start and supervise this many workers on this machine, each pinned to
     /// its own cores (`auto`: one per 2 cores, at least one). They connect
     /// over loopback, restart with backoff when they die, and stop with the master.
@@ -260,6 +269,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     core.set_trace_retention(args.trace_retention.filter(|d| !d.is_zero()));
+    core.set_job_retention(args.job_retention);
     let tokens = core.token_registry();
     let storage_failing = core.storage_failing();
     let (command_tx, command_rx) = mpsc::channel(65536);

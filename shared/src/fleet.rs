@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use crate::model::ModelView;
 use crate::protocol::{
-    FleetEvent, FleetSnapshot, JobCounts, JobId, JobProgress, JobState, JobView, WorkerView,
+    FleetEvent, FleetSnapshot, JobCounts, JobId, JobProgress, JobView, WorkerView,
 };
 
 /// What [`Fleet::apply_event`] made of an event.
@@ -45,6 +45,8 @@ pub struct Fleet {
     workers: Vec<WorkerView>,
     /// Model runs, oldest first.
     models: Vec<ModelView>,
+    /// Jobs the master archived (`--job-retention`), by state: counted, not held.
+    archived: JobCounts,
     /// `seq` of the last snapshot or event applied; `None` before the first snapshot.
     seq: Option<u64>,
     /// Snapshots applied so far (1 after the first subscribe; more after resyncs).
@@ -97,7 +99,9 @@ impl Fleet {
             mut jobs,
             mut workers,
             mut models,
+            archived,
         } = snapshot;
+        self.archived = archived;
         models.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
         let mut names = std::collections::HashSet::new();
         models.reverse();
@@ -151,6 +155,14 @@ impl Fleet {
                 match self.models.iter_mut().find(|m| m.name == model.name) {
                     Some(slot) => *slot = *model,
                     None => self.models.push(*model),
+                }
+            }
+            FleetEvent::JobsArchived { job_ids, archived } => {
+                self.archived = archived;
+                if !job_ids.is_empty() {
+                    let gone: std::collections::HashSet<JobId> = job_ids.into_iter().collect();
+                    self.jobs.retain(|job| !gone.contains(&job.job_id));
+                    self.reindex();
                 }
             }
         }
@@ -214,22 +226,18 @@ impl Fleet {
             .collect();
     }
 
-    /// Jobs per state.
+    /// Jobs per state, the archived ones included (and counted in `archived`).
     pub fn counts(&self) -> JobCounts {
-        let mut counts = JobCounts {
-            total: self.jobs.len(),
-            ..JobCounts::default()
-        };
+        let mut counts = JobCounts::default();
         for job in &self.jobs {
-            match job.state {
-                JobState::Queued => counts.queued += 1,
-                JobState::Assigned | JobState::Running => counts.running += 1,
-                JobState::Done => counts.done += 1,
-                JobState::Failed => counts.failed += 1,
-                JobState::Cancelled => counts.cancelled += 1,
-            }
+            counts.count(job.state, 1);
         }
-        counts
+        counts.plus(&self.archived)
+    }
+
+    /// The archived jobs' counts alone.
+    pub fn archived(&self) -> &JobCounts {
+        &self.archived
     }
 
     /// Workers holding a job.
@@ -242,7 +250,8 @@ impl Fleet {
 
     /// Whether there is at least one job and every job is done, failed or cancelled.
     pub fn all_terminal(&self) -> bool {
-        !self.jobs.is_empty() && self.jobs.iter().all(|j| j.state.is_terminal())
+        (!self.jobs.is_empty() || self.archived.total > 0)
+            && self.jobs.iter().all(|j| j.state.is_terminal())
     }
 }
 

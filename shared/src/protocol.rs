@@ -330,6 +330,10 @@ pub enum ClientCommand {
     Results {
         #[serde(default)]
         job_ids: Option<Vec<JobId>>,
+        /// With every job: also the archived ones (`--job-retention`), read
+        /// from the master's database. Named jobs are found either way.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        archived: bool,
     },
     Cancel {
         job_id: JobId,
@@ -621,6 +625,42 @@ pub struct JobCounts {
     pub done: usize,
     pub failed: usize,
     pub cancelled: usize,
+    /// Of `total`, the jobs archived (`--job-retention`): ended jobs the
+    /// master keeps in its database only. They count in their state.
+    #[serde(default)]
+    pub archived: usize,
+}
+
+impl JobCounts {
+    pub fn is_empty(&self) -> bool {
+        *self == JobCounts::default()
+    }
+
+    /// Counts one job in `state` (`n` of them; negative takes away).
+    pub fn count(&mut self, state: JobState, n: isize) {
+        let slot = match state {
+            JobState::Queued => &mut self.queued,
+            JobState::Assigned | JobState::Running => &mut self.running,
+            JobState::Done => &mut self.done,
+            JobState::Failed => &mut self.failed,
+            JobState::Cancelled => &mut self.cancelled,
+        };
+        *slot = slot.saturating_add_signed(n);
+        self.total = self.total.saturating_add_signed(n);
+    }
+
+    /// These counts and `other`'s, summed field by field.
+    pub fn plus(&self, other: &JobCounts) -> JobCounts {
+        JobCounts {
+            total: self.total + other.total,
+            queued: self.queued + other.queued,
+            running: self.running + other.running,
+            done: self.done + other.done,
+            failed: self.failed + other.failed,
+            cancelled: self.cancelled + other.cancelled,
+            archived: self.archived + other.archived,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -787,6 +827,9 @@ pub struct FleetSnapshot {
     pub workers: Vec<WorkerView>,
     #[serde(default)]
     pub models: Vec<ModelView>,
+    /// Jobs archived (`--job-retention`), by state: not in `jobs`.
+    #[serde(default, skip_serializing_if = "JobCounts::is_empty")]
+    pub archived: JobCounts,
 }
 
 /// Everything subscribers are told, in order.
@@ -814,6 +857,16 @@ pub enum FleetEvent {
     },
     ModelUpdated {
         model: Box<ModelView>,
+    },
+    /// `--job-retention`: these jobs left the master's memory (their rows
+    /// stay in its database; `results --archived` reads them). `archived`
+    /// is the count of archived jobs by state after the change, whole, not
+    /// a delta; an archived job that comes back (resubmitted, retried, a
+    /// cache entry) is announced with no ids and the lower counts, then a
+    /// `job_updated`.
+    JobsArchived {
+        job_ids: Vec<JobId>,
+        archived: JobCounts,
     },
 }
 
@@ -981,9 +1034,11 @@ impl std::fmt::Debug for ClientCommand {
                 .field("fresh", fresh)
                 .finish(),
             ClientCommand::Status => f.write_str("Status"),
-            ClientCommand::Results { job_ids } => {
-                f.debug_struct("Results").field("job_ids", job_ids).finish()
-            }
+            ClientCommand::Results { job_ids, archived } => f
+                .debug_struct("Results")
+                .field("job_ids", job_ids)
+                .field("archived", archived)
+                .finish(),
             ClientCommand::Cancel { job_id } => {
                 f.debug_struct("Cancel").field("job_id", job_id).finish()
             }

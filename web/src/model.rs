@@ -647,6 +647,7 @@ mod tests {
             jobs,
             workers,
             models: vec![],
+            archived: Default::default(),
         }
     }
 

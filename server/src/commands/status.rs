@@ -43,6 +43,9 @@ pub fn human(report: &StatusReport, url: &str) -> String {
     if j.cancelled > 0 {
         jobs.push_str(&format!(", {} cancelled", j.cancelled));
     }
+    if j.archived > 0 {
+        jobs.push_str(&format!(" ({} of them archived)", j.archived));
+    }
     format!(
         "master:  {url} (tunefleet {})\nworkers: {} ({} busy)\n{jobs}\n",
         report.server_version, report.workers, report.workers_busy
@@ -63,6 +66,7 @@ mod tests {
                 done: 4,
                 failed: 1,
                 cancelled: 0,
+                archived: 0,
             },
             workers: 3,
             workers_busy: 3,

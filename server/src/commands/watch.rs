@@ -401,11 +401,25 @@ mod tests {
                 ],
                 workers: vec![],
                 models: vec![],
+                archived: Default::default(),
             },
         );
         let p = Progress::of(&view);
         assert_eq!((p.finished, p.total, p.failed), (3, 4, 1));
         assert_eq!(p.plain_line(), "0 workers  75%  3/4 done, 1 failed");
+        // Archived jobs (--job-retention) still count as finished work.
+        let mut archived = tunefleet_shared::protocol::JobCounts::default();
+        archived.count(JobState::Done, 4);
+        archived.archived = 4;
+        view.apply_event(
+            2,
+            tunefleet_shared::protocol::FleetEvent::JobsArchived {
+                job_ids: vec![],
+                archived,
+            },
+        );
+        let p = Progress::of(&view);
+        assert_eq!((p.finished, p.total, p.failed), (7, 8, 1));
         assert_eq!(Progress::default().percent(), 0);
     }
 }

@@ -306,6 +306,16 @@ impl ModelRuns {
         self.by_job.contains_key(job_id)
     }
 
+    /// Whether a run that has not ended planned this job (its job must stay
+    /// in memory: the run reads its result when the next round is planned).
+    pub fn holds_job(&self, job_id: &str) -> bool {
+        self.by_job.get(job_id).is_some_and(|names| {
+            names
+                .iter()
+                .any(|name| self.runs.get(name).is_some_and(|r| !r.state.is_terminal()))
+        })
+    }
+
     /// A new run: validates it and plans its extract job.
     pub fn submit(
         &mut self,

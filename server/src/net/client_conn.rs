@@ -435,8 +435,15 @@ async fn handle(
             Some(report) => ReplyBody::Status(report),
             None => return gone(),
         },
-        ClientCommand::Results { job_ids } => {
-            match core.ask(|reply| Command::Results { job_ids, reply }).await {
+        ClientCommand::Results { job_ids, archived } => {
+            match core
+                .ask(|reply| Command::Results {
+                    job_ids,
+                    archived,
+                    reply,
+                })
+                .await
+            {
                 Some(jobs) => ReplyBody::Results { jobs },
                 None => return gone(),
             }

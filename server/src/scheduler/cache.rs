@@ -61,6 +61,26 @@ impl TuningCache {
         }
     }
 
+    /// Drops a job that leaves memory (archived): its row still answers, once
+    /// the core brings it back for a submission of the same computation.
+    pub(super) fn remove(&mut self, job: &Job) {
+        if !is_entry(job) {
+            return;
+        }
+        let key = job.view.workload.content_key();
+        if let Some(ids) = self.entries.get_mut(&key) {
+            ids.retain(|id| id != job.id());
+            if ids.is_empty() {
+                self.entries.remove(&key);
+            }
+        }
+    }
+
+    /// Entries kept, over every computation (for tests and checks).
+    pub(super) fn len(&self) -> usize {
+        self.entries.values().map(Vec::len).sum()
+    }
+
     pub(super) fn lookup(
         &self,
         workload: &Workload,

@@ -13,10 +13,11 @@ use std::path::Path;
 use rusqlite::{params, Connection};
 use serde_json::Value;
 
-use super::sqlite::create_tables;
+use super::sqlite::{create_tables, ARCHIVED_INDEX};
 use super::{row, StoreError, SCHEMA_VERSION};
 
-/// Schema 1 → 2: each `jobs.data` (the scheduler's `Job` as JSON, workload
+/// Schema 1 → 2 (and on to the current schema, whose tables it creates):
+/// each `jobs.data` (the scheduler's `Job` as JSON, workload
 /// included) becomes a schema-2 row plus a `workload` column.
 pub(super) fn from_1(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
     let fail = |reason: String| StoreError::Migration {
@@ -77,6 +78,42 @@ pub(super) fn from_1(conn: &Connection, path: &Path, path_text: &str) -> Result<
     }
 }
 
+/// Schema 2 → 3: two new columns of `jobs` for archived jobs (`NULL` in every
+/// existing row: nothing is archived yet) and their index. No row changes.
+pub(super) fn from_2(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
+    let fail = |reason: String| StoreError::Migration {
+        path: path_text.to_string(),
+        from: 2,
+        to: SCHEMA_VERSION,
+        reason,
+    };
+    let sql = |e: rusqlite::Error| fail(e.to_string());
+    let backup = backup_path(path, 2);
+    if !backup.exists() {
+        conn.execute("VACUUM INTO ?1", params![backup.to_string_lossy()])
+            .map_err(|e| fail(format!("cannot write the backup {}: {e}", backup.display())))?;
+    }
+    tracing::info!(
+        state = path_text,
+        backup = %backup.display(),
+        "migrating the state database from schema 2 to {SCHEMA_VERSION}"
+    );
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(sql)?;
+    let result = conn.execute_batch(&format!(
+        "ALTER TABLE jobs ADD COLUMN archived_at INTEGER;
+         ALTER TABLE jobs ADD COLUMN content_key TEXT;
+         {ARCHIVED_INDEX};
+         UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
+    ));
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(sql),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(sql(e))
+        }
+    }
+}
+
 /// `jobs.data` of schema 1 → (schema-2 `data`, `workload`).
 pub(super) fn job_row_from_1(data: &str) -> Result<(String, String), String> {
     let mut job: Value = serde_json::from_str(data).map_err(|e| format!("not JSON: {e}"))?;
@@ -100,7 +137,8 @@ pub(super) fn job_row_from_1(data: &str) -> Result<(String, String), String> {
     let row = Value::Object(view);
     // Checked now, with the reason, rather than at the next start.
     serde_json::from_value::<row::JobRowIn>(row.clone())
-        .map_err(|e| format!("does not make a schema-{SCHEMA_VERSION} row: {e}"))?;
+        // (The row's form is schema 2's; schema 3 only added columns.)
+        .map_err(|e| format!("does not make a schema-2 row: {e}"))?;
     Ok((row.to_string(), workload.to_string()))
 }
 

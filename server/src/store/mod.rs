@@ -32,15 +32,17 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tunefleet_shared::protocol::Millis;
+use tunefleet_shared::protocol::{JobId, JobState, Millis};
 
 use crate::models::ModelRun;
 use crate::scheduler::Job;
 pub use row::TraceJob;
 
 /// 1: jobs rows were the scheduler's `Job` whole. 2: [`row::JobRowOut`] plus
-/// a `workload` column; compact trace lines.
-pub const SCHEMA_VERSION: i64 = 2;
+/// a `workload` column; compact trace lines. 3: `jobs.archived_at` and
+/// `jobs.content_key` (`--job-retention`: finished jobs kept in the database
+/// only, found again by id or by computation).
+pub const SCHEMA_VERSION: i64 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -219,9 +221,37 @@ pub(super) struct JobRead {
     workload: String,
 }
 
+/// Which archived jobs to read back.
+#[derive(Clone, Copy, Debug)]
+pub enum Archived<'a> {
+    /// These ids (those that are archived).
+    Ids(&'a [String]),
+    /// Done jobs of this computation ([`Workload::content_key`]), newest
+    /// first, at most [`MAX_ARCHIVED_PER_KEY`]: the tuning cache's entries.
+    ///
+    /// [`Workload::content_key`]: tunefleet_shared::workload::Workload::content_key
+    Done { content_key: &'a str },
+    /// Every archived job (`results --archived`, `export`).
+    All,
+}
+
+/// Most archived entries one cache lookup brings back: a computation tuned
+/// again and again for the same target needs only its best few.
+pub const MAX_ARCHIVED_PER_KEY: i64 = 16;
+
+/// One job moved out of memory: its row stays, marked, and findable by its
+/// computation.
+pub(super) struct ArchiveWrite<'a> {
+    job_id: &'a str,
+    content_key: &'a str,
+    at: Millis,
+}
+
 /// One commit's rows.
 pub(super) struct RowBatch<'a, 'b> {
     jobs: &'b [JobWrite<'a>],
+    /// Rows to mark archived, after `jobs` are written.
+    archive: &'b [ArchiveWrite<'a>],
     models: &'b [(&'a str, &'static str, String)],
     artifacts: &'b [(String, &'static str, Vec<u8>)],
     trace: &'b [(Millis, String)],
@@ -231,7 +261,11 @@ pub(super) struct RowBatch<'a, 'b> {
 
 /// What a backend does: move rows in and out, one transaction per commit.
 trait Backend: Send {
+    /// Every job that is not archived.
     fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError>;
+    fn load_archived_rows(&mut self, which: Archived<'_>) -> Result<Vec<JobRead>, StoreError>;
+    /// (state, count) of the archived jobs.
+    fn archived_counts(&mut self) -> Result<Vec<(String, i64)>, StoreError>;
     /// (name, data) of every model run, by name.
     fn load_model_rows(&mut self) -> Result<Vec<(String, String)>, StoreError>;
     fn load_artifact(&mut self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError>;
@@ -249,8 +283,11 @@ trait Backend: Send {
 
 pub struct Store {
     backend: Box<dyn Backend>,
-    /// Jobs that have a row: only new ones need their workload written.
+    /// Jobs in memory that have a row: only new ones need their workload
+    /// written (an archived job coming back is an upsert that keeps it).
     stored: HashSet<String>,
+    /// (job, content key, when) to mark archived with the next commit.
+    pending_archive: Vec<(JobId, String, Millis)>,
 }
 
 /// How a master that finds another one leading the same PostgreSQL database
@@ -301,11 +338,55 @@ impl Store {
         Store {
             backend,
             stored: HashSet::new(),
+            pending_archive: Vec::new(),
         }
     }
 
+    /// The jobs the master holds in memory: all but the archived ones.
     pub fn load_jobs(&mut self) -> Result<Vec<Job>, StoreError> {
         let rows = self.backend.load_job_rows()?;
+        let jobs = self.decode_jobs(rows)?;
+        self.stored = jobs.iter().map(|j| j.id().clone()).collect();
+        Ok(jobs)
+    }
+
+    /// Archived jobs, read back (see [`Archived`]). Reading changes nothing:
+    /// a job is live again only once the core writes it.
+    pub fn load_archived(&mut self, which: Archived<'_>) -> Result<Vec<Job>, StoreError> {
+        let rows = self.backend.load_archived_rows(which)?;
+        self.decode_jobs(rows)
+    }
+
+    /// How many archived jobs end in each state.
+    pub fn archived_counts(&mut self) -> Result<Vec<(JobState, u64)>, StoreError> {
+        let mut counts = Vec::new();
+        for (state, n) in self.backend.archived_counts()? {
+            let state = JobState::parse(&state).ok_or_else(|| StoreError::CorruptJob {
+                path: self.backend.path().to_string(),
+                job_id: format!("({n} archived)"),
+                message: format!("unknown state `{state}`"),
+            })?;
+            counts.push((state, n.max(0) as u64));
+        }
+        Ok(counts)
+    }
+
+    /// Marks jobs archived in the next commit (their rows stay).
+    pub fn archive(&mut self, jobs: impl IntoIterator<Item = (JobId, String)>, at: Millis) {
+        for (job_id, content_key) in jobs {
+            // An archived row is updated in place if the job comes back.
+            self.stored.remove(&job_id);
+            self.pending_archive.push((job_id, content_key, at));
+        }
+    }
+
+    /// A job that came back into memory is not to be marked archived by a
+    /// commit still pending (it was archived and brought back in one batch).
+    pub fn keep_live(&mut self, job_id: &str) {
+        self.pending_archive.retain(|(id, _, _)| id != job_id);
+    }
+
+    fn decode_jobs(&self, rows: Vec<JobRead>) -> Result<Vec<Job>, StoreError> {
         let mut jobs = Vec::with_capacity(rows.len());
         for raw in rows {
             let corrupt = |what: &str, e: serde_json::Error| StoreError::CorruptJob {
@@ -319,7 +400,6 @@ impl Store {
                 serde_json::from_str(&raw.workload).map_err(|e| corrupt("workload", e))?;
             jobs.push(row.into_job(raw.job_id.clone(), raw.queue_key, workload));
         }
-        self.stored = jobs.iter().map(|j| j.id().clone()).collect();
         Ok(jobs)
     }
 
@@ -389,8 +469,18 @@ impl Store {
                 )
             })
             .collect();
+        let archive: Vec<ArchiveWrite<'_>> = self
+            .pending_archive
+            .iter()
+            .map(|(job_id, content_key, at)| ArchiveWrite {
+                job_id,
+                content_key,
+                at: *at,
+            })
+            .collect();
         self.backend.commit(&RowBatch {
             jobs: &jobs,
+            archive: &archive,
             models: &models,
             artifacts,
             trace,
@@ -402,6 +492,8 @@ impl Store {
                 self.stored.insert(job.job_id.to_string());
             }
         }
+        drop(archive);
+        self.pending_archive.clear();
         Ok(())
     }
 

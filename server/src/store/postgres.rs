@@ -26,8 +26,8 @@ use postgres::{Client, NoTls, Statement};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, redact, Backend, Durability, Found, JobRead, RowBatch, Standby, StoreError,
-    SCHEMA_VERSION,
+    check_version, redact, Archived, Backend, Durability, Found, JobRead, RowBatch, Standby,
+    StoreError, MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION,
 };
 
 /// The advisory lock key masters contend for ("tunefleet" in ASCII, cut to 8
@@ -48,6 +48,7 @@ struct Statements {
     upsert_model: Statement,
     put_artifact: Statement,
     append_trace: Statement,
+    archive_job: Statement,
 }
 
 impl PgStore {
@@ -141,6 +142,15 @@ impl PgStore {
         }
     }
 
+    fn job_read(&self, r: &postgres::Row) -> Result<JobRead, StoreError> {
+        Ok(JobRead {
+            job_id: r.try_get(0).map_err(self.err())?,
+            queue_key: r.try_get(1).map_err(self.err())?,
+            data: r.try_get(2).map_err(self.err())?,
+            workload: r.try_get(3).map_err(self.err())?,
+        })
+    }
+
     fn create_or_check(&mut self) -> Result<(), StoreError> {
         let path = self.path.clone();
         let err = |cause| StoreError::Postgres {
@@ -164,8 +174,12 @@ impl PgStore {
                          state TEXT NOT NULL,
                          queue_key BIGINT NOT NULL,
                          data TEXT NOT NULL,
-                         workload TEXT NOT NULL
+                         workload TEXT NOT NULL,
+                         archived_at BIGINT,
+                         content_key TEXT
                      );
+                     CREATE INDEX jobs_archived_by_key
+                         ON jobs (content_key, state) WHERE archived_at IS NOT NULL;
                      CREATE TABLE models (
                          name TEXT PRIMARY KEY,
                          state TEXT NOT NULL,
@@ -191,6 +205,22 @@ impl PgStore {
                 .map_err(err)?;
             }
             Found::Current => {}
+            Found::Older(2) => {
+                // In the same transaction as the version check: a standby
+                // that takes over later finds it done.
+                tracing::info!(
+                    state = %path,
+                    "migrating the state database from schema 2 to {SCHEMA_VERSION}"
+                );
+                tx.batch_execute(&format!(
+                    "ALTER TABLE jobs ADD COLUMN archived_at BIGINT;
+                     ALTER TABLE jobs ADD COLUMN content_key TEXT;
+                     CREATE INDEX jobs_archived_by_key
+                         ON jobs (content_key, state) WHERE archived_at IS NOT NULL;
+                     UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
+                ))
+                .map_err(err)?;
+            }
             Found::Older(v) => {
                 return Err(StoreError::Migration {
                     path,
@@ -212,14 +242,18 @@ impl PgStore {
         let c = &mut self.client;
         Ok(Statements {
             update_job: c
-                .prepare("UPDATE jobs SET state = $2, queue_key = $3, data = $4 WHERE job_id = $1")
+                .prepare(
+                    "UPDATE jobs SET state = $2, queue_key = $3, data = $4, archived_at = NULL
+                     WHERE job_id = $1",
+                )
                 .map_err(err)?,
             insert_job: c
                 .prepare(
                     "INSERT INTO jobs (job_id, state, queue_key, data, workload)
                      VALUES ($1, $2, $3, $4, $5)
                      ON CONFLICT (job_id) DO UPDATE
-                     SET state = EXCLUDED.state, queue_key = EXCLUDED.queue_key, data = EXCLUDED.data",
+                     SET state = EXCLUDED.state, queue_key = EXCLUDED.queue_key,
+                         data = EXCLUDED.data, archived_at = NULL",
                 )
                 .map_err(err)?,
             upsert_model: c
@@ -237,6 +271,9 @@ impl PgStore {
             append_trace: c
                 .prepare("INSERT INTO trace (at, event) VALUES ($1, $2)")
                 .map_err(err)?,
+            archive_job: c
+                .prepare("UPDATE jobs SET archived_at = $2, content_key = $3 WHERE job_id = $1")
+                .map_err(err)?,
         })
     }
 }
@@ -250,21 +287,54 @@ impl Backend for PgStore {
         let rows = self
             .client
             .query(
-                "SELECT job_id, queue_key, data, workload FROM jobs ORDER BY queue_key",
+                "SELECT job_id, queue_key, data, workload FROM jobs
+                 WHERE archived_at IS NULL ORDER BY queue_key",
                 &[],
             )
             .map_err(|cause| StoreError::Postgres {
                 path: self.path.clone(),
                 cause,
             })?;
+        rows.iter().map(|r| self.job_read(r)).collect()
+    }
+
+    fn load_archived_rows(&mut self, which: Archived<'_>) -> Result<Vec<JobRead>, StoreError> {
+        const COLUMNS: &str = "SELECT job_id, queue_key, data, workload FROM jobs";
+        let rows = match which {
+            Archived::Ids(ids) => self.client.query(
+                &format!("{COLUMNS} WHERE job_id = ANY($1) AND archived_at IS NOT NULL"),
+                &[&ids],
+            ),
+            Archived::Done { content_key } => self.client.query(
+                &format!(
+                    "{COLUMNS} WHERE content_key = $1 AND archived_at IS NOT NULL
+                     AND state = 'done' ORDER BY archived_at DESC LIMIT $2"
+                ),
+                &[&content_key, &MAX_ARCHIVED_PER_KEY],
+            ),
+            Archived::All => self.client.query(
+                &format!("{COLUMNS} WHERE archived_at IS NOT NULL ORDER BY queue_key"),
+                &[],
+            ),
+        }
+        .map_err(self.err())?;
+        rows.iter().map(|r| self.job_read(r)).collect()
+    }
+
+    fn archived_counts(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT state, count(*) FROM jobs WHERE archived_at IS NOT NULL GROUP BY state",
+                &[],
+            )
+            .map_err(self.err())?;
         rows.iter()
             .map(|r| {
-                Ok(JobRead {
-                    job_id: r.try_get(0).map_err(self.err())?,
-                    queue_key: r.try_get(1).map_err(self.err())?,
-                    data: r.try_get(2).map_err(self.err())?,
-                    workload: r.try_get(3).map_err(self.err())?,
-                })
+                Ok((
+                    r.try_get(0).map_err(self.err())?,
+                    r.try_get(1).map_err(self.err())?,
+                ))
             })
             .collect()
     }
@@ -325,6 +395,7 @@ impl Backend for PgStore {
     fn commit(&mut self, batch: &RowBatch<'_, '_>) -> Result<(), StoreError> {
         let RowBatch {
             jobs,
+            archive,
             models,
             artifacts,
             trace,
@@ -353,6 +424,13 @@ impl Backend for PgStore {
                     &[&job.job_id, &job.state, &job.queue_key, &job.data, workload],
                 ),
             }
+            .map_err(err)?;
+        }
+        for job in archive {
+            tx.execute(
+                &st.archive_job,
+                &[&job.job_id, &(job.at as i64), &job.content_key],
+            )
             .map_err(err)?;
         }
         for (name, state, data) in models {

@@ -22,8 +22,8 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, migrate, Backend, Durability, Found, JobRead, RowBatch, StoreError,
-    SCHEMA_VERSION,
+    check_version, migrate, Archived, Backend, Durability, Found, JobRead, RowBatch, StoreError,
+    MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION,
 };
 
 pub(super) struct SqliteStore {
@@ -214,6 +214,7 @@ impl SqliteStore {
                 .map_err(err)?,
             Found::Current => {}
             Found::Older(1) => migrate::from_1(&conn, path, &path_text)?,
+            Found::Older(2) => migrate::from_2(&conn, path, &path_text)?,
             Found::Older(v) => {
                 return Err(StoreError::UnknownSchema {
                     path: path_text,
@@ -263,17 +264,72 @@ impl Backend for SqliteStore {
     fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT job_id, queue_key, data, workload FROM jobs ORDER BY queue_key")
+            .prepare(
+                "SELECT job_id, queue_key, data, workload FROM jobs
+                 WHERE archived_at IS NULL ORDER BY queue_key",
+            )
+            .map_err(|e| self.sql_err(e))?;
+        let rows = stmt.query_map([], job_read).map_err(|e| self.sql_err(e))?;
+        let rows: Result<Vec<_>, _> = rows.collect();
+        rows.map_err(|e| self.sql_err(e))
+    }
+
+    fn load_archived_rows(&mut self, which: Archived<'_>) -> Result<Vec<JobRead>, StoreError> {
+        const COLUMNS: &str = "SELECT job_id, queue_key, data, workload FROM jobs";
+        let rows: rusqlite::Result<Vec<JobRead>> = match which {
+            Archived::Ids(ids) => {
+                let mut stmt = self
+                    .conn
+                    .prepare_cached(&format!(
+                        "{COLUMNS} WHERE job_id = ?1 AND archived_at IS NOT NULL"
+                    ))
+                    .map_err(|e| self.sql_err(e))?;
+                let mut rows = Vec::new();
+                for id in ids {
+                    match stmt.query_row(params![id], job_read).optional() {
+                        Ok(Some(row)) => rows.push(row),
+                        Ok(None) => {}
+                        Err(e) => return Err(self.sql_err(e)),
+                    }
+                }
+                Ok(rows)
+            }
+            Archived::Done { content_key } => {
+                let mut stmt = self
+                    .conn
+                    .prepare_cached(&format!(
+                        "{COLUMNS} WHERE content_key = ?1 AND archived_at IS NOT NULL
+                         AND state = 'done' ORDER BY archived_at DESC LIMIT ?2"
+                    ))
+                    .map_err(|e| self.sql_err(e))?;
+                let rows = stmt
+                    .query_map(params![content_key, MAX_ARCHIVED_PER_KEY], job_read)
+                    .map_err(|e| self.sql_err(e))?;
+                rows.collect()
+            }
+            Archived::All => {
+                let mut stmt = self
+                    .conn
+                    .prepare(&format!(
+                        "{COLUMNS} WHERE archived_at IS NOT NULL ORDER BY queue_key"
+                    ))
+                    .map_err(|e| self.sql_err(e))?;
+                let rows = stmt.query_map([], job_read).map_err(|e| self.sql_err(e))?;
+                rows.collect()
+            }
+        };
+        rows.map_err(|e| self.sql_err(e))
+    }
+
+    fn archived_counts(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT state, count(*) FROM jobs WHERE archived_at IS NOT NULL GROUP BY state",
+            )
             .map_err(|e| self.sql_err(e))?;
         let rows = stmt
-            .query_map([], |r| {
-                Ok(JobRead {
-                    job_id: r.get(0)?,
-                    queue_key: r.get(1)?,
-                    data: r.get(2)?,
-                    workload: r.get(3)?,
-                })
-            })
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .map_err(|e| self.sql_err(e))?;
         let rows: Result<Vec<_>, _> = rows.collect();
         rows.map_err(|e| self.sql_err(e))
@@ -319,6 +375,7 @@ impl Backend for SqliteStore {
     fn commit(&mut self, batch: &RowBatch<'_, '_>) -> Result<(), StoreError> {
         let RowBatch {
             jobs,
+            archive,
             models,
             artifacts,
             trace,
@@ -333,14 +390,18 @@ impl Backend for SqliteStore {
         {
             let mut update = tx
                 .prepare_cached(
-                    "UPDATE jobs SET state = ?2, queue_key = ?3, data = ?4 WHERE job_id = ?1",
+                    "UPDATE jobs SET state = ?2, queue_key = ?3, data = ?4, archived_at = NULL
+                     WHERE job_id = ?1",
                 )
                 .map_err(err)?;
+            // A job written is live: one that comes back from the archive
+            // (resubmitted, retried, a cache entry) loses its mark.
             let mut insert = tx
                 .prepare_cached(
                     "INSERT INTO jobs (job_id, state, queue_key, data, workload)
                      VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT(job_id) DO UPDATE SET state = ?2, queue_key = ?3, data = ?4",
+                     ON CONFLICT(job_id) DO UPDATE
+                     SET state = ?2, queue_key = ?3, data = ?4, archived_at = NULL",
                 )
                 .map_err(err)?;
             for job in jobs {
@@ -358,6 +419,15 @@ impl Backend for SqliteStore {
                         ])
                         .map_err(err)?,
                 };
+            }
+            let mut mark = tx
+                .prepare_cached(
+                    "UPDATE jobs SET archived_at = ?2, content_key = ?3 WHERE job_id = ?1",
+                )
+                .map_err(err)?;
+            for job in archive {
+                mark.execute(params![job.job_id, job.at as i64, job.content_key])
+                    .map_err(err)?;
             }
             let mut upsert_model = tx
                 .prepare_cached(
@@ -451,6 +521,21 @@ impl Backend for SqliteStore {
     }
 }
 
+/// (Columns in the order [`JobRead`] takes them.)
+fn job_read(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRead> {
+    Ok(JobRead {
+        job_id: r.get(0)?,
+        queue_key: r.get(1)?,
+        data: r.get(2)?,
+        workload: r.get(3)?,
+    })
+}
+
+/// The cache's lookup of archived entries by computation; partial, so the
+/// live jobs (the hot rows) pay nothing for it.
+pub(super) const ARCHIVED_INDEX: &str = "CREATE INDEX IF NOT EXISTS jobs_archived_by_key
+     ON jobs (content_key, state) WHERE archived_at IS NOT NULL";
+
 /// The current schema's tables and version, for a new database and at the
 /// end of a migration (which has renamed the tables it rebuilds). Run inside
 /// a transaction.
@@ -461,8 +546,11 @@ pub(super) fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
              state TEXT NOT NULL,
              queue_key INTEGER NOT NULL,
              data TEXT NOT NULL,
-             workload TEXT NOT NULL
+             workload TEXT NOT NULL,
+             archived_at INTEGER,
+             content_key TEXT
          );
+         {ARCHIVED_INDEX};
          CREATE TABLE IF NOT EXISTS models (
              name TEXT PRIMARY KEY,
              state TEXT NOT NULL,

@@ -4,8 +4,9 @@ use rusqlite::{params, Connection};
 use tunefleet_shared::protocol::JobState;
 use tunefleet_shared::workload::parse_workload_file;
 
-fn fixture_v1() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/fleet-v1.db")
+fn fixture(version: i64) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../tests/fixtures/fleet-v{version}.db"))
 }
 
 /// Jobs as the scheduler makes them, in queue order.
@@ -65,9 +66,19 @@ fn the_workload_is_written_once_and_not_in_the_row() {
 
 #[test]
 fn a_schema_1_database_is_backed_up_migrated_and_loads() {
+    an_older_database_is_backed_up_migrated_and_loads(1);
+}
+
+#[test]
+fn a_schema_2_database_is_backed_up_migrated_and_loads() {
+    an_older_database_is_backed_up_migrated_and_loads(2);
+}
+
+/// Both fixtures hold the same fleet (tests/fixtures/README.md).
+fn an_older_database_is_backed_up_migrated_and_loads(from: i64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fleet.db");
-    std::fs::copy(fixture_v1(), &path).unwrap();
+    std::fs::copy(fixture(from), &path).unwrap();
     let mut store = Store::open(&path, Durability::Normal).unwrap();
     let jobs = store.load_jobs().unwrap();
     assert_eq!(jobs.len(), 7);
@@ -100,8 +111,8 @@ fn a_schema_1_database_is_backed_up_migrated_and_loads() {
         )
         .unwrap();
     assert_eq!(version, SCHEMA_VERSION.to_string());
-    let backup = migrate::backup_path(&path, 1);
-    assert!(backup.is_file(), "the schema-1 copy is kept");
+    let backup = migrate::backup_path(&path, from);
+    assert!(backup.is_file(), "the schema-{from} copy is kept");
     drop(store);
 
     // The backup is the untouched original; opening the migrated file again changes nothing.
@@ -113,9 +124,108 @@ fn a_schema_1_database_is_backed_up_migrated_and_loads() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(v, "1");
+    assert_eq!(v, from.to_string());
     let mut again = Store::open(&path, Durability::Normal).unwrap();
     assert_eq!(again.load_jobs().unwrap(), jobs);
+    // A migrated database archives like a new one.
+    let done = by_name("fixture-mm32");
+    again.archive([(done.id().clone(), "k".to_string())], 5);
+    again.commit([], [], &[], &[]).unwrap();
+    assert_eq!(again.load_jobs().unwrap().len(), 6);
+    assert_eq!(again.archived_counts().unwrap(), vec![(JobState::Done, 1)]);
+}
+
+/// Two done jobs of one computation, a third job failed, all stored.
+fn stored_jobs(path: &std::path::Path) -> (Store, Vec<Job>) {
+    let mut jobs = some_jobs();
+    let extra = {
+        let mut job = jobs[1].clone();
+        job.view.job_id = "0000000000000003".into();
+        job.queue_key += 10;
+        job
+    };
+    jobs.push(extra);
+    jobs[0].view.state = JobState::Done;
+    jobs[1].view.state = JobState::Done;
+    jobs[2].view.state = JobState::Failed;
+    let mut store = Store::open(path, Durability::Normal).unwrap();
+    store.commit(&jobs, [], &[], &[]).unwrap();
+    (store, jobs)
+}
+
+#[test]
+fn archived_jobs_stay_in_the_file_and_are_found_by_id_and_computation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let (mut store, jobs) = stored_jobs(&path);
+    let key = |j: &Job| j.view.workload.content_key();
+    store.archive(
+        [
+            (jobs[1].id().clone(), key(&jobs[1])),
+            (jobs[2].id().clone(), key(&jobs[2])),
+        ],
+        100,
+    );
+    // Marked only when the next batch commits.
+    assert_eq!(store.load_jobs().unwrap().len(), 3);
+    store.commit([], [], &[], &[]).unwrap();
+    drop(store);
+
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    let live = store.load_jobs().unwrap();
+    assert_eq!(
+        live,
+        vec![jobs[0].clone()],
+        "a restart loads only the live job"
+    );
+    let mut counts = store.archived_counts().unwrap();
+    counts.sort();
+    assert_eq!(counts, vec![(JobState::Done, 1), (JobState::Failed, 1)]);
+    let ids = [jobs[0].id().clone(), jobs[2].id().clone(), "nope".into()];
+    assert_eq!(
+        store.load_archived(Archived::Ids(&ids)).unwrap(),
+        vec![jobs[2].clone()],
+        "only archived rows are read back"
+    );
+    // The cache's lookup: done jobs of the computation, the failed one not.
+    assert_eq!(
+        store
+            .load_archived(Archived::Done {
+                content_key: &key(&jobs[1])
+            })
+            .unwrap(),
+        vec![jobs[1].clone()]
+    );
+    assert!(store
+        .load_archived(Archived::Done {
+            content_key: &key(&jobs[0])
+        })
+        .unwrap()
+        .is_empty());
+    assert_eq!(store.load_archived(Archived::All).unwrap().len(), 2);
+
+    // Written again (it came back and changed): live, loaded at the next start.
+    let mut back = jobs[2].clone();
+    back.view.state = JobState::Queued;
+    store.commit([&back], [], &[], &[]).unwrap();
+    drop(store);
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    let mut live = store.load_jobs().unwrap();
+    live.sort_by_key(|j| j.queue_key);
+    assert_eq!(live, vec![jobs[0].clone(), back]);
+    assert_eq!(store.archived_counts().unwrap(), vec![(JobState::Done, 1)]);
+}
+
+#[test]
+fn a_job_brought_back_before_the_commit_is_not_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let (mut store, jobs) = stored_jobs(&path);
+    store.archive([(jobs[0].id().clone(), "k".into())], 100);
+    store.keep_live(jobs[0].id());
+    store.commit([&jobs[0]], [], &[], &[]).unwrap();
+    assert_eq!(store.load_jobs().unwrap().len(), 3);
+    assert!(store.archived_counts().unwrap().is_empty());
 }
 
 #[test]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::protocol::{JobCounts, ProgressPoint, MAX_HISTORY_POINTS};
+use crate::protocol::{JobCounts, JobState, ProgressPoint, MAX_HISTORY_POINTS};
 use crate::target::Target;
 
 use crate::testing::job;
@@ -23,6 +23,7 @@ fn snapshot() -> FleetSnapshot {
         jobs: vec![job("a", JobState::Queued), job("b", JobState::Running)],
         workers: vec![worker("s1", Some("b"))],
         models: vec![],
+        archived: JobCounts::default(),
     }
 }
 
@@ -73,7 +74,8 @@ fn applies_a_snapshot_then_events_in_order() {
             running: 1,
             done: 1,
             failed: 1,
-            cancelled: 0
+            cancelled: 0,
+            archived: 0,
         }
     );
     assert!(fleet.workers().is_empty());
@@ -187,4 +189,70 @@ fn jobs_stay_ordered_and_findable_whatever_order_they_arrive_in() {
     for name in names.clone() {
         assert_eq!(fleet.job(name).unwrap().job_id, name);
     }
+}
+
+fn archived(done: usize, failed: usize) -> JobCounts {
+    let mut counts = JobCounts::default();
+    counts.count(JobState::Done, done as isize);
+    counts.count(JobState::Failed, failed as isize);
+    counts.archived = counts.total;
+    counts
+}
+
+#[test]
+fn archived_jobs_leave_the_rows_and_stay_in_the_counts() {
+    let mut fleet = Fleet::new();
+    fleet.apply_snapshot(1, snapshot());
+    fleet.apply_event(2, updated("a", JobState::Done));
+    fleet.apply_event(3, updated("c", JobState::Failed));
+    assert_eq!(fleet.counts().total, 3);
+    let event = FleetEvent::JobsArchived {
+        job_ids: vec!["a".into(), "c".into()],
+        archived: archived(1, 1),
+    };
+    assert_eq!(fleet.apply_event(4, event), EventOutcome::Applied);
+    assert_eq!(fleet.jobs().len(), 1, "only b is held");
+    assert!(fleet.job("a").is_none() && fleet.job("c").is_none());
+    assert_eq!(fleet.job("b").unwrap().state, JobState::Running);
+    let counts = fleet.counts();
+    assert_eq!(
+        (
+            counts.total,
+            counts.done,
+            counts.failed,
+            counts.running,
+            counts.archived
+        ),
+        (3, 1, 1, 1, 2)
+    );
+    assert!(!fleet.all_terminal(), "b still runs");
+
+    // One comes back (resubmitted): lower counts, then its view.
+    let back = FleetEvent::JobsArchived {
+        job_ids: vec![],
+        archived: archived(0, 1),
+    };
+    fleet.apply_event(5, back);
+    fleet.apply_event(6, updated("a", JobState::Done));
+    assert_eq!(fleet.counts().total, 3, "not counted twice");
+    assert_eq!(fleet.counts().archived, 1);
+
+    // Everything archived: the fleet is finished, not empty.
+    fleet.apply_event(7, updated("b", JobState::Done));
+    fleet.apply_event(
+        8,
+        FleetEvent::JobsArchived {
+            job_ids: vec!["a".into(), "b".into()],
+            archived: archived(2, 1),
+        },
+    );
+    assert!(fleet.jobs().is_empty());
+    assert!(fleet.all_terminal());
+
+    // A snapshot carries the archived counts.
+    let mut snap = snapshot();
+    snap.archived = archived(5, 0);
+    fleet.apply_snapshot(9, snap);
+    assert_eq!(fleet.counts().total, 7);
+    assert_eq!(fleet.archived().done, 5);
 }
