@@ -51,7 +51,7 @@ status=${PIPESTATUS[0]}
 if [ -n "${TUNEFLEET_TEST_POSTGRES:-}" ]; then
     echo "== the end-to-end suite again, with the state in PostgreSQL"
     TUNEFLEET_TEST_STORE=postgres cargo test -p tunefleet-tests --features tunefleet-tests/tvm \
-        --test fleet --test cli --test tuning_cache --test metrics --test bad_input 2>&1 | tee -a "$log"
+        --test fleet --test cli --test tuning_cache --test metrics --test bad_input --test retention 2>&1 | tee -a "$log"
     pg_status=${PIPESTATUS[0]}
     [ "$status" -ne 0 ] || status=$pg_status
 fi

@@ -366,6 +366,10 @@ enum Op {
         job: usize,
     },
     Restart,
+    /// `--job-retention` with this window: ended jobs unchanged for it leave memory.
+    Archive {
+        window: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -382,6 +386,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..6).prop_map(|job| Op::Cancel { job }),
         1 => (0usize..6).prop_map(|job| Op::Retry { job }),
         1 => Just(Op::Restart),
+        1 => (0u64..20).prop_map(|window| Op::Archive { window }),
     ]
 }
 
@@ -397,6 +402,8 @@ struct Harness {
     /// slot -> the assignment it was last sent and has not finished
     holding: HashMap<usize, (String, u64)>,
     persisted: BTreeMap<String, Job>,
+    /// Archived jobs (out of memory; their rows stay in `persisted`).
+    archived: BTreeMap<String, Job>,
     /// Jobs whose latest progress was published but not persisted.
     progressed: std::collections::HashSet<String>,
     accepted: HashMap<String, u32>,
@@ -415,6 +422,7 @@ impl Harness {
             sessions: HashMap::new(),
             holding: HashMap::new(),
             persisted: BTreeMap::new(),
+            archived: BTreeMap::new(),
             progressed: Default::default(),
             accepted: HashMap::new(),
         };
@@ -581,17 +589,32 @@ impl Harness {
             }
             Op::Cancel { job } => {
                 if let Some(id) = self.ids.get(job).cloned() {
+                    self.bring_back(&id, &mut out);
                     let _ = self.s.cancel(&id, now, &mut out);
                 }
             }
             Op::Retry { job } => {
                 if let Some(id) = self.ids.get(job).cloned() {
+                    self.bring_back(&id, &mut out);
                     let _ = self.s.retry(&id, now, &mut out);
                 }
             }
+            Op::Archive { window } => {
+                for job in self.s.archive(now.saturating_sub(window), &|_| false) {
+                    assert!(job.state().is_terminal(), "only ended jobs leave");
+                    assert!(job.holder.is_none());
+                    self.archived.insert(job.id().clone(), *job);
+                }
+            }
             Op::Restart => {
-                // Everything not persisted is lost; every socket is gone.
-                let jobs: Vec<Job> = self.persisted.values().cloned().collect();
+                // Everything not persisted is lost; every socket is gone. The
+                // archived rows are not loaded.
+                let jobs: Vec<Job> = self
+                    .persisted
+                    .values()
+                    .filter(|j| !self.archived.contains_key(j.id()))
+                    .cloned()
+                    .collect();
                 self.s = Scheduler::recover(CONFIG, jobs, now, &mut out);
                 self.progressed.clear();
                 self.sessions.clear();
@@ -600,6 +623,15 @@ impl Harness {
         }
         self.absorb(out);
         self.check();
+    }
+
+    /// What the core does before a command that names a job: an archived
+    /// one comes back, and is written (live again).
+    fn bring_back(&mut self, id: &str, out: &mut Vec<Output>) {
+        if let Some(job) = self.archived.remove(id) {
+            assert!(self.s.restore(job), "an archived job is taken back");
+            out.push(Output::JobChanged(id.to_string()));
+        }
     }
 
     fn check(&self) {
@@ -619,6 +651,15 @@ impl Harness {
         assert_eq!(counted, open, "open jobs by target");
         let queue = self.s.queue_order();
         for id in &self.ids {
+            if let Some(archived) = self.archived.get(id) {
+                assert!(self.s.job(id).is_none(), "job {id} archived and held");
+                assert!(!queue.contains(id), "archived job {id} queued");
+                assert!(archived.state().is_terminal());
+                let mut row = self.persisted.get(id).expect("archived row").clone();
+                row.holder = None;
+                assert_eq!(&row, archived, "archived job {id} is its row");
+                continue;
+            }
             let job = self.s.job(id).expect("a job is never lost");
             let in_queue = queue.iter().filter(|q| *q == id).count();
             assert_eq!(
@@ -711,7 +752,11 @@ impl Harness {
             }
         }
         for id in &self.ids {
-            let job = self.s.job(id).expect("job exists");
+            let job = self
+                .s
+                .job(id)
+                .or_else(|| self.archived.get(id))
+                .expect("job exists");
             assert!(job.state().is_terminal(), "job {id} left {:?}", job.state());
             assert!(self.accepted.get(id).copied().unwrap_or(0) <= 1);
         }

@@ -200,3 +200,48 @@ fn a_result_without_records_is_no_entry() {
     let (new, _) = s.submit(vec![matmul(4, "{kind: llvm}")], 3, &mut out);
     assert!(!s.job(&new[0]).expect("job").view.cache_hit);
 }
+
+#[test]
+fn an_archived_entry_answers_again_once_restored() {
+    let (mut s, first) = tuned_once();
+    assert_eq!(s.cache_entries(), 1);
+    let archived = s.archive(100, &|_| false);
+    assert_eq!(archived.len(), 1, "the done job leaves memory");
+    assert_eq!(s.cache_entries(), 0, "and the in-memory cache");
+    let mut out = Vec::new();
+    let (new, _) = s.submit(vec![matmul(4, "{kind: llvm}")], 101, &mut out);
+    assert!(
+        !s.job(&new[0]).expect("job").view.cache_hit,
+        "without it, a miss"
+    );
+
+    // What the core does first for a submission: the archived entries of
+    // the computation come back.
+    let mut s2 = tuned_once().0;
+    let gone = s2.archive(100, &|_| false);
+    for job in gone {
+        assert!(s2.restore(*job));
+    }
+    assert_eq!(s2.cache_entries(), 1);
+    let (new, _) = s2.submit(vec![matmul(4, "{kind: llvm}")], 101, &mut out);
+    let job = &s2.job(&new[0]).expect("job").view;
+    assert!(job.cache_hit);
+    assert_eq!(job.cached_from.as_deref(), Some(first.as_str()));
+}
+
+#[test]
+fn a_job_a_model_run_keeps_or_one_still_recent_is_not_archived() {
+    let (mut s, first) = tuned_once();
+    assert!(s.archive(100, &|id| id == first).is_empty(), "kept");
+    // Changed at 2: a window that reaches back before that keeps it.
+    assert!(s.archive(2, &|_| false).is_empty(), "still recent");
+    let gone = s.archive(3, &|_| false);
+    assert_eq!(gone.len(), 1);
+    let job = *gone.into_iter().next().expect("one");
+    assert!(s.restore(job.clone()), "taken back");
+    assert!(!s.restore(job.clone()), "never over the one held");
+    let mut open = job;
+    open.view.state = JobState::Queued;
+    open.view.job_id = "0000000000000bad".into();
+    assert!(!s.restore(open), "only an ended job is taken back");
+}

@@ -1,8 +1,9 @@
-//! A `fleet.db` written by an earlier release (schema 1, checked in as
-//! `tests/fixtures/fleet-v1.db`) opens in today's master, is migrated in
-//! place with a backup beside it, and the fleet resumes: finished jobs keep
-//! their results, the job that was in flight goes back to the queue, and a
-//! worker finishes the rest, each exactly once.
+//! A `fleet.db` written by an earlier release (schema 1 and schema 2, checked
+//! in as `tests/fixtures/fleet-v1.db` and `fleet-v2.db`: the same fleet)
+//! opens in today's master, is migrated in place with a backup beside it, and
+//! the fleet resumes: finished jobs keep their results, the job that was in
+//! flight goes back to the queue, and a worker finishes the rest, each
+//! exactly once.
 
 use std::time::Duration;
 
@@ -10,22 +11,33 @@ use tunefleet_shared::protocol::JobState;
 use tunefleet_tests::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_database_from_the_previous_release_migrates_and_resumes() {
+async fn a_schema_1_database_migrates_and_resumes() {
+    an_earlier_database_migrates_and_resumes(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_2_database_migrates_and_resumes() {
+    an_earlier_database_migrates_and_resumes(2).await;
+}
+
+async fn an_earlier_database_migrates_and_resumes(schema: u32) {
     let dir = tempfile::tempdir().unwrap();
     // Master::start uses dir/fleet.db.
     std::fs::copy(
-        repo_root().join("tests/fixtures/fleet-v1.db"),
+        repo_root().join(format!("tests/fixtures/fleet-v{schema}.db")),
         dir.path().join("fleet.db"),
     )
     .unwrap();
     let master = Master::start(dir.path(), &[]);
     assert!(
-        dir.path().join("fleet.db.schema1.bak").is_file(),
+        dir.path()
+            .join(format!("fleet.db.schema{schema}.bak"))
+            .is_file(),
         "backup written"
     );
-    assert!(master
-        .log()
-        .contains("migrating the state database from schema 1"));
+    assert!(master.log().contains(&format!(
+        "migrating the state database from schema {schema}"
+    )));
 
     let mut client = master.client().await;
     let jobs = client.results(None).await.expect("results");

@@ -208,3 +208,72 @@ async fn a_database_of_a_newer_schema_is_refused_with_its_url_named() {
         "{err}"
     );
 }
+
+/// A schema-2 database (today's tables less what schema 3 added) is
+/// migrated in place by the master that takes the lead, and its jobs can
+/// then be archived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_2_database_is_migrated_and_its_jobs_archive() {
+    let Some(base) = server_or_skip() else {
+        return;
+    };
+    let state = fresh_postgres_database(&base);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut master = Master::start_on(dir.path(), &state, &[]);
+    let report = master
+        .client()
+        .await
+        .submit(matmul_yaml(3, "old"), None)
+        .await
+        .expect("submit");
+    assert_eq!(report.new_jobs.len(), 3);
+    let worker = Worker::start(&master, "w", 0.0, &[]);
+    eventually(Duration::from_secs(30), "3 jobs done", || {
+        let master = &master;
+        async move {
+            let status = master.client().await.status().await.ok()?;
+            (status.jobs.done == 3).then_some(())
+        }
+    })
+    .await;
+    drop(worker);
+    assert!(master.terminate().is_some_and(|s| s.success()));
+    let url = state.clone();
+    std::thread::spawn(move || {
+        let mut db = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        db.batch_execute(
+            "DROP INDEX jobs_archived_by_key;
+             ALTER TABLE jobs DROP COLUMN archived_at;
+             ALTER TABLE jobs DROP COLUMN content_key;
+             UPDATE meta SET value = '2' WHERE key = 'schema_version';",
+        )
+        .expect("make it schema 2");
+    })
+    .join()
+    .expect("downgrade");
+
+    let master = Master::start_on(dir.path(), &state, &["--job-retention", "0s"]);
+    assert!(
+        master
+            .log()
+            .contains("migrating the state database from schema 2"),
+        "{}",
+        master.log()
+    );
+    let status = eventually(Duration::from_secs(20), "3 jobs archived", || {
+        let master = &master;
+        async move {
+            let status = master.client().await.status().await.ok()?;
+            (status.jobs.archived == 3).then_some(status)
+        }
+    })
+    .await;
+    assert_eq!((status.jobs.total, status.jobs.done), (3, 3));
+    let again = master
+        .client()
+        .await
+        .submit(matmul_yaml(3, "old"), None)
+        .await
+        .expect("resubmit");
+    assert_eq!(again.duplicates.len(), 3, "{again:?}");
+}

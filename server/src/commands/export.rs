@@ -22,6 +22,9 @@
 //! database, `tunefleet_workloads.json` names the tunefleet workload of each
 //! database line, so that `tunefleet import` of the directory seeds another
 //! farm's jobs of those workloads before they first run.
+//!
+//! An export is everything the farm measured: the jobs archived by
+//! `serve --job-retention` are read from the master's database and included.
 
 use super::results::{fetch, to_csv, to_json};
 use super::{emit, plural, ConnectArgs};
@@ -130,7 +133,7 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
             .context("--format metaschedule writes two files: give the directory with --out DIR")?
             .to_path_buf();
         let jobs = only_target(
-            fetch(&args.connect, &args.jobs).await?,
+            fetch(&args.connect, &args.jobs, true).await?,
             args.target.as_ref(),
         );
         // A MetaSchedule database ignores targets when it is queried
@@ -188,7 +191,7 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
         anyhow::bail!("--merge applies to --format metaschedule only");
     }
     let jobs = only_target(
-        fetch(&args.connect, &args.jobs).await?,
+        fetch(&args.connect, &args.jobs, true).await?,
         args.target.as_ref(),
     );
     let text = render(args.format, &jobs)?;

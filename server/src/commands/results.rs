@@ -43,6 +43,10 @@ pub struct ResultsArgs {
     /// (`--format json` prints one object).
     #[arg(long, value_name = "NAME", conflicts_with = "jobs")]
     pub model: Option<String>,
+    /// Also the jobs the master archived (`serve --job-retention`), read
+    /// from its database. Jobs named with --job are found either way.
+    #[arg(long, conflicts_with = "model")]
+    pub archived: bool,
 }
 
 pub async fn run(args: ResultsArgs) -> anyhow::Result<()> {
@@ -55,7 +59,7 @@ pub async fn run(args: ResultsArgs) -> anyhow::Result<()> {
         };
         return emit(&text);
     }
-    let jobs = fetch(&args.connect, &args.jobs).await?;
+    let jobs = fetch(&args.connect, &args.jobs, args.archived).await?;
     let text = match args.format {
         ResultsFormat::Table => to_table(&jobs),
         ResultsFormat::Json => to_json(&jobs)?,
@@ -64,12 +68,17 @@ pub async fn run(args: ResultsArgs) -> anyhow::Result<()> {
     emit(&text)
 }
 
-/// Fetches the jobs (all when `job_ids` is empty) in output order.
-pub async fn fetch(connect: &ConnectArgs, job_ids: &[String]) -> anyhow::Result<Vec<JobView>> {
+/// Fetches the jobs (all when `job_ids` is empty; `archived`: the archived
+/// ones too) in output order.
+pub async fn fetch(
+    connect: &ConnectArgs,
+    job_ids: &[String],
+    archived: bool,
+) -> anyhow::Result<Vec<JobView>> {
     let mut client = connect.connect().await?;
     let filter = (!job_ids.is_empty()).then(|| job_ids.to_vec());
     let mut jobs = client
-        .results(filter)
+        .results_with(filter, archived)
         .await
         .map_err(|e| connect.explain(e))?;
     let _ = client.close().await;
