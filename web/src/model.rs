@@ -25,7 +25,28 @@ pub use tunefleet_shared::fleet::{job_order, EventOutcome, Fleet};
 
 /// The fleet-wide numbers behind the overall progress bar.
 pub fn fleet_overall(fleet: &Fleet, now: Millis) -> Overall {
-    overall(fleet.jobs(), now)
+    let mut o = overall(fleet.jobs(), now);
+    add_archived(&mut o, fleet.archived());
+    o
+}
+
+/// Jobs the master archived (`--job-retention`) are finished work: counted
+/// in their state and the bar, though their rows are no longer sent.
+fn add_archived(o: &mut Overall, archived: &tunefleet_shared::protocol::JobCounts) {
+    if archived.total == 0 {
+        return;
+    }
+    let held = o.total as f64;
+    o.total += archived.total;
+    o.done += archived.done;
+    o.failed += archived.failed;
+    o.cancelled += archived.cancelled;
+    o.archived = archived.total;
+    let total = o.total as f64;
+    o.percent =
+        ((o.percent * held / 100.0 + archived.total as f64) / total * 100.0).clamp(0.0, 100.0);
+    o.done_share = o.done as f64 / total * 100.0;
+    o.failed_share = (o.failed + o.cancelled) as f64 / total * 100.0;
 }
 
 /// The overall progress bar's numbers.
@@ -38,6 +59,8 @@ pub struct Overall {
     pub done: usize,
     pub failed: usize,
     pub cancelled: usize,
+    /// Of `total`, archived by the master (not in the job list).
+    pub archived: usize,
     /// 0–100: finished jobs count whole, in-flight ones by their trials.
     pub percent: f64,
     /// Width shares (0–100) of done and of failed + cancelled jobs in the bar.
@@ -827,6 +850,18 @@ mod tests {
         assert_eq!(o.percent, 100.0);
         assert_eq!(o.eta_ms, None);
         assert_eq!(overall(&[], 0).percent, 0.0);
+
+        // Four jobs archived by the master (3 done, 1 failed): whole, finished.
+        let mut o = overall(&jobs, 0);
+        let mut archived = tunefleet_shared::protocol::JobCounts::default();
+        archived.count(JobState::Done, 3);
+        archived.count(JobState::Failed, 1);
+        add_archived(&mut o, &archived);
+        assert_eq!((o.total, o.done, o.failed, o.archived), (8, 4, 2, 4));
+        assert_eq!(o.finished(), 6);
+        // (2.5 of 4 held) + 4 archived, of 8.
+        assert!((o.percent - 81.25).abs() < 1e-9, "{}", o.percent);
+        assert!((o.done_share - 50.0).abs() < 1e-9);
     }
 
     #[test]

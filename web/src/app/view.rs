@@ -848,7 +848,13 @@ fn jobs_card(app: &App, ctx: &Context<App>) -> Html {
     html! {
         <section class="card jobs" aria-label="jobs">
             <div class="card-head">
-                <h2>{ "Jobs" }<span class="count">{ o.total }</span></h2>
+                <h2>{ "Jobs" }<span class="count">{ o.total }</span>
+                    if o.archived > 0 {
+                        <span class="sub" id="archived-count" title="Ended jobs the master archived (--job-retention): counted here, listed by `tunefleet results --archived`">
+                            { format!(" {} archived", o.archived) }
+                        </span>
+                    }
+                </h2>
                 <div class="downloads">
                     <span class="sub">{ "Download" }</span>
                     <button id="dl-json" class="ghost small" disabled={no_jobs} title="Every job as the protocol's JobView objects"

@@ -1,11 +1,13 @@
 //! `tunefleet-bench soak [--minutes M] [--workers W] [--subscribers S]
-//! [--jobs-per-second J]`: a long run with a steady job stream, worker churn
+//! [--jobs-per-second J] [--job-retention DURATION]`: a long run with a steady job stream, worker churn
 //! (one worker `kill -9`ed and restarted every 20 s) and subscribers, sampled
 //! every minute: master RSS, open file descriptors, database size (file and
 //! WAL), jobs known, and the p50/p99 delay from a job change (its
 //! `updated_at`, stamped by the master) to a subscriber having it. What may
 //! grow is what the master is asked to keep (jobs and their records); the
-//! table shows whether anything else does.
+//! table shows whether anything else does. With `--job-retention` (passed to
+//! the master), ended jobs leave memory: "held" is what the master holds,
+//! "jobs known" what it counts.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -24,6 +26,8 @@ pub struct SoakArgs {
     pub workers: usize,
     pub subscribers: usize,
     pub jobs_per_second: usize,
+    /// The master's `--job-retention`, as given (`2m`).
+    pub job_retention: Option<String>,
 }
 
 pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<SoakArgs> {
@@ -32,6 +36,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<SoakArgs> {
         workers: 4,
         subscribers: 4,
         jobs_per_second: 20,
+        job_retention: None,
     };
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -40,7 +45,8 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<SoakArgs> {
             "--workers" => args.workers = value()?.parse()?,
             "--subscribers" => args.subscribers = value()?.parse()?,
             "--jobs-per-second" => args.jobs_per_second = value()?.parse()?,
-            other => bail!("unknown flag {other} (soak flags: --minutes --workers --subscribers --jobs-per-second)"),
+            "--job-retention" => args.job_retention = Some(value()?),
+            other => bail!("unknown flag {other} (soak flags: --minutes --workers --subscribers --jobs-per-second --job-retention)"),
         }
     }
     Ok(args)
@@ -92,11 +98,11 @@ pub async fn run(args: SoakArgs, master_bin: &Path, worker_bin: &Path) -> anyhow
     // The master's default event ring, as a farm runs it: the bench's deep
     // one (65,536 events of up to a job view each) would itself grow the
     // master by ~60 MiB until full, and hide the per-job cost.
-    let master = start_master(
-        master_bin,
-        &db.display().to_string(),
-        &["--event-buffer", "4096"],
-    )?;
+    let mut master_args = vec!["--event-buffer", "4096"];
+    if let Some(keep) = &args.job_retention {
+        master_args.extend(["--job-retention", keep.as_str()]);
+    }
+    let master = start_master(master_bin, &db.display().to_string(), &master_args)?;
     let pid = master.pid();
     let url = master.url.clone();
     let mut workers: Vec<KillOnDrop> = (0..args.workers)
@@ -125,8 +131,8 @@ pub async fn run(args: SoakArgs, master_bin: &Path, worker_bin: &Path) -> anyhow
     let mut next_churn = started + Duration::from_secs(20);
     let mut counter = 0usize;
     let mut churned = 0usize;
-    println!("| minute | jobs known | master RSS | open fds | database (+WAL) | event delay p50 / p99 | worker restarts |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| minute | jobs known | held | master RSS | open fds | database (+WAL) | event delay p50 / p99 | worker restarts |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     while Instant::now() < end {
         let mut yaml = String::from("target: {kind: llvm}\ntrials: 1\nworkloads:\n");
         for _ in 0..args.jobs_per_second {
@@ -148,9 +154,10 @@ pub async fn run(args: SoakArgs, master_bin: &Path, worker_bin: &Path) -> anyhow
             let mut d = std::mem::take(&mut *delays.lock().map_err(|_| anyhow::anyhow!("lock"))?);
             let status = submitter.status().await?;
             println!(
-                "| {} | {} | {:.1} MiB | {} | {:.1} MiB | {} / {} ms | {churned} |",
+                "| {} | {} | {} | {:.1} MiB | {} | {:.1} MiB | {} / {} ms | {churned} |",
                 started.elapsed().as_secs() / 60,
                 status.jobs.total,
+                status.jobs.total - status.jobs.archived,
                 rss_kib(pid) as f64 / 1024.0,
                 open_fds(pid),
                 db_bytes(&db) as f64 / 1048576.0,
