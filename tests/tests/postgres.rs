@@ -128,6 +128,18 @@ async fn a_standby_takes_over_when_the_leader_is_killed_and_no_job_is_lost_or_do
     let killed_at = now_ms();
     let killed = Instant::now();
     leader.kill9();
+    // A command sent at once, while neither master listens, waits for the
+    // standby instead of failing.
+    let during = Command::new(bin("tunefleet"))
+        .args(["status", "--json", "--server", &both])
+        .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
+        .output()
+        .expect("run status");
+    assert!(
+        during.status.success(),
+        "status during the failover: {}",
+        String::from_utf8_lossy(&during.stderr)
+    );
     eventually(Duration::from_secs(20), "the standby listens", || async {
         TcpStream::connect(addr_b).is_ok().then_some(())
     })

@@ -91,19 +91,29 @@ impl ConnectArgs {
     /// With several URLs (`ws://A,ws://B`: a leader and its standby), each is
     /// tried in order and the first that completes the handshake is used; a
     /// master that answers with a refusal (a bad token) ends the search, as
-    /// the standby would say the same.
+    /// the standby would say the same. When none answers, the round is tried
+    /// again for up to [`FAILOVER_WAIT`]: between a leader's death and its
+    /// standby binding the port (its poll interval, then loading the state)
+    /// neither listens, and a command sent then should wait, not fail.
     pub async fn try_connect(&self) -> Result<Client, ClientError> {
         let urls = tunefleet_shared::server_urls(&self.server);
+        let deadline = tokio::time::Instant::now() + FAILOVER_WAIT;
         let mut last = None;
-        for url in &urls {
-            match Client::connect_with(url, self.token(), &self.options()).await {
-                Ok(client) => return Ok(client),
-                Err(e) if e.is_retryable() && urls.len() > 1 => {
-                    tracing::debug!(%url, "master not reachable, trying the next: {e}");
-                    last = Some(e);
+        loop {
+            for url in &urls {
+                match Client::connect_with(url, self.token(), &self.options()).await {
+                    Ok(client) => return Ok(client),
+                    Err(e) if e.is_retryable() && urls.len() > 1 => {
+                        tracing::debug!(%url, "master not reachable, trying the next: {e}");
+                        last = Some(e);
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
+            if urls.len() < 2 || tokio::time::Instant::now() + FAILOVER_ROUND > deadline {
+                break;
+            }
+            tokio::time::sleep(FAILOVER_ROUND).await;
         }
         Err(last.unwrap_or_else(|| ClientError::BadUrl {
             url: self.server.clone(),
@@ -138,6 +148,13 @@ impl ConnectArgs {
         }
     }
 }
+
+/// How long a command given several master URLs keeps trying them when
+/// none answers: longer than a standby's takeover (its `--standby-poll`,
+/// 1 s by default, plus loading the state).
+pub const FAILOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The pause between two rounds over the URLs.
+const FAILOVER_ROUND: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// An error that asks for a specific exit status. With an empty message
 /// nothing more is printed (the command already said what happened).
