@@ -27,6 +27,7 @@ pub mod model;
 pub mod model_runs;
 pub mod model_upload;
 pub mod upload;
+pub mod wire;
 
 #[cfg(target_arch = "wasm32")]
 mod app;

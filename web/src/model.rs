@@ -15,9 +15,11 @@
 use std::collections::HashMap;
 
 use tunefleet_shared::protocol::{
-    close_code, ClientCommand, ClientRequest, ErrorCode, JobId, JobState, JobView, Millis,
-    ReplyBody, Role, ServerMessage, SubmitReport, PROTOCOL_VERSION,
+    close_code, ClientCommand, ClientRequest, ErrorCode, JobId, JobState, JobView, Millis, Role,
+    SubmitReport, PROTOCOL_VERSION,
 };
+
+use crate::wire::Incoming;
 
 /// The state reducer for the pub/sub stream, shared with the native client
 /// (`tunefleet watch`): one sequence rule, one way to apply a progress delta.
@@ -486,38 +488,51 @@ impl Session {
 
     /// One text frame from the master.
     pub fn received(&mut self, text: &str) -> Vec<Effect> {
-        let msg: ServerMessage = match serde_json::from_str(text) {
-            Ok(m) => m,
+        // Not the derived `ServerMessage` reader: see `wire.rs` (module size).
+        let Some(msg) = crate::wire::parse(text) else {
             // A newer master may send more; nothing we can do with it.
-            Err(_) => return Vec::new(),
+            return Vec::new();
         };
         let mut effects = Vec::new();
         match msg {
-            ServerMessage::Reply { id, body } => {
-                let pending = self.pending.remove(&id);
-                match (pending, body) {
-                    (Some(Pending::Hello), ReplyBody::Welcome { role, .. }) => {
-                        self.failures = 0;
-                        self.link = Some(Link::Live { role });
-                        let frame = self.frame(ClientCommand::Subscribe, Pending::Subscribe);
-                        effects.push(Effect::Send(frame));
-                    }
-                    (_, ReplyBody::Submitted(report)) => effects.push(Effect::Submitted(report)),
-                    (_, ReplyBody::ModelSubmitted { name, extract_job }) => {
-                        effects.push(Effect::ModelSubmitted { name, extract_job })
-                    }
-                    (_, ReplyBody::Cancelled { job_id }) => effects.push(Effect::Notice {
-                        text: format!("cancelled {}", self.job_label(&job_id)),
-                        error: false,
-                    }),
-                    (_, ReplyBody::Retried { job_id }) => effects.push(Effect::Notice {
-                        text: format!("{} is queued again", self.job_label(&job_id)),
-                        error: false,
-                    }),
-                    _ => {}
+            Incoming::Welcome { id, role } => {
+                if self.pending.remove(&id) == Some(Pending::Hello) {
+                    self.failures = 0;
+                    self.link = Some(Link::Live { role });
+                    let frame = self.frame(ClientCommand::Subscribe, Pending::Subscribe);
+                    effects.push(Effect::Send(frame));
                 }
             }
-            ServerMessage::Error { id, code, message } => {
+            Incoming::Submitted { id, report } => {
+                self.pending.remove(&id);
+                effects.push(Effect::Submitted(report))
+            }
+            Incoming::ModelSubmitted {
+                id,
+                name,
+                extract_job,
+            } => {
+                self.pending.remove(&id);
+                effects.push(Effect::ModelSubmitted { name, extract_job })
+            }
+            Incoming::Cancelled { id, job_id } => {
+                self.pending.remove(&id);
+                effects.push(Effect::Notice {
+                    text: format!("cancelled {}", self.job_label(&job_id)),
+                    error: false,
+                })
+            }
+            Incoming::Retried { id, job_id } => {
+                self.pending.remove(&id);
+                effects.push(Effect::Notice {
+                    text: format!("{} is queued again", self.job_label(&job_id)),
+                    error: false,
+                })
+            }
+            Incoming::OtherReply { id } => {
+                self.pending.remove(&id);
+            }
+            Incoming::Error { id, code, message } => {
                 let pending = id.and_then(|id| self.pending.remove(&id));
                 match pending {
                     Some(Pending::Hello) => {
@@ -541,17 +556,17 @@ impl Session {
                     }),
                 }
             }
-            ServerMessage::Snapshot { seq, snapshot } => {
+            Incoming::Snapshot { seq, snapshot } => {
                 self.fleet.apply_snapshot(seq, snapshot);
                 self.fresh = true;
             }
-            ServerMessage::Event { seq, event } => {
+            Incoming::Event { seq, event } => {
                 if matches!(self.fleet.apply_event(seq, event), EventOutcome::Gap { .. }) {
                     let frame = self.frame(ClientCommand::Subscribe, Pending::Subscribe);
                     effects.push(Effect::Send(frame));
                 }
             }
-            ServerMessage::Shutdown { reason } => {
+            Incoming::Shutdown { reason } => {
                 self.last_reason = Some(format!("master shutting down: {reason}"))
             }
         }
@@ -614,9 +629,9 @@ impl Session {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use tunefleet_shared::protocol::{FleetEvent, FleetSnapshot, WorkerView};
+    use tunefleet_shared::protocol::{FleetEvent, FleetSnapshot, ServerMessage, WorkerView};
     use tunefleet_shared::protocol::{ProgressPoint, ResultMeta};
     use tunefleet_shared::target::Target;
     use tunefleet_shared::workload::parse_workload_file;

@@ -106,7 +106,7 @@ pub fn state_hint(view: &ModelView) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tunefleet_shared::model::{ModelLatencies, TunerSettings};
     use tunefleet_shared::target::Target;
