@@ -41,6 +41,8 @@ struct Args {
     /// A PostgreSQL server's URL: the master's state goes into a fresh
     /// database there instead of a SQLite file.
     postgres: Option<String>,
+    /// The master's `--job-retention` (what archiving costs a submission).
+    job_retention: Option<String>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -56,6 +58,7 @@ fn parse_args() -> anyhow::Result<Args> {
         master_bin: exe_dir.join("tunefleet"),
         worker_bin: exe_dir.join("tunefleet-worker"),
         postgres: None,
+        job_retention: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -68,7 +71,8 @@ fn parse_args() -> anyhow::Result<Args> {
             "--master-bin" => args.master_bin = value()?.into(),
             "--worker-bin" => args.worker_bin = value()?.into(),
             "--postgres" => args.postgres = Some(value()?),
-            other => bail!("unknown flag {other} (flags: --workers --jobs --rounds --recycle-samples --master-bin --worker-bin --postgres URL)"),
+            "--job-retention" => args.job_retention = Some(value()?),
+            other => bail!("unknown flag {other} (flags: --workers --jobs --rounds --recycle-samples --master-bin --worker-bin --postgres URL --job-retention DURATION)"),
         }
     }
     Ok(args)
@@ -543,7 +547,11 @@ async fn main() -> anyhow::Result<()> {
             "a fresh SQLite file, durability normal",
         ),
     };
-    let master = start_master(&args.master_bin, &state, &[])?;
+    let retention: Vec<&str> = match &args.job_retention {
+        Some(keep) => vec!["--job-retention", keep.as_str()],
+        None => Vec::new(),
+    };
+    let master = start_master(&args.master_bin, &state, &retention)?;
     println!("master: {} (state in {store})", master.url);
 
     // Throughput.
