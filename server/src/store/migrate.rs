@@ -16,18 +16,24 @@ use serde_json::Value;
 use super::sqlite::{create_tables, ARCHIVED_INDEX};
 use super::{row, StoreError, SCHEMA_VERSION};
 
-/// Schema 1 → 2 (and on to the current schema, whose tables it creates):
-/// each `jobs.data` (the scheduler's `Job` as JSON, workload
-/// included) becomes a schema-2 row plus a `workload` column.
-pub(super) fn from_1(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
+/// One migration from schema `from`: the backup beside the file first (kept
+/// if it is already there: an earlier try wrote it from the same file),
+/// then `step` in one transaction, committed only if it all went through.
+/// `step` gets the error maker that names the file and the schemas.
+fn migrate(
+    conn: &Connection,
+    path: &Path,
+    path_text: &str,
+    from: i64,
+    step: impl FnOnce(&dyn Fn(String) -> StoreError) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
     let fail = |reason: String| StoreError::Migration {
         path: path_text.to_string(),
-        from: 1,
+        from,
         to: SCHEMA_VERSION,
         reason,
     };
-    let sql = |e: rusqlite::Error| fail(e.to_string());
-    let backup = backup_path(path, 1);
+    let backup = backup_path(path, from);
     if !backup.exists() {
         conn.execute("VACUUM INTO ?1", params![backup.to_string_lossy()])
             .map_err(|e| fail(format!("cannot write the backup {}: {e}", backup.display())))?;
@@ -35,10 +41,27 @@ pub(super) fn from_1(conn: &Connection, path: &Path, path_text: &str) -> Result<
     tracing::info!(
         state = path_text,
         backup = %backup.display(),
-        "migrating the state database from schema 1 to {SCHEMA_VERSION}"
+        "migrating the state database from schema {from} to {SCHEMA_VERSION}"
     );
-    conn.execute_batch("BEGIN IMMEDIATE").map_err(sql)?;
-    let result = (|| {
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(|e| fail(e.to_string()))?;
+    match step(&fail) {
+        Ok(()) => conn
+            .execute_batch("COMMIT")
+            .map_err(|e| fail(e.to_string())),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+/// Schema 1 → 2 (and on to the current schema, whose tables it creates):
+/// each `jobs.data` (the scheduler's `Job` as JSON, workload
+/// included) becomes a schema-2 row plus a `workload` column.
+pub(super) fn from_1(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
+    migrate(conn, path, path_text, 1, |fail| {
+        let sql = |e: rusqlite::Error| fail(e.to_string());
         conn.execute_batch("ALTER TABLE jobs RENAME TO jobs_v1")
             .map_err(sql)?;
         // The new `jobs` (and the version), as a new database has them.
@@ -66,52 +89,22 @@ pub(super) fn from_1(conn: &Connection, path: &Path, path_text: &str) -> Result<
                 .map_err(sql)?;
         }
         drop(insert);
-        conn.execute_batch("DROP TABLE jobs_v1").map_err(sql)?;
-        Ok(())
-    })();
-    match result {
-        Ok(()) => conn.execute_batch("COMMIT").map_err(sql),
-        Err(e) => {
-            let _ = conn.execute_batch("ROLLBACK");
-            Err(e)
-        }
-    }
+        conn.execute_batch("DROP TABLE jobs_v1").map_err(sql)
+    })
 }
 
 /// Schema 2 → 3: two new columns of `jobs` for archived jobs (`NULL` in every
 /// existing row: nothing is archived yet) and their index. No row changes.
 pub(super) fn from_2(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
-    let fail = |reason: String| StoreError::Migration {
-        path: path_text.to_string(),
-        from: 2,
-        to: SCHEMA_VERSION,
-        reason,
-    };
-    let sql = |e: rusqlite::Error| fail(e.to_string());
-    let backup = backup_path(path, 2);
-    if !backup.exists() {
-        conn.execute("VACUUM INTO ?1", params![backup.to_string_lossy()])
-            .map_err(|e| fail(format!("cannot write the backup {}: {e}", backup.display())))?;
-    }
-    tracing::info!(
-        state = path_text,
-        backup = %backup.display(),
-        "migrating the state database from schema 2 to {SCHEMA_VERSION}"
-    );
-    conn.execute_batch("BEGIN IMMEDIATE").map_err(sql)?;
-    let result = conn.execute_batch(&format!(
-        "ALTER TABLE jobs ADD COLUMN archived_at INTEGER;
-         ALTER TABLE jobs ADD COLUMN content_key TEXT;
-         {ARCHIVED_INDEX};
-         UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
-    ));
-    match result {
-        Ok(()) => conn.execute_batch("COMMIT").map_err(sql),
-        Err(e) => {
-            let _ = conn.execute_batch("ROLLBACK");
-            Err(sql(e))
-        }
-    }
+    migrate(conn, path, path_text, 2, |fail| {
+        conn.execute_batch(&format!(
+            "ALTER TABLE jobs ADD COLUMN archived_at INTEGER;
+             ALTER TABLE jobs ADD COLUMN content_key TEXT;
+             {ARCHIVED_INDEX};
+             UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
+        ))
+        .map_err(|e| fail(e.to_string()))
+    })
 }
 
 /// `jobs.data` of schema 1 → (schema-2 `data`, `workload`).
