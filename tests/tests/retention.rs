@@ -57,6 +57,12 @@ async fn archived_jobs_leave_memory_and_stay_in_the_farm() {
         json_results(&master, &[]).is_empty(),
         "results shows the jobs held"
     );
+    let plain = master.cli(&["results"]);
+    assert!(
+        String::from_utf8_lossy(&plain.stderr).contains("4 archived jobs are not shown"),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
     let archived = json_results(&master, &["--archived"]);
     assert_eq!(archived.len(), 4, "--archived reads them back");
     for job in &archived {

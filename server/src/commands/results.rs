@@ -81,6 +81,17 @@ pub async fn fetch(
         .results_with(filter, archived)
         .await
         .map_err(|e| connect.explain(e))?;
+    if job_ids.is_empty() && !archived {
+        // Said on stderr, so scripts reading stdout see only the jobs.
+        if let Ok(status) = client.status().await {
+            if status.jobs.archived > 0 {
+                eprintln!(
+                    "note: {} archived jobs are not shown (--archived reads them from the master's database)",
+                    status.jobs.archived
+                );
+            }
+        }
+    }
     let _ = client.close().await;
     for id in job_ids {
         if !jobs.iter().any(|job| &job.job_id == id) {
