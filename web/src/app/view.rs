@@ -813,7 +813,9 @@ fn worker_row(app: &App, ctx: &Context<App>, w: &WorkerView, now: u64, tz: i64) 
 fn jobs_card(app: &App, ctx: &Context<App>) -> Html {
     let link = ctx.link();
     let fleet = &app.session.fleet;
-    let o = crate::model::fleet_overall(fleet, 0);
+    // The jobs listed: archived ones are counted in the header, not the chips.
+    let o = crate::model::overall(fleet.jobs(), 0);
+    let archived = fleet.archived().total;
     let rows = visible_jobs(fleet.jobs(), app.filter, &app.search, app.sort);
     let shown = rows.len().min(app.limit);
     let any_ms = fleet.jobs().iter().any(has_metaschedule_records);
@@ -849,9 +851,9 @@ fn jobs_card(app: &App, ctx: &Context<App>) -> Html {
         <section class="card jobs" aria-label="jobs">
             <div class="card-head">
                 <h2>{ "Jobs" }<span class="count">{ o.total }</span>
-                    if o.archived > 0 {
-                        <span class="sub" id="archived-count" title="Ended jobs the master archived (--job-retention): counted here, listed by `tunefleet results --archived`">
-                            { format!(" {} archived", o.archived) }
+                    if archived > 0 {
+                        <span class="sub" id="archived-count" title="Ended jobs the master archived (--job-retention): counted in the progress bar, listed by `tunefleet results --archived`">
+                            { format!(" + {archived} archived") }
                         </span>
                     }
                 </h2>
