@@ -920,6 +920,64 @@ async fn a_killed_workers_job_goes_back_to_queued_then_finishes() {
 }
 
 #[tokio::test]
+async fn archived_jobs_leave_the_list_and_stay_in_the_counts() {
+    let _serial = SERIAL.lock().await;
+    let Some(browser) = Browser::start("archived_jobs", "2b").await else {
+        return;
+    };
+    let dist = web_dist();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("three.yaml");
+    std::fs::write(&file, matmul_yaml(3, "old")).unwrap();
+    let mut extra = web_args(&dist);
+    extra.extend([
+        "--public-read".into(),
+        "--job-retention".into(),
+        "0s".into(),
+        "--workloads".into(),
+        file.display().to_string(),
+    ]);
+    let master = Master::start(dir.path(), &args(&extra));
+    browser.goto(&format!("http://{}/", master.addr)).await;
+    browser
+        .wait(
+            "three jobs listed",
+            LONG,
+            "return document.querySelectorAll('#jobs tr[data-name]').length === 3",
+        )
+        .await;
+    let _worker = Worker::start(&master, "sim-fast", 0.0, &[]);
+    // Done, then archived by the master within a second: the rows go, the
+    // header and the overall bar still count them.
+    browser
+        .wait(
+            "the rows archived",
+            LONG,
+            "const a = document.querySelector('#archived-count'); return a && a.innerText.includes('3 archived') && document.querySelectorAll('#jobs tr[data-name]').length === 0",
+        )
+        .await;
+    browser
+        .wait(
+            "the overall bar at 100%",
+            SHORT,
+            "return document.querySelector('#overall-bar').getAttribute('aria-valuenow') === '100'",
+        )
+        .await;
+    let empty = browser
+        .js(
+            "return document.querySelector('#jobs .empty, .jobs .empty').innerText",
+            vec![],
+        )
+        .await;
+    assert!(
+        empty.as_str().is_some_and(|t| t.contains("archived")),
+        "{empty}"
+    );
+    browser.shot("01-archived").await;
+    browser.close().await;
+}
+
+#[tokio::test]
 async fn the_page_reconnects_and_resyncs_after_a_master_restart() {
     let _serial = SERIAL.lock().await;
     let Some(browser) = Browser::start("master_restart", "3").await else {

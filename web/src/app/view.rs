@@ -884,7 +884,15 @@ fn jobs_card(app: &App, ctx: &Context<App>) -> Html {
                     aria-label="filter jobs" value={app.search.clone()} oninput={on_search} />
             </div>
             if no_jobs {
-                <p class="empty">{ if fleet.synced() { "No jobs yet: submit a workload file." } else { "Waiting for the master…" } }</p>
+                <p class="empty">{
+                    if !fleet.synced() {
+                        "Waiting for the master…"
+                    } else if archived > 0 {
+                        "Every job has ended and been archived by the master (--job-retention): `tunefleet results --archived` lists them."
+                    } else {
+                        "No jobs yet: submit a workload file."
+                    }
+                }</p>
             } else if rows.is_empty() {
                 <p class="empty">{ "No job matches this filter." }</p>
             } else {
