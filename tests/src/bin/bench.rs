@@ -17,6 +17,8 @@
 //!
 //! Reproduce (see docs/benchmarks.md):
 //! `cargo build --release -p tunefleet-server -p tunefleet-tests --bins && target/release/tunefleet-bench`
+//! (`--job-retention DURATION` runs the master with it, to see what archiving
+//! costs a submission).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
