@@ -275,10 +275,10 @@ pub enum Command {
     Status {
         reply: oneshot::Sender<StatusReport>,
     },
+    /// The jobs held, or those named (archived ones read back from the
+    /// store). The whole archive is read by the network layer, off this thread.
     Results {
         job_ids: Option<Vec<JobId>>,
-        /// With every job: the archived ones too (read from the store).
-        archived: bool,
         reply: oneshot::Sender<Vec<JobView>>,
     },
     Cancel {
@@ -643,13 +643,11 @@ impl Core {
                     let _ = reply.send(report);
                 }));
             }
-            Command::Results {
-                job_ids,
-                archived,
-                reply,
-            } => {
+            Command::Results { job_ids, reply } => {
                 let mut views = self.results(job_ids.as_deref());
-                self.add_archived_views(job_ids.as_deref(), archived, &mut views);
+                if let Some(ids) = &job_ids {
+                    self.add_archived_views(ids, &mut views);
+                }
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(views);
                 }));
@@ -910,28 +908,21 @@ impl Core {
         }
     }
 
-    /// `results` of archived jobs: those named that memory does not hold,
-    /// or, with `all`, every one. Read only: nothing comes back into memory.
-    fn add_archived_views(&mut self, ids: Option<&[JobId]>, all: bool, views: &mut Vec<JobView>) {
+    /// `results` of the named jobs that memory does not hold, read from the
+    /// archive. Read only: nothing comes back into memory.
+    fn add_archived_views(&mut self, ids: &[JobId], views: &mut Vec<JobView>) {
         if self.archived.total == 0 {
             return;
         }
-        let read = match ids {
-            Some(ids) => {
-                let missing: Vec<JobId> = ids
-                    .iter()
-                    .filter(|id| self.scheduler.job(id).is_none())
-                    .cloned()
-                    .collect();
-                if missing.is_empty() {
-                    return;
-                }
-                self.store.load_archived(Archived::Ids(&missing))
-            }
-            None if all => self.store.load_archived(Archived::All),
-            None => return,
-        };
-        match read {
+        let missing: Vec<JobId> = ids
+            .iter()
+            .filter(|id| self.scheduler.job(id).is_none())
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        match self.store.load_archived(Archived::Ids(&missing)) {
             Ok(jobs) => {
                 views.extend(jobs.into_iter().map(|job| job.view));
                 views.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));

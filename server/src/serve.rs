@@ -347,6 +347,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             started_at: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
+            state: args.state.clone(),
         }),
         shutdown: shutdown_rx,
         alive: alive_tx,

@@ -210,6 +210,31 @@ fn try_next_event(
     }
 }
 
+/// The jobs the core answered with, and every archived one. A job archived
+/// between the core's answer and this read is in both: the core's copy wins.
+async fn with_archived(
+    location: &crate::store::StateLocation,
+    held: Vec<tunefleet_shared::protocol::JobView>,
+) -> Result<Vec<tunefleet_shared::protocol::JobView>, String> {
+    let location = location.clone();
+    let archived = tokio::task::spawn_blocking(move || {
+        crate::store::Store::open_read_only(&location)?.load_archived(crate::store::Archived::All)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
+    let ids: std::collections::HashSet<String> = held.iter().map(|j| j.job_id.clone()).collect();
+    let mut jobs = held;
+    jobs.extend(
+        archived
+            .into_iter()
+            .map(|job| job.view)
+            .filter(|view| !ids.contains(&view.job_id)),
+    );
+    jobs.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
+    Ok(jobs)
+}
+
 async fn send_snapshot(conn: &mut Connection, state: &AppState) -> Option<u64> {
     let shared = state.core.ask(|reply| Command::Snapshot { reply }).await?;
     conn.send_text(shared.message().await).await.ok()?;
@@ -436,16 +461,26 @@ async fn handle(
             None => return gone(),
         },
         ClientCommand::Results { job_ids, archived } => {
-            match core
-                .ask(|reply| Command::Results {
-                    job_ids,
-                    archived,
-                    reply,
-                })
-                .await
-            {
-                Some(jobs) => ReplyBody::Results { jobs },
-                None => return gone(),
+            // Every archived job is read here, through a read-only
+            // connection of its own, not on the core thread (which would
+            // dispatch nothing while it read the whole archive).
+            let whole_archive = archived && job_ids.is_none();
+            let Some(jobs) = core.ask(|reply| Command::Results { job_ids, reply }).await else {
+                return gone();
+            };
+            if !whole_archive {
+                ReplyBody::Results { jobs }
+            } else {
+                match with_archived(&state.config.state, jobs).await {
+                    Ok(jobs) => ReplyBody::Results { jobs },
+                    Err(e) => {
+                        return error(
+                            Some(id),
+                            ErrorCode::Internal,
+                            format!("cannot read the archived jobs: {e}"),
+                        )
+                    }
+                }
             }
         }
         ClientCommand::Submit {

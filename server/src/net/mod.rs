@@ -63,6 +63,9 @@ pub struct NetConfig {
     pub max_connections: usize,
     /// When the master started (seconds since the Unix epoch), for `/metrics`.
     pub started_at: f64,
+    /// The state database (`--state`), for reading the archive of ended
+    /// jobs without the core (`results` with `archived`).
+    pub state: crate::store::StateLocation,
 }
 
 impl fmt::Debug for NetConfig {
