@@ -24,6 +24,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{debug, error, info, warn};
+use tunefleet_shared::fleet::job_order;
 use tunefleet_shared::model::{
     base64, ArtifactFile, ModelArtifactKind, ModelStage, ModelSubmission, ModelView,
 };
@@ -432,9 +433,8 @@ impl Core {
         store.commit(recovered, std::iter::empty(), &[], &[])?;
         let mut archived = JobCounts::default();
         for (state, n) in store.archived_counts()? {
-            archived.count(state, n as isize);
+            archived.count_archived(state, n as isize);
         }
-        archived.archived = archived.total;
         if archived.total > 0 {
             info!(
                 jobs = archived.total,
@@ -646,7 +646,12 @@ impl Core {
             Command::Results { job_ids, reply } => {
                 let mut views = self.results(job_ids.as_deref());
                 if let Some(ids) = &job_ids {
-                    self.add_archived_views(ids, &mut views);
+                    // Read only: an archived job named here stays archived.
+                    let archived = self.read_archived(ids.iter().cloned());
+                    if !archived.is_empty() {
+                        views.extend(archived.into_iter().map(|job| job.view));
+                        views.sort_by(job_order);
+                    }
                 }
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(views);
@@ -819,11 +824,10 @@ impl Core {
         let mut job_ids = Vec::with_capacity(gone.len());
         let mut rows = Vec::with_capacity(gone.len());
         for job in gone {
-            self.archived.count(job.state(), 1);
+            self.archived.count_archived(job.state(), 1);
             rows.push((job.id().clone(), job.view.workload.content_key()));
             job_ids.push(job.id().clone());
         }
-        self.archived.archived = self.archived.total;
         self.store.archive(rows, now);
         info!(
             jobs = job_ids.len(),
@@ -840,21 +844,30 @@ impl Core {
         batch.events.push(json);
     }
 
-    /// Archived jobs among `ids` come back into memory, for a command that
-    /// names them (a resubmission, a retry, a cancel, a model's task).
-    fn bring_back(&mut self, ids: impl Iterator<Item = JobId>, batch: &mut Batch) {
+    /// The archived rows among `ids` that memory does not hold (none, and
+    /// no id computed, while nothing is archived). A read that fails is
+    /// logged; the command then goes on as if the jobs were new or unknown.
+    fn read_archived(&mut self, ids: impl Iterator<Item = JobId>) -> Vec<Job> {
         if self.archived.total == 0 {
-            return;
+            return Vec::new();
         }
         let missing: Vec<JobId> = ids.filter(|id| self.scheduler.job(id).is_none()).collect();
         if missing.is_empty() {
-            return;
+            return Vec::new();
         }
-        match self.store.load_archived(Archived::Ids(&missing)) {
-            Ok(jobs) => self.restore(jobs, batch),
-            // Then the command goes on as if the job were new or unknown.
-            Err(e) => warn!("cannot read archived jobs back: {e}"),
-        }
+        self.store
+            .load_archived(Archived::Ids(&missing))
+            .unwrap_or_else(|e| {
+                warn!("cannot read archived jobs back: {e}");
+                Vec::new()
+            })
+    }
+
+    /// Archived jobs among `ids` come back into memory, for a command that
+    /// names them (a resubmission, a retry, a cancel, a model's task).
+    fn bring_back(&mut self, ids: impl Iterator<Item = JobId>, batch: &mut Batch) {
+        let jobs = self.read_archived(ids);
+        self.restore(jobs, batch);
     }
 
     /// The archived tuning-cache entries of these workloads' computations
@@ -884,14 +897,13 @@ impl Core {
             let (id, state) = (job.id().clone(), job.state());
             if self.scheduler.restore(job) {
                 self.store.keep_live(&id);
-                self.archived.count(state, -1);
+                self.archived.count_archived(state, -1);
                 back.push(id);
             }
         }
         if back.is_empty() {
             return;
         }
-        self.archived.archived = self.archived.total;
         debug!(jobs = back.len(), "archived jobs brought back");
         let event = FleetEvent::JobsArchived {
             job_ids: Vec::new(),
@@ -905,29 +917,6 @@ impl Core {
                 batch.events.push(job_updated_event(&job.view));
             }
             batch.dirty.push(id);
-        }
-    }
-
-    /// `results` of the named jobs that memory does not hold, read from the
-    /// archive. Read only: nothing comes back into memory.
-    fn add_archived_views(&mut self, ids: &[JobId], views: &mut Vec<JobView>) {
-        if self.archived.total == 0 {
-            return;
-        }
-        let missing: Vec<JobId> = ids
-            .iter()
-            .filter(|id| self.scheduler.job(id).is_none())
-            .cloned()
-            .collect();
-        if missing.is_empty() {
-            return;
-        }
-        match self.store.load_archived(Archived::Ids(&missing)) {
-            Ok(jobs) => {
-                views.extend(jobs.into_iter().map(|job| job.view));
-                views.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
-            }
-            Err(e) => warn!("cannot read archived jobs: {e}"),
         }
     }
 
@@ -1310,7 +1299,7 @@ impl Core {
                 .collect(),
             None => self.scheduler.jobs().map(|j| j.view.clone()).collect(),
         };
-        views.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
+        views.sort_by(job_order);
         views
     }
 
@@ -1402,9 +1391,8 @@ mod tests {
     #[test]
     fn hand_built_snapshot_frame_parses_as_server_message() {
         let mut some_archived = JobCounts::default();
-        some_archived.count(JobState::Done, 3);
-        some_archived.count(JobState::Failed, 1);
-        some_archived.archived = some_archived.total;
+        some_archived.count_archived(JobState::Done, 3);
+        some_archived.count_archived(JobState::Failed, 1);
         let cases = [
             (vec![], JobCounts::default()),
             (

@@ -649,6 +649,13 @@ impl JobCounts {
         self.total = self.total.saturating_add_signed(n);
     }
 
+    /// Counts `n` archived jobs in `state` (negative: brought back), in
+    /// their state and in `archived` alike.
+    pub fn count_archived(&mut self, state: JobState, n: isize) {
+        self.count(state, n);
+        self.archived = self.archived.saturating_add_signed(n);
+    }
+
     /// These counts and `other`'s, summed field by field.
     pub fn plus(&self, other: &JobCounts) -> JobCounts {
         JobCounts {

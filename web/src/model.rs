@@ -869,8 +869,8 @@ pub(crate) mod tests {
         // Four jobs archived by the master (3 done, 1 failed): whole, finished.
         let mut o = overall(&jobs, 0);
         let mut archived = tunefleet_shared::protocol::JobCounts::default();
-        archived.count(JobState::Done, 3);
-        archived.count(JobState::Failed, 1);
+        archived.count_archived(JobState::Done, 3);
+        archived.count_archived(JobState::Failed, 1);
         add_archived(&mut o, &archived);
         assert_eq!((o.total, o.done, o.failed, o.archived), (8, 4, 2, 4));
         assert_eq!(o.finished(), 6);

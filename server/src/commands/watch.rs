@@ -409,8 +409,7 @@ mod tests {
         assert_eq!(p.plain_line(), "0 workers  75%  3/4 done, 1 failed");
         // Archived jobs (--job-retention) still count as finished work.
         let mut archived = tunefleet_shared::protocol::JobCounts::default();
-        archived.count(JobState::Done, 4);
-        archived.archived = 4;
+        archived.count_archived(JobState::Done, 4);
         view.apply_event(
             2,
             tunefleet_shared::protocol::FleetEvent::JobsArchived {

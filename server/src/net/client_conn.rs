@@ -231,7 +231,7 @@ async fn with_archived(
             .map(|job| job.view)
             .filter(|view| !ids.contains(&view.job_id)),
     );
-    jobs.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
+    jobs.sort_by(tunefleet_shared::fleet::job_order);
     Ok(jobs)
 }
 

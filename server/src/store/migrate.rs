@@ -13,8 +13,8 @@ use std::path::Path;
 use rusqlite::{params, Connection};
 use serde_json::Value;
 
-use super::sqlite::{create_tables, ARCHIVED_INDEX};
-use super::{row, StoreError, SCHEMA_VERSION};
+use super::sqlite::create_tables;
+use super::{row, StoreError, ARCHIVED_INDEX, SCHEMA_VERSION};
 
 /// One migration from schema `from`: the backup beside the file first (kept
 /// if it is already there: an earlier try wrote it from the same file),

@@ -235,15 +235,21 @@ pub enum Archived<'a> {
     All,
 }
 
+/// The cache's lookup of archived entries by computation; partial, so the
+/// live jobs (the hot rows) pay nothing for it. The same statement in both
+/// backends, for a new database and in the migration from schema 2.
+pub(super) const ARCHIVED_INDEX: &str = "CREATE INDEX IF NOT EXISTS jobs_archived_by_key
+     ON jobs (content_key, state) WHERE archived_at IS NOT NULL";
+
 /// Most archived entries one cache lookup brings back: a computation tuned
 /// again and again for the same target needs only its best few.
 pub const MAX_ARCHIVED_PER_KEY: i64 = 16;
 
 /// One job moved out of memory: its row stays, marked, and findable by its
 /// computation.
-pub(super) struct ArchiveWrite<'a> {
-    job_id: &'a str,
-    content_key: &'a str,
+pub(super) struct ArchiveWrite {
+    job_id: JobId,
+    content_key: String,
     at: Millis,
 }
 
@@ -251,7 +257,7 @@ pub(super) struct ArchiveWrite<'a> {
 pub(super) struct RowBatch<'a, 'b> {
     jobs: &'b [JobWrite<'a>],
     /// Rows to mark archived, after `jobs` are written.
-    archive: &'b [ArchiveWrite<'a>],
+    archive: &'b [ArchiveWrite],
     models: &'b [(&'a str, &'static str, String)],
     artifacts: &'b [(String, &'static str, Vec<u8>)],
     trace: &'b [(Millis, String)],
@@ -286,8 +292,8 @@ pub struct Store {
     /// Jobs in memory that have a row: only new ones need their workload
     /// written (an archived job coming back is an upsert that keeps it).
     stored: HashSet<String>,
-    /// (job, content key, when) to mark archived with the next commit.
-    pending_archive: Vec<(JobId, String, Millis)>,
+    /// Jobs to mark archived with the next commit.
+    pending_archive: Vec<ArchiveWrite>,
 }
 
 /// How a master that finds another one leading the same PostgreSQL database
@@ -376,14 +382,18 @@ impl Store {
         for (job_id, content_key) in jobs {
             // An archived row is updated in place if the job comes back.
             self.stored.remove(&job_id);
-            self.pending_archive.push((job_id, content_key, at));
+            self.pending_archive.push(ArchiveWrite {
+                job_id,
+                content_key,
+                at,
+            });
         }
     }
 
     /// A job that came back into memory is not to be marked archived by a
     /// commit still pending (it was archived and brought back in one batch).
     pub fn keep_live(&mut self, job_id: &str) {
-        self.pending_archive.retain(|(id, _, _)| id != job_id);
+        self.pending_archive.retain(|row| row.job_id != job_id);
     }
 
     fn decode_jobs(&self, rows: Vec<JobRead>) -> Result<Vec<Job>, StoreError> {
@@ -469,18 +479,9 @@ impl Store {
                 )
             })
             .collect();
-        let archive: Vec<ArchiveWrite<'_>> = self
-            .pending_archive
-            .iter()
-            .map(|(job_id, content_key, at)| ArchiveWrite {
-                job_id,
-                content_key,
-                at: *at,
-            })
-            .collect();
         self.backend.commit(&RowBatch {
             jobs: &jobs,
-            archive: &archive,
+            archive: &self.pending_archive,
             models: &models,
             artifacts,
             trace,
@@ -492,7 +493,6 @@ impl Store {
                 self.stored.insert(job.job_id.to_string());
             }
         }
-        drop(archive);
         self.pending_archive.clear();
         Ok(())
     }

@@ -27,7 +27,7 @@ use tunefleet_shared::protocol::Millis;
 
 use super::{
     check_version, redact, Archived, Backend, Durability, Found, JobRead, RowBatch, Standby,
-    StoreError, MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION,
+    StoreError, ARCHIVED_INDEX, MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION,
 };
 
 /// The advisory lock key masters contend for ("tunefleet" in ASCII, cut to 8
@@ -168,7 +168,7 @@ impl PgStore {
             .map(|row| row.get(0));
         match check_version(&path, found.as_deref())? {
             Found::Empty => {
-                tx.batch_execute(
+                tx.batch_execute(&format!(
                     "CREATE TABLE jobs (
                          job_id TEXT PRIMARY KEY,
                          state TEXT NOT NULL,
@@ -178,8 +178,7 @@ impl PgStore {
                          archived_at BIGINT,
                          content_key TEXT
                      );
-                     CREATE INDEX jobs_archived_by_key
-                         ON jobs (content_key, state) WHERE archived_at IS NOT NULL;
+                     {ARCHIVED_INDEX};
                      CREATE TABLE models (
                          name TEXT PRIMARY KEY,
                          state TEXT NOT NULL,
@@ -195,8 +194,8 @@ impl PgStore {
                          seq BIGSERIAL PRIMARY KEY,
                          at BIGINT NOT NULL,
                          event TEXT NOT NULL
-                     );",
-                )
+                     );"
+                ))
                 .map_err(err)?;
                 tx.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema_version', $1)",
@@ -215,8 +214,7 @@ impl PgStore {
                 tx.batch_execute(&format!(
                     "ALTER TABLE jobs ADD COLUMN archived_at BIGINT;
                      ALTER TABLE jobs ADD COLUMN content_key TEXT;
-                     CREATE INDEX jobs_archived_by_key
-                         ON jobs (content_key, state) WHERE archived_at IS NOT NULL;
+                     {ARCHIVED_INDEX};
                      UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
                 ))
                 .map_err(err)?;

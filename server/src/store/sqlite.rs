@@ -23,7 +23,7 @@ use tunefleet_shared::protocol::Millis;
 
 use super::{
     check_version, migrate, Archived, Backend, Durability, Found, JobRead, RowBatch, StoreError,
-    MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION,
+    ARCHIVED_INDEX, MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION,
 };
 
 pub(super) struct SqliteStore {
@@ -530,11 +530,6 @@ fn job_read(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRead> {
         workload: r.get(3)?,
     })
 }
-
-/// The cache's lookup of archived entries by computation; partial, so the
-/// live jobs (the hot rows) pay nothing for it.
-pub(super) const ARCHIVED_INDEX: &str = "CREATE INDEX IF NOT EXISTS jobs_archived_by_key
-     ON jobs (content_key, state) WHERE archived_at IS NOT NULL";
 
 /// The current schema's tables and version, for a new database and at the
 /// end of a migration (which has renamed the tables it rebuilds). Run inside

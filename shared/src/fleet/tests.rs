@@ -193,9 +193,8 @@ fn jobs_stay_ordered_and_findable_whatever_order_they_arrive_in() {
 
 fn archived(done: usize, failed: usize) -> JobCounts {
     let mut counts = JobCounts::default();
-    counts.count(JobState::Done, done as isize);
-    counts.count(JobState::Failed, failed as isize);
-    counts.archived = counts.total;
+    counts.count_archived(JobState::Done, done as isize);
+    counts.count_archived(JobState::Failed, failed as isize);
     counts
 }
 

@@ -49,8 +49,7 @@ fn messages() -> Vec<ServerMessage> {
         record: serde_json::json!([["trace", 1], [1.5e-5], {"kind": "llvm"}, []]),
     }];
     let mut archived = JobCounts::default();
-    archived.count(JobState::Done, 2);
-    archived.archived = 2;
+    archived.count_archived(JobState::Done, 2);
     let reply = |id, body| ServerMessage::Reply { id, body };
     let event = |seq, event| ServerMessage::Event { seq, event };
     vec![
