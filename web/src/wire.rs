@@ -6,22 +6,21 @@
 //! tree, then decodes the variant from that tree, so every type a message
 //! carries (job views, workers, model runs, snapshots) is compiled a second
 //! time against the buffer. In the page's module that was ~200 KB of the
-//! ~960 KB (docs/benchmarks.md, "Dashboard size"). Here the tag is read
-//! first by a struct that skips everything else, then the message is read
-//! again straight into the variant's own struct: two passes over a frame of
-//! a few hundred bytes (a snapshot's second pass is the only large one), and
-//! each type compiled once. The wire is the protocol's, unchanged; the tests
-//! check this reader against the derived one on every message kind.
+//! ~960 KB (docs/benchmarks.md, "Web dashboard"). Here the frame is parsed
+//! once into the page's JSON tree ([`crate::json`]), the tag is looked up in
+//! it, and the variant's own struct is decoded from the tree: each type
+//! compiled once, against a decoder that is only a dispatch on parsed
+//! nodes. The wire is the protocol's, unchanged; the tests check this
+//! reader against the derived one on every message kind.
 
-use std::borrow::Cow;
-
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use tunefleet_shared::model::ModelView;
 use tunefleet_shared::protocol::{
     ErrorCode, FleetEvent, FleetSnapshot, JobCounts, JobId, JobProgress, JobView, Role,
     SubmitReport, WorkerView,
 };
+
+use crate::json::{self, Value};
 
 /// A frame from the master, as far as the page uses it.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,42 +66,6 @@ pub enum Incoming {
     Shutdown {
         reason: String,
     },
-}
-
-#[derive(Deserialize)]
-struct Tag<'a> {
-    #[serde(rename = "type", borrow)]
-    tag: Cow<'a, str>,
-}
-
-#[derive(Deserialize)]
-struct Kind<'a> {
-    #[serde(borrow)]
-    kind: Cow<'a, str>,
-}
-
-#[derive(Deserialize)]
-struct ReplyHead<'a> {
-    id: u64,
-    #[serde(borrow)]
-    body: Kind<'a>,
-}
-
-#[derive(Deserialize)]
-struct EventHead<'a> {
-    seq: u64,
-    #[serde(borrow)]
-    event: Kind<'a>,
-}
-
-#[derive(Deserialize)]
-struct Body<T> {
-    body: T,
-}
-
-#[derive(Deserialize)]
-struct Event<T> {
-    event: T,
 }
 
 #[derive(Deserialize)]
@@ -172,45 +135,51 @@ struct JobsArchived {
     archived: JobCounts,
 }
 
-fn read<T: DeserializeOwned>(text: &str) -> Option<T> {
-    serde_json::from_str(text).ok()
+fn read<'a, T: Deserialize<'a>>(value: Value<'a>) -> Option<T> {
+    json::from_value(value).ok()
+}
+
+/// A message's tag (`type`, or a reply's or event's `kind`), owned so that
+/// the message can be moved into its decoder.
+fn tag(value: &Value<'_>, key: &str) -> Option<String> {
+    value.get(key)?.as_str().map(str::to_owned)
 }
 
 /// Reads a frame; `None` for what is not JSON or not a message this page
 /// knows (a newer master may send more).
 pub fn parse(text: &str) -> Option<Incoming> {
-    let tag: Tag<'_> = serde_json::from_str(text).ok()?;
-    match tag.tag.as_ref() {
-        "reply" => reply(text),
-        "error" => read::<ErrorMessage>(text).map(|e| Incoming::Error {
+    let frame = json::parse(text).ok()?;
+    match tag(&frame, "type")?.as_str() {
+        "reply" => reply(frame),
+        "error" => read::<ErrorMessage>(frame).map(|e| Incoming::Error {
             id: e.id,
             code: e.code,
             message: e.message,
         }),
-        "snapshot" => read::<SnapshotMessage>(text).map(|s| Incoming::Snapshot {
+        "snapshot" => read::<SnapshotMessage>(frame).map(|s| Incoming::Snapshot {
             seq: s.seq,
             snapshot: s.snapshot,
         }),
-        "event" => event(text),
-        "shutdown" => read::<Shutdown>(text).map(|s| Incoming::Shutdown { reason: s.reason }),
+        "event" => event(frame),
+        "shutdown" => read::<Shutdown>(frame).map(|s| Incoming::Shutdown { reason: s.reason }),
         _ => None,
     }
 }
 
-fn reply(text: &str) -> Option<Incoming> {
-    let head: ReplyHead<'_> = serde_json::from_str(text).ok()?;
-    let id = head.id;
-    Some(match head.body.kind.as_ref() {
+fn reply(mut frame: Value<'_>) -> Option<Incoming> {
+    let id = frame.get("id")?.as_u64()?;
+    let body = frame.take("body")?;
+    Some(match tag(&body, "kind")?.as_str() {
         "welcome" => Incoming::Welcome {
             id,
-            role: read::<Body<Welcome>>(text)?.body.role,
+            role: read::<Welcome>(body)?.role,
         },
         "submitted" => Incoming::Submitted {
             id,
-            report: read::<Body<SubmitReport>>(text)?.body,
+            report: read::<SubmitReport>(body)?,
         },
         "model_submitted" => {
-            let body = read::<Body<ModelSubmitted>>(text)?.body;
+            let body = read::<ModelSubmitted>(body)?;
             Incoming::ModelSubmitted {
                 id,
                 name: body.name,
@@ -219,43 +188,44 @@ fn reply(text: &str) -> Option<Incoming> {
         }
         "cancelled" => Incoming::Cancelled {
             id,
-            job_id: read::<Body<JobIdOnly>>(text)?.body.job_id,
+            job_id: read::<JobIdOnly>(body)?.job_id,
         },
         "retried" => Incoming::Retried {
             id,
-            job_id: read::<Body<JobIdOnly>>(text)?.body.job_id,
+            job_id: read::<JobIdOnly>(body)?.job_id,
         },
         _ => Incoming::OtherReply { id },
     })
 }
 
-fn event(text: &str) -> Option<Incoming> {
-    let head: EventHead<'_> = serde_json::from_str(text).ok()?;
-    let event = match head.event.kind.as_ref() {
+fn event(mut frame: Value<'_>) -> Option<Incoming> {
+    let seq = frame.get("seq")?.as_u64()?;
+    let body = frame.take("event")?;
+    let event = match tag(&body, "kind")?.as_str() {
         "job_updated" => FleetEvent::JobUpdated {
-            job: read::<Event<JobUpdated>>(text)?.event.job,
+            job: read::<JobUpdated>(body)?.job,
         },
         "job_progress" => FleetEvent::JobProgress {
-            progress: read::<Event<Progress>>(text)?.event.progress,
+            progress: read::<Progress>(body)?.progress,
         },
         "worker_joined" => FleetEvent::WorkerJoined {
-            worker: read::<Event<Worker>>(text)?.event.worker,
+            worker: read::<Worker>(body)?.worker,
         },
         "worker_updated" => FleetEvent::WorkerUpdated {
-            worker: read::<Event<Worker>>(text)?.event.worker,
+            worker: read::<Worker>(body)?.worker,
         },
         "worker_left" => {
-            let left = read::<Event<WorkerLeft>>(text)?.event;
+            let left = read::<WorkerLeft>(body)?;
             FleetEvent::WorkerLeft {
                 session: left.session,
                 reason: left.reason,
             }
         }
         "model_updated" => FleetEvent::ModelUpdated {
-            model: read::<Event<ModelUpdated>>(text)?.event.model,
+            model: read::<ModelUpdated>(body)?.model,
         },
         "jobs_archived" => {
-            let archived = read::<Event<JobsArchived>>(text)?.event;
+            let archived = read::<JobsArchived>(body)?;
             FleetEvent::JobsArchived {
                 job_ids: archived.job_ids,
                 archived: archived.archived,
@@ -263,10 +233,7 @@ fn event(text: &str) -> Option<Incoming> {
         }
         _ => return None,
     };
-    Some(Incoming::Event {
-        seq: head.seq,
-        event,
-    })
+    Some(Incoming::Event { seq, event })
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! The module is not part of the first load. `boot.js` defines the two
 //! global functions below; the first call fetches and starts the module, the
 //! later ones reuse it. Answers come back as JSON text, decoded with the
-//! page's own serde_json.
+//! page's JSON reader ([`crate::json`]).
 
 use serde::de::DeserializeOwned;
 use wasm_bindgen::prelude::*;
@@ -52,7 +52,7 @@ async fn call<T: DeserializeOwned>(
     let json = value
         .as_string()
         .ok_or_else(|| "its answer is not text".to_string())?;
-    serde_json::from_str(&json).map_err(|e| format!("its answer is not understood: {e}"))
+    crate::json::from_str(&json).map_err(|e| format!("its answer is not understood: {e}"))
 }
 
 fn js_text(value: JsValue) -> String {
