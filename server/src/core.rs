@@ -18,6 +18,7 @@
 //! [`Command::Tick`] so job timeouts fire without any event.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -825,7 +826,7 @@ impl Core {
         let mut rows = Vec::with_capacity(gone.len());
         for job in gone {
             self.archived.count_archived(job.state(), 1);
-            rows.push((job.id().clone(), job.view.workload.content_key()));
+            rows.push((job.id().clone(), job.content_key().to_owned()));
             job_ids.push(job.id().clone());
         }
         self.store.archive(rows, now);
@@ -1225,7 +1226,10 @@ impl Core {
         for event in batch.events {
             self.seq += 1;
             // Same shape as `ServerMessage::Event { seq, event }` (tested below).
-            let json = format!(r#"{{"type":"event","seq":{},"event":{event}}}"#, self.seq);
+            let mut json = String::with_capacity(event.len() + 48);
+            let _ = write!(json, r#"{{"type":"event","seq":{},"event":"#, self.seq);
+            json.push_str(&event);
+            json.push('}');
             let _ = self.events.send(Arc::new(Published {
                 seq: self.seq,
                 json: json.into(),
@@ -1352,10 +1356,22 @@ fn error_msg(rejection: &Rejection) -> Outbound {
 /// `FleetEvent::JobUpdated` as JSON, serialised from the borrowed view (the
 /// event type owns a boxed copy; building one per change was a clone of
 /// every job's records and workload).
+///
+/// Written straight into one buffer sized for a typical view: growing a
+/// string from empty and then copying it into the envelope was most of the
+/// ~9% of the core's time that went into formatting events.
 fn job_updated_event(view: &JobView) -> String {
-    let view = serde_json::to_string(view).unwrap_or_default();
-    format!(r#"{{"kind":"job_updated","job":{view}}}"#)
+    let mut text = Vec::with_capacity(EVENT_CAPACITY);
+    text.extend_from_slice(br#"{"kind":"job_updated","job":"#);
+    if let Err(e) = serde_json::to_writer(&mut text, view) {
+        warn!(job = %view.job_id, "job view not serialisable: {e}");
+    }
+    text.push(b'}');
+    String::from_utf8(text).unwrap_or_default()
 }
+
+/// A job's event is ~0.3–1.5 KB; the envelope adds a few dozen bytes.
+const EVENT_CAPACITY: usize = 2048;
 
 #[cfg(test)]
 mod tests {

@@ -84,6 +84,30 @@ pub struct Job {
     /// What travels with each assignment but is not part of the job's identity.
     #[serde(default)]
     pub extras: JobExtras,
+    /// See [`Job::content_key`].
+    #[serde(skip)]
+    pub content_key: ContentKeyCache,
+}
+
+/// A job's [`Workload::content_key`], computed once. Hashing the workload's
+/// canonical JSON again whenever the tuning cache met the job was 6% of the
+/// core's time per job (docs/benchmarks.md). Not state: never stored, and
+/// equal to any other, so a job loaded from its row equals the same job in
+/// memory. The key leaves out name, budget, target and tuner, the only parts
+/// of a workload the scheduler ever changes.
+#[derive(Clone, Debug, Default)]
+pub struct ContentKeyCache(std::sync::OnceLock<String>);
+
+impl ContentKeyCache {
+    fn known(key: String) -> Self {
+        ContentKeyCache(std::sync::OnceLock::from(key))
+    }
+}
+
+impl PartialEq for ContentKeyCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// Most imported records added to one job's warm start.
@@ -134,6 +158,12 @@ impl Job {
     }
     fn target(&self) -> &Target {
         &self.view.workload.target
+    }
+    /// The computation's key (the tuning cache's and the import pool's).
+    pub fn content_key(&self) -> &str {
+        self.content_key
+            .0
+            .get_or_init(|| self.view.workload.content_key())
     }
 }
 
@@ -512,9 +542,13 @@ impl Scheduler {
                 duplicates.push(id);
                 continue;
             }
-            let answer = match policy {
-                CachePolicy::Use => self.cache.lookup(&workload, &self.jobs),
-                CachePolicy::Bypass => CacheAnswer::Miss,
+            let (answer, content_key) = match policy {
+                CachePolicy::Use => {
+                    let content_key = workload.content_key();
+                    let answer = self.cache.lookup(&workload, &content_key, &self.jobs);
+                    (answer, ContentKeyCache::known(content_key))
+                }
+                CachePolicy::Bypass => (CacheAnswer::Miss, ContentKeyCache::default()),
             };
             let key = self.next_back;
             self.next_back += 1;
@@ -577,6 +611,7 @@ impl Scheduler {
                     last_progress_at: now,
                     queue_key: key,
                     extras,
+                    content_key,
                 }),
             );
             if !answered {

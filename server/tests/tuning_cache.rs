@@ -184,6 +184,32 @@ fn the_cache_survives_a_restart() {
     assert_eq!(job.cached_from.as_deref(), Some(first.as_str()));
 }
 
+/// A job read back from its row has no computation key yet: it is computed
+/// when first asked for, equals the workload's, and the job still equals
+/// the one that had it, so the cache answers exactly as before.
+#[test]
+fn a_job_read_back_without_its_key_answers_the_same() {
+    let (s, first) = tuned_once();
+    let held = s.job(&first).expect("job").clone();
+    let jobs: Vec<_> = s
+        .jobs()
+        .map(|job| {
+            let text = serde_json::to_string(job).expect("job serialises");
+            serde_json::from_str::<tunefleet_server::scheduler::Job>(&text).expect("and back")
+        })
+        .collect();
+    let read_back = jobs.iter().find(|j| j.id() == &first).expect("read back");
+    assert_eq!(read_back, &held);
+    assert_eq!(read_back.content_key(), held.view.workload.content_key());
+    assert_eq!(held.content_key(), held.view.workload.content_key());
+    let mut out = Vec::new();
+    let mut s = Scheduler::recover(CONFIG, jobs, 100, &mut out);
+    let (new, _) = s.submit(vec![matmul(2, "{kind: llvm}")], 101, &mut out);
+    let job = &s.job(&new[0]).expect("job").view;
+    assert!(job.cache_hit);
+    assert_eq!(job.cached_from.as_deref(), Some(first.as_str()));
+}
+
 #[test]
 fn a_result_without_records_is_no_entry() {
     let mut s = Scheduler::new(CONFIG);

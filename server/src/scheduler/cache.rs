@@ -54,7 +54,7 @@ impl TuningCache {
         }
         let ids = self
             .entries
-            .entry(job.view.workload.content_key())
+            .entry(job.content_key().to_owned())
             .or_default();
         if !ids.contains(job.id()) {
             ids.push(job.id().clone());
@@ -67,11 +67,11 @@ impl TuningCache {
         if !is_entry(job) {
             return;
         }
-        let key = job.view.workload.content_key();
-        if let Some(ids) = self.entries.get_mut(&key) {
+        let key = job.content_key();
+        if let Some(ids) = self.entries.get_mut(key) {
             ids.retain(|id| id != job.id());
             if ids.is_empty() {
-                self.entries.remove(&key);
+                self.entries.remove(key);
             }
         }
     }
@@ -84,9 +84,10 @@ impl TuningCache {
     pub(super) fn lookup(
         &self,
         workload: &Workload,
+        content_key: &str,
         jobs: &HashMap<JobId, Box<Job>>,
     ) -> CacheAnswer {
-        let Some(ids) = self.entries.get(&workload.content_key()) else {
+        let Some(ids) = self.entries.get(content_key) else {
             return CacheAnswer::Miss;
         };
         let usable = ids

@@ -147,7 +147,7 @@ impl ImportPool {
             line.filter(|l| tunefleet_shared::import::check_workload_line(l).is_ok())
         {
             self.learned
-                .entry(job.view.workload.content_key())
+                .entry(job.content_key().to_owned())
                 .or_insert_with(|| line.clone());
         }
     }

@@ -95,6 +95,7 @@ impl<'a> JobRowOut<'a> {
             last_progress_at,
             queue_key: _,
             extras,
+            content_key: _,
         } = job;
         let JobView {
             job_id: _,
@@ -176,6 +177,7 @@ impl JobRowIn {
             last_progress_at: self.last_progress_at,
             queue_key,
             extras: self.extras,
+            content_key: Default::default(),
         }
     }
 }
