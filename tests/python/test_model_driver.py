@@ -28,6 +28,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,15 @@ def _tmp() -> str:
     if _TMP is None:
         _TMP = tempfile.mkdtemp(prefix="tunefleet-model-")
     return _TMP
+
+
+def teardown_module(module) -> None:
+    """Removes the models and libraries the tests wrote (each run used to
+    leave them in /tmp); pytest calls it after the module, `main` on success."""
+    global _TMP
+    if _TMP is not None:
+        shutil.rmtree(_TMP, ignore_errors=True)
+        _TMP = None
 
 
 def tiny_model(op: str = "MatMul", strip: bool = True) -> bytes:
@@ -243,7 +253,8 @@ def test_warm_start():
 
 def main(argv):
     which = set(argv) or {"extract", "compile", "errors"}
-    print(f"work dirs under {_tmp()}", flush=True)
+    work = _tmp()
+    print(f"work dirs under {work} (kept if a test fails)", flush=True)
     if "extract" in which:
         test_extract()
     if "compile" in which:
@@ -252,6 +263,7 @@ def main(argv):
         test_errors()
     if "warm" in which:
         test_warm_start()
+    teardown_module(None)
     return 0
 
 
