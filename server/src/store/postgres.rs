@@ -42,12 +42,13 @@ pub(super) struct PgStore {
 
 /// Prepared once per connection: a batch is then only round trips of
 /// parameters.
+///
 /// The job, archive and trace writes take whole columns as arrays
 /// (`UNNEST`): one round trip per kind of row and commit, not one per row.
 /// A batch of 100 results was ~300 round trips to the server, which made
-/// PostgreSQL a fifth of SQLite's throughput (docs/benchmarks.md). A
-/// commit's jobs are distinct (the core dedups them), as `ON CONFLICT DO
-/// UPDATE` and `UPDATE … FROM` need.
+/// PostgreSQL a fifth of SQLite's throughput (docs/benchmarks.md). One
+/// statement may touch a row only once (`ON CONFLICT DO UPDATE` refuses
+/// more), so a job written twice in one commit keeps its last write.
 struct Statements {
     update_jobs: Statement,
     insert_jobs: Statement,
@@ -295,6 +296,19 @@ impl PgStore {
     }
 }
 
+/// Each job's last write in `jobs`, in order. The core writes a job once
+/// per commit; this keeps a second write from failing the whole commit.
+pub(super) fn last_write_of_each<'b, 'a>(jobs: &'b [JobWrite<'a>]) -> Vec<&'b JobWrite<'a>> {
+    let mut seen = std::collections::HashSet::with_capacity(jobs.len());
+    let mut last: Vec<&JobWrite<'a>> = jobs
+        .iter()
+        .rev()
+        .filter(|j| seen.insert(j.job_id))
+        .collect();
+    last.reverse();
+    last
+}
+
 impl Backend for PgStore {
     fn path(&self) -> &str {
         &self.path
@@ -430,8 +444,9 @@ impl Backend for PgStore {
             unreachable!("prepared above");
         };
         let mut tx = self.client.transaction().map_err(err)?;
-        let (new, changed): (Vec<&JobWrite<'_>>, Vec<&JobWrite<'_>>) =
-            jobs.iter().partition(|job| job.workload.is_some());
+        let (new, changed): (Vec<&JobWrite<'_>>, Vec<&JobWrite<'_>>) = last_write_of_each(jobs)
+            .into_iter()
+            .partition(|job| job.workload.is_some());
         if !changed.is_empty() {
             let ids: Vec<&str> = changed.iter().map(|j| j.job_id).collect();
             let states: Vec<&str> = changed.iter().map(|j| j.state).collect();

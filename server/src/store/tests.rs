@@ -312,3 +312,28 @@ fn trace_lines_older_than_the_retention_window_go_and_the_rest_stay() {
         "the newest stay"
     );
 }
+
+/// PostgreSQL writes a commit's jobs in one statement, which may touch a
+/// row once: a job written twice keeps its last write, and the order of
+/// the others is kept.
+#[test]
+fn a_job_written_twice_in_one_commit_keeps_its_last_write() {
+    let write = |job_id, state, queue_key| JobWrite {
+        job_id,
+        state,
+        queue_key,
+        data: String::new(),
+        workload: None,
+    };
+    let jobs = [
+        write("a", "queued", 1),
+        write("b", "queued", 2),
+        write("a", "assigned", 3),
+        write("c", "done", 4),
+    ];
+    let kept: Vec<(&str, &str)> = postgres::last_write_of_each(&jobs)
+        .into_iter()
+        .map(|j| (j.job_id, j.state))
+        .collect();
+    assert_eq!(kept, [("b", "queued"), ("a", "assigned"), ("c", "done")]);
+}
