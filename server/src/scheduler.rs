@@ -598,7 +598,7 @@ impl Scheduler {
             }
             let answered = view.cache_hit;
             if !answered {
-                self.seed(&view.workload, policy, &mut extras);
+                self.seed(&view.workload, content_key.0.get(), &mut extras);
                 self.open.opened(&view.workload.target);
             }
             self.jobs.insert(
@@ -626,10 +626,11 @@ impl Scheduler {
 
     /// Adds imported records to a new job's warm start when its workload
     /// line is known (see `imports.rs`). `--fresh` (a bypassed cache without
-    /// a line of its own) is not seeded.
-    fn seed(&self, workload: &Workload, policy: CachePolicy, extras: &mut JobExtras) {
-        // Most farms import nothing: then no submission pays for hashing
-        // its workload's content here.
+    /// a line of its own) is not seeded: `content_key` is the key the cache
+    /// lookup computed, `None` when the cache was bypassed.
+    fn seed(&self, workload: &Workload, content_key: Option<&String>, extras: &mut JobExtras) {
+        // Most farms import nothing: then no submission pays for the
+        // lookups and the clones below.
         if !self.imports.has_records() {
             return;
         }
@@ -637,11 +638,7 @@ impl Scheduler {
             .workload_line
             .clone()
             .or_else(|| extras.warm_start.as_ref().map(|w| w.workload.clone()))
-            .or_else(|| {
-                (policy == CachePolicy::Use)
-                    .then(|| self.imports.line_for(&workload.content_key()).cloned())
-                    .flatten()
-            });
+            .or_else(|| self.imports.line_for(content_key?).cloned());
         let Some(line) = line else { return };
         let mut seeds = self.imports.seeds_for(&line, &workload.target);
         // The fastest few are what the search starts from; more would only
