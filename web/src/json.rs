@@ -391,6 +391,14 @@ impl<'de> Value<'de> {
         }
     }
 
+    /// A string borrowed from the frame where it had no escape.
+    fn visit_text<V: Visitor<'de>>(text: Cow<'de, str>, visitor: V) -> Result<V::Value, Error> {
+        match text {
+            Cow::Borrowed(s) => visitor.visit_borrowed_str(s),
+            Cow::Owned(s) => visitor.visit_string(s),
+        }
+    }
+
     fn visit_array<V: Visitor<'de>>(items: Vec<Value<'de>>, visitor: V) -> Result<V::Value, Error> {
         let count = items.len();
         let mut seq = Seq(items.into_iter());
@@ -424,8 +432,7 @@ impl<'de> de::Deserializer<'de> for Value<'de> {
             Value::Null => visitor.visit_unit(),
             Value::Bool(b) => visitor.visit_bool(b),
             Value::Number(text) => Self::visit_number(text, visitor),
-            Value::String(Cow::Borrowed(s)) => visitor.visit_borrowed_str(s),
-            Value::String(Cow::Owned(s)) => visitor.visit_string(s),
+            Value::String(text) => Self::visit_text(text, visitor),
             Value::Array(items) => Self::visit_array(items, visitor),
             Value::Object(members) => Self::visit_object(members, visitor),
         }
@@ -447,8 +454,7 @@ impl<'de> de::Deserializer<'de> for Value<'de> {
 
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self {
-            Value::String(Cow::Borrowed(s)) => visitor.visit_borrowed_str(s),
-            Value::String(Cow::Owned(s)) => visitor.visit_string(s),
+            Value::String(text) => Self::visit_text(text, visitor),
             other => Err(other.wrong(&visitor)),
         }
     }
@@ -630,10 +636,7 @@ impl<'de> de::Deserializer<'de> for Key<'de> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.0 {
-            Cow::Borrowed(s) => visitor.visit_borrowed_str(s),
-            Cow::Owned(s) => visitor.visit_string(s),
-        }
+        Value::visit_text(self.0, visitor)
     }
 
     fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
