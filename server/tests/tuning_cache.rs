@@ -172,16 +172,22 @@ fn a_larger_budget_warm_starts_and_tunes_only_the_rest() {
     assert_eq!(job.cached_from.as_deref(), Some(id.as_str()));
 }
 
-#[test]
-fn the_cache_survives_a_restart() {
-    let (s, first) = tuned_once();
-    let jobs: Vec<_> = s.jobs().cloned().collect();
+/// A master restarted with `jobs` answers a smaller budget of the same
+/// computation from `first`, at once.
+fn answers_after_a_restart(jobs: Vec<tunefleet_server::scheduler::Job>, first: &str) {
     let mut out = Vec::new();
     let mut s = Scheduler::recover(CONFIG, jobs, 100, &mut out);
     let (new, _) = s.submit(vec![matmul(2, "{kind: llvm}")], 101, &mut out);
     let job = &s.job(&new[0]).expect("job").view;
     assert!(job.cache_hit);
-    assert_eq!(job.cached_from.as_deref(), Some(first.as_str()));
+    assert_eq!(job.cached_from.as_deref(), Some(first));
+}
+
+#[test]
+fn the_cache_survives_a_restart() {
+    let (s, first) = tuned_once();
+    let jobs: Vec<_> = s.jobs().cloned().collect();
+    answers_after_a_restart(jobs, &first);
 }
 
 /// A job read back from its row has no computation key yet: it is computed
@@ -202,12 +208,7 @@ fn a_job_read_back_without_its_key_answers_the_same() {
     assert_eq!(read_back, &held);
     assert_eq!(read_back.content_key(), held.view.workload.content_key());
     assert_eq!(held.content_key(), held.view.workload.content_key());
-    let mut out = Vec::new();
-    let mut s = Scheduler::recover(CONFIG, jobs, 100, &mut out);
-    let (new, _) = s.submit(vec![matmul(2, "{kind: llvm}")], 101, &mut out);
-    let job = &s.job(&new[0]).expect("job").view;
-    assert!(job.cache_hit);
-    assert_eq!(job.cached_from.as_deref(), Some(first.as_str()));
+    answers_after_a_restart(jobs, &first);
 }
 
 #[test]
