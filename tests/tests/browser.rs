@@ -428,6 +428,19 @@ fn args(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
+/// A master that serves the page to anyone, read-only (`--public-read`),
+/// with `flags` besides, and `n` matmul jobs named `prefix0`… loaded at
+/// start from a file under `dir`.
+fn public_master_with_jobs(dir: &Path, n: usize, prefix: &str, flags: &[&str]) -> Master {
+    let file = dir.join(format!("{prefix}.yaml"));
+    std::fs::write(&file, matmul_yaml(n, prefix)).unwrap();
+    let mut extra = web_args(&web_dist());
+    extra.push("--public-read".into());
+    extra.extend(flags.iter().map(|f| f.to_string()));
+    extra.extend(["--workloads".into(), file.display().to_string()]);
+    Master::start(dir, &args(&extra))
+}
+
 const BROKEN_YAML: &str = "target: {kind: llvm, num-cores: 2}
 trials: 8
 workloads:
@@ -853,17 +866,8 @@ async fn a_killed_workers_job_goes_back_to_queued_then_finishes() {
     let Some(browser) = Browser::start("killed_worker", "2").await else {
         return;
     };
-    let dist = web_dist();
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("one.yaml");
-    std::fs::write(&file, matmul_yaml(1, "victim")).unwrap();
-    let mut extra = web_args(&dist);
-    extra.extend([
-        "--public-read".into(),
-        "--workloads".into(),
-        file.display().to_string(),
-    ]);
-    let master = Master::start(dir.path(), &args(&extra));
+    let master = public_master_with_jobs(dir.path(), 1, "victim", &[]);
     let mut slow = Worker::start(&master, "sim-slow", 60.0, &[]);
 
     // Read-only view: no token needed, no admin buttons.
@@ -925,19 +929,8 @@ async fn archived_jobs_leave_the_list_and_stay_in_the_counts() {
     let Some(browser) = Browser::start("archived_jobs", "2b").await else {
         return;
     };
-    let dist = web_dist();
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("three.yaml");
-    std::fs::write(&file, matmul_yaml(3, "old")).unwrap();
-    let mut extra = web_args(&dist);
-    extra.extend([
-        "--public-read".into(),
-        "--job-retention".into(),
-        "0s".into(),
-        "--workloads".into(),
-        file.display().to_string(),
-    ]);
-    let master = Master::start(dir.path(), &args(&extra));
+    let master = public_master_with_jobs(dir.path(), 3, "old", &["--job-retention", "0s"]);
     browser.goto(&format!("http://{}/", master.addr)).await;
     browser
         .wait(
@@ -983,17 +976,8 @@ async fn the_page_reconnects_and_resyncs_after_a_master_restart() {
     let Some(browser) = Browser::start("master_restart", "3").await else {
         return;
     };
-    let dist = web_dist();
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("four.yaml");
-    std::fs::write(&file, matmul_yaml(4, "rs")).unwrap();
-    let mut extra = web_args(&dist);
-    extra.extend([
-        "--public-read".into(),
-        "--workloads".into(),
-        file.display().to_string(),
-    ]);
-    let mut master = Master::start(dir.path(), &args(&extra));
+    let mut master = public_master_with_jobs(dir.path(), 4, "rs", &[]);
     let _worker = Worker::start(&master, "sim-r", 3.0, &[]);
 
     browser.goto(&format!("http://{}/", master.addr)).await;
@@ -1084,17 +1068,8 @@ async fn metaschedule_database_download() {
     let Some(browser) = Browser::start("metaschedule_download", "4").await else {
         return;
     };
-    let dist = web_dist();
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("one.yaml");
-    std::fs::write(&file, matmul_yaml(1, "ms")).unwrap();
-    let mut extra = web_args(&dist);
-    extra.extend([
-        "--public-read".into(),
-        "--workloads".into(),
-        file.display().to_string(),
-    ]);
-    let master = Master::start(dir.path(), &args(&extra));
+    let master = public_master_with_jobs(dir.path(), 1, "ms", &[]);
     browser.goto(&format!("http://{}/", master.addr)).await;
     browser
         .wait(
