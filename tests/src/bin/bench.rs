@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use tunefleet_server::client::{Client, Update};
-use tunefleet_shared::protocol::{FleetEvent, JobState, ServerMessage};
+use tunefleet_shared::protocol::{FleetEvent, JobState};
 use tunefleet_shared::target::Target;
 use tunefleet_worker::{run_worker, Backoff, SimBackend, WorkerConfig};
 
@@ -109,6 +109,8 @@ mod procfs;
 mod scale;
 #[path = "bench/soak.rs"]
 mod soak;
+#[path = "bench/subscriber.rs"]
+mod subscriber;
 
 impl Drop for MasterProcess {
     fn drop(&mut self) {
@@ -318,7 +320,8 @@ async fn recycle_sample(
         std::future::pending::<()>(),
     ));
     wait_workers(url, 2).await?;
-    let mut watcher = RawSubscriber::subscribe(url).await?;
+    // Not `Client::subscribe`: see `subscriber.rs`.
+    let mut watcher = subscriber::RawSubscriber::subscribe(url).await?;
     let killed = Instant::now();
     victim.0.kill()?;
     let elapsed = loop {
@@ -361,56 +364,6 @@ async fn recycle_sample(
 
 /// Round trips per second through a bare tokio-tungstenite echo server on
 /// loopback: `connections` clients, each with one ~200-byte message in flight.
-/// The subscriber that times a recycle: hello, subscribe, then events
-/// decoded one frame at a time. It skips the snapshot's text instead of
-/// decoding it into views: with 30,000 jobs held that decode leaves
-/// hundreds of thousands of freed small blocks, which glibc's allocator
-/// consolidates at this process's next large allocation (~15 ms, inside the
-/// timed window). That is the subscriber's own cost, not the master's: a
-/// `strace` of the master shows the event sent 0.15 ms after the assignment
-/// (docs/benchmarks.md).
-struct RawSubscriber {
-    ws: tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
-}
-
-impl RawSubscriber {
-    async fn subscribe(url: &str) -> anyhow::Result<Self> {
-        use futures_util::{SinkExt, StreamExt};
-        use tokio_tungstenite::tungstenite::Message;
-        let (mut ws, _) = tokio_tungstenite::connect_async(format!("{url}/ws/client")).await?;
-        let hello = format!(r#"{{"id":1,"type":"hello","protocol":1,"token":"{TOKEN}"}}"#);
-        ws.send(Message::Text(hello.into())).await?;
-        ws.send(Message::Text(r#"{"id":2,"type":"subscribe"}"#.into()))
-            .await?;
-        while let Some(msg) = ws.next().await {
-            if let Message::Text(text) = msg? {
-                if text.starts_with(r#"{"type":"snapshot""#) {
-                    return Ok(RawSubscriber { ws });
-                }
-                if text.starts_with(r#"{"type":"error""#) {
-                    bail!("subscribe refused: {text}");
-                }
-            }
-        }
-        bail!("the master closed the connection before the snapshot")
-    }
-
-    async fn next_event(&mut self) -> anyhow::Result<FleetEvent> {
-        use futures_util::StreamExt;
-        use tokio_tungstenite::tungstenite::Message;
-        while let Some(msg) = self.ws.next().await {
-            if let Message::Text(text) = msg? {
-                if let ServerMessage::Event { event, .. } = serde_json::from_str(&text)? {
-                    return Ok(event);
-                }
-            }
-        }
-        bail!("the subscription ended")
-    }
-}
-
 async fn echo_ceiling(connections: usize, run_for: Duration) -> anyhow::Result<f64> {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;

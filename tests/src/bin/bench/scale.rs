@@ -28,18 +28,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
 use tunefleet_server::client::{Client, Update};
-use tunefleet_shared::protocol::{FleetEvent, WS_READ_BUFFER_BYTES};
+use tunefleet_shared::protocol::FleetEvent;
 use tunefleet_shared::target::Target;
 use tunefleet_worker::{
     run_worker, Backend, Backoff, JobSpec, ProgressSink, SimBackend, TuneFuture, WorkerConfig,
 };
 
 use super::procfs::{cpu_ns, open_fds, rss_kib, status_kib};
+use super::subscriber::RawSubscriber;
 use super::{percentile, start_master, KillOnDrop, TOKEN};
 
 pub struct ScaleArgs {
@@ -159,28 +157,10 @@ async fn dashboard(
     ready: mpsc::UnboundedSender<()>,
     seen: mpsc::UnboundedSender<(usize, Instant)>,
 ) -> anyhow::Result<()> {
-    let config = WebSocketConfig::default().read_buffer_size(WS_READ_BUFFER_BYTES);
-    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(
-        format!("{url}/ws/client"),
-        Some(config),
-        false,
-    )
-    .await?;
-    let hello = format!(r#"{{"id":1,"type":"hello","protocol":1,"token":"{TOKEN}"}}"#);
-    ws.send(Message::Text(hello.into())).await?;
-    ws.send(Message::Text(r#"{"id":2,"type":"subscribe"}"#.into()))
-        .await?;
-    let mut snapshot = false;
+    let mut subscriber = RawSubscriber::subscribe(&url).await?;
+    let _ = ready.send(());
     let mut last = None;
-    while let Some(msg) = ws.next().await {
-        let Message::Text(text) = msg? else { continue };
-        if !snapshot {
-            if text.contains(r#""type":"snapshot""#) {
-                snapshot = true;
-                let _ = ready.send(());
-            }
-            continue;
-        }
+    while let Some(text) = subscriber.next_text().await? {
         const MARK: &str = r#""name":"fanout-"#;
         if let Some(at) = text.find(MARK) {
             let digits: String = text[at + MARK.len()..]
@@ -198,10 +178,6 @@ async fn dashboard(
     Ok(())
 }
 
-/// CPU the master spent on one `subscribe` by a fresh client: its CPU over
-/// the request minus what it spends idle (pings to every connection) in a
-/// window as long. `cold`: the fleet changed just before (a job was
-/// submitted), so no subscriber's snapshot can be reused.
 async fn subscribe_cpu_ms(url: &str, pid: u32, cold: bool) -> anyhow::Result<f64> {
     static CHANGES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let mut client = Client::connect(url, Some(TOKEN)).await?;
