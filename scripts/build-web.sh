@@ -37,9 +37,42 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WB_VERSION"
         || cargo install wasm-bindgen-cli --version "=$WB_VERSION"
 fi
 
-echo "build-web: cargo build (wasm-release): the page, then the checker module"
-cargo build -p web --target wasm32-unknown-unknown --profile wasm-release
-cargo build -p web-check --features exports --target wasm32-unknown-unknown --profile wasm-release
+# With a nightly toolchain, std itself is rebuilt for the modules with panics
+# that abort at once (`-Cpanic=immediate-abort`) and no panic locations: no
+# panic message is formatted, so the formatting code and location strings that
+# only panics used are not linked. The page's module is ~10% smaller (see
+# docs/benchmarks.md, "Web dashboard"); a panic then shows in the console as
+# "unreachable" without its message. Without nightly (or with
+# TUNEFLEET_WEB_STABLE=1) the stable toolchain builds them, as before.
+NIGHTLY=${TUNEFLEET_WEB_NIGHTLY:-nightly}
+nightly_ready() {
+    rustup run "$NIGHTLY" rustc --version >/dev/null 2>&1 \
+        && rustup component list --toolchain "$NIGHTLY" --installed 2>/dev/null | grep -q '^rust-src' \
+        && rustup target list --toolchain "$NIGHTLY" --installed 2>/dev/null | grep -qx wasm32-unknown-unknown
+}
+use_nightly=
+if [ -z "${TUNEFLEET_WEB_STABLE:-}" ]; then
+    if ! nightly_ready && install_ok; then
+        echo "build-web: installing $NIGHTLY with rust-src and the wasm32 target (for the smaller build)"
+        rustup toolchain install "$NIGHTLY" --profile minimal --component rust-src --target wasm32-unknown-unknown \
+            || echo "build-web: could not install $NIGHTLY; building with stable" >&2
+    fi
+    if nightly_ready; then use_nightly=1; fi
+fi
+build_module() {
+    if [ -n "$use_nightly" ]; then
+        if RUSTFLAGS="-Zunstable-options -Cpanic=immediate-abort -Zlocation-detail=none" \
+            cargo "+$NIGHTLY" build -Zbuild-std=std,panic_abort "$@"; then
+            return
+        fi
+        echo "build-web: the $NIGHTLY build failed; building with stable" >&2
+    fi
+    cargo build "$@"
+}
+
+echo "build-web: cargo build (wasm-release${use_nightly:+, $NIGHTLY with build-std}): the page, then the checker module"
+build_module -p web --target wasm32-unknown-unknown --profile wasm-release
+build_module -p web-check --features exports --target wasm32-unknown-unknown --profile wasm-release
 
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/tunefleet-web.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT

@@ -33,6 +33,7 @@ pub const MAX_IMPORTED_RECORDS: usize = 256;
 
 /// One workload of an imported database and its records.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ImportedWorkload {
     /// The database workload line, `[structural_hash, base64_module]`.
@@ -43,6 +44,7 @@ pub struct ImportedWorkload {
 
 /// A tunefleet workload's content key and its database workload line.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WorkloadKey {
     pub content_key: String,
@@ -51,6 +53,7 @@ pub struct WorkloadKey {
 
 /// What an import added.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ImportReport {
     /// Workloads the master had no imported records for before.

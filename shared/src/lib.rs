@@ -2,6 +2,11 @@
 //! format and targets. Compiled for the native master and worker and for the
 //! wasm32 web app, so it must stay free of I/O, threads and clocks.
 
+// So that `#[derive(FromTree)]` output (paths `::tunefleet_shared::tree`) also
+// compiles inside this crate.
+#[cfg(feature = "tree")]
+extern crate self as tunefleet_shared;
+
 pub mod cpus;
 pub mod export;
 pub mod fleet;
@@ -13,6 +18,8 @@ pub mod protocol;
 pub mod target;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+#[cfg(feature = "tree")]
+pub mod tree;
 pub mod workload;
 mod yaml_tree;
 

@@ -39,6 +39,7 @@ pub const DEFAULT_TRIALS_PER_ROUND: u32 = 16;
 
 /// MetaSchedule's tuner settings, per run (and so per task job of it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TunerSettings {
     /// `evolutionary` (default), `replay-trace` or `replay-func`.
@@ -136,6 +137,7 @@ impl TunerSettings {
 
 /// The model as the worker receives it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ModelSource {
     /// Base64 of the ONNX bytes (weights stripped, see [`STRIP_MIN_ELEMENTS`]).
@@ -150,6 +152,7 @@ pub struct ModelSource {
 
 /// One tuned task handed to the compile job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CompileTask {
     pub name: String,
@@ -161,6 +164,7 @@ pub struct CompileTask {
 
 /// What an `"op": "model"` job does.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "stage", rename_all = "snake_case")]
 pub enum ModelStage {
@@ -193,6 +197,7 @@ impl ModelStage {
 /// Records a round starts from: the task's database workload line and every
 /// record measured for it so far.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WarmStart {
     pub workload: serde_json::Value,
@@ -200,6 +205,7 @@ pub struct WarmStart {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ModelState {
@@ -234,6 +240,7 @@ impl std::fmt::Display for ModelState {
 
 /// One task of a model run, as users see it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ModelTaskView {
     /// The task's first-round job (later rounds are listed in `rounds`).
@@ -257,6 +264,7 @@ pub struct ModelTaskView {
 
 /// The estimated model latency after some trials.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EstimatePoint {
     pub trials: u32,
@@ -266,6 +274,7 @@ pub struct EstimatePoint {
 
 /// Whole-model latencies, measured on one worker with the same inputs and threads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ModelLatencies {
     pub untuned: Option<f64>,
@@ -275,6 +284,7 @@ pub struct ModelLatencies {
 
 /// A model run, as `results --model` and the dashboard show it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ModelView {
     pub name: String,
@@ -318,6 +328,7 @@ pub struct ModelView {
 
 /// `tunefleet submit MODEL.onnx`: what the client sends.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ModelSubmission {
     pub name: String,
@@ -356,6 +367,7 @@ impl ModelSubmission {
 
 /// A downloadable artefact of a model run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ModelArtifactKind {
@@ -367,6 +379,7 @@ pub enum ModelArtifactKind {
 
 /// A file of an artefact; `base64` for binary content, `text` otherwise.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ArtifactFile {
     pub name: String,

@@ -85,6 +85,7 @@ const MAX_FIELD_NUMBER: u64 = (1 << 29) - 1;
 
 /// What [`summarize`] found in a model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 pub struct OnnxSummary {
     pub ir_version: i64,
     /// `(domain, version)` of each `opset_import`; the default domain is `""`.
@@ -111,6 +112,7 @@ pub struct OnnxSummary {
 
 /// A graph input or output.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 pub struct ValueInfo {
     pub name: String,
     /// ONNX `TensorProto.DataType` (1 = float32, 7 = int64, ...; see
@@ -141,6 +143,7 @@ impl ValueInfo {
 /// One dimension of a graph input or output. Serialized as a number, a string
 /// or `null`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[serde(untagged)]
 pub enum Dim {
     /// `dim_value`.
@@ -153,6 +156,7 @@ pub enum Dim {
 
 /// What [`strip_weights`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 pub struct StripReport {
     /// Initializers whose data was removed.
     pub tensors: usize,

@@ -73,6 +73,7 @@ pub mod close_code {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
@@ -130,6 +131,7 @@ impl std::fmt::Display for JobState {
 /// One measured schedule. `record` is backend-specific (MetaSchedule's own
 /// JSON record for the TVM backend).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TuningRecord {
     pub latency_s: f64,
@@ -138,6 +140,7 @@ pub struct TuningRecord {
 
 /// What a worker sends when a job finished tuning.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobResult {
     pub best_latency_s: f64,
@@ -163,6 +166,7 @@ pub struct JobResult {
 ///
 /// `Debug` redacts `secret`.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WorkerHello {
     pub protocol: u32,
@@ -181,6 +185,7 @@ pub struct WorkerHello {
 
 /// Worker → master. `Debug` redacts the tokens.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WorkerMessage {
@@ -215,6 +220,7 @@ pub enum WorkerMessage {
 
 /// Master → worker. `Debug` redacts the token in `registered`.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum MasterMessage {
@@ -264,6 +270,7 @@ pub enum MasterMessage {
 
 /// Machine-readable error codes, shared by both roles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
@@ -286,6 +293,7 @@ pub enum ErrorCode {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -295,6 +303,7 @@ pub enum Role {
 
 /// Client → master: a command plus the `id` its reply will carry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientRequest {
     pub id: u64,
@@ -305,6 +314,7 @@ pub struct ClientRequest {
 /// A client request's command. `Debug` redacts the token in `hello` and shows
 /// only the size of a submitted file.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientCommand {
@@ -437,6 +447,7 @@ impl ClientCommand {
 
 /// Master → client.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMessage {
@@ -464,6 +475,7 @@ pub enum ServerMessage {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ReplyBody {
@@ -518,6 +530,7 @@ pub enum ReplyBody {
 /// A secret on the wire (a new token): plain text in JSON, redacted in
 /// `Debug`, so that logging a reply never leaks it.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct SecretText(pub String);
@@ -530,6 +543,7 @@ impl std::fmt::Debug for SecretText {
 
 /// A named admin token, as `list_tokens` shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TokenInfo {
     pub name: String,
@@ -539,6 +553,7 @@ pub struct TokenInfo {
 /// Who did what to a job: `submit`, `cancel` or `retry`, by the name of the
 /// admin token used (`admin` for the master's own).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobAction {
     pub action: String,
@@ -570,6 +585,7 @@ pub fn check_token_name(name: &str) -> Result<(), String> {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SubmitReport {
     /// Jobs created by this submission.
@@ -616,6 +632,7 @@ impl SubmitReport {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobCounts {
     pub total: usize,
@@ -671,6 +688,7 @@ impl JobCounts {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StatusReport {
     pub jobs: JobCounts,
@@ -681,6 +699,7 @@ pub struct StatusReport {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WorkerView {
     /// Session id, unique per connection.
@@ -698,6 +717,7 @@ pub struct WorkerView {
 
 /// One entry of a job's error history.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobError {
     pub attempt: u32,
@@ -709,6 +729,7 @@ pub struct JobError {
 
 /// Where and how the stored result was produced.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ResultMeta {
     pub trials: u32,
@@ -728,6 +749,7 @@ pub struct ResultMeta {
 
 /// One point of a job's tuning curve: the best latency after `trials` trials.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProgressPoint {
     pub trials: u32,
@@ -762,6 +784,7 @@ pub fn record_progress_point(history: &mut Vec<ProgressPoint>, trials: u32, best
 /// A running job's progress, as the small event subscribers get for each
 /// accepted report (the job's other fields are unchanged).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobProgress {
     pub job_id: JobId,
@@ -789,6 +812,7 @@ impl JobProgress {
 
 /// Everything a client may want to know about one job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct JobView {
     pub job_id: JobId,
@@ -828,6 +852,7 @@ pub struct JobView {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FleetSnapshot {
     pub jobs: Vec<JobView>,
@@ -841,6 +866,7 @@ pub struct FleetSnapshot {
 
 /// Everything subscribers are told, in order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FleetEvent {

@@ -18,6 +18,7 @@ use std::fmt;
 
 /// A TVM target as a JSON object with at least a string `kind`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[serde(try_from = "Map<String, Value>", into = "Map<String, Value>")]
 pub struct Target(Map<String, Value>);
 

@@ -166,6 +166,7 @@ const WORKLOAD_KEYS: [&str; 8] = [
 
 /// `C[m, n] = A[m, k] · B[k, n]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MatmulShape {
     pub m: u32,
@@ -175,6 +176,7 @@ pub struct MatmulShape {
 
 /// `C[b, m, n] = A[b, m, k] · B[b, k, n]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BatchMatmulShape {
     pub batch: u32,
@@ -185,6 +187,7 @@ pub struct BatchMatmulShape {
 
 /// `Y[batch, out] = X[batch, in] · W[out, in]ᵀ`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DenseShape {
     pub batch: u32,
@@ -195,6 +198,7 @@ pub struct DenseShape {
 /// A 2-D convolution; the layout (NCHW or NHWC) is given by the [`Op`] variant.
 /// Pairs are `[height, width]`; padding is symmetric.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Conv2dShape {
     pub batch: u32,
@@ -210,6 +214,7 @@ pub struct Conv2dShape {
 
 /// A depthwise 2-D convolution in NCHW: `channels * multiplier` output channels.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DepthwiseConv2dShape {
     pub batch: u32,
@@ -279,6 +284,7 @@ fn conv_output_size(
 /// The operator of a workload. On the wire it is flattened into the workload
 /// object: `"op": "matmul", "shape": {...}` or `"op": "tvmscript", "tvmscript": "..."`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "op")]
 pub enum Op {
@@ -386,6 +392,7 @@ impl Op {
 /// `{"name":"mm128","op":"matmul","shape":{"m":128,"n":128,"k":128},"dtype":"float32","target":{"kind":"llvm"},"trials":64}`
 /// or `{"name":"f","op":"tvmscript","tvmscript":"...","dtype":"float32","target":{...},"trials":64}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Workload {
     pub name: String,
@@ -665,6 +672,7 @@ fn write_canonical_json(value: &Value, out: &mut String) {
 
 /// One problem in a workload file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[error("{}", Shown(self))]
 pub struct WorkloadError {
     /// The file name given to [`parse_workload_file`].
@@ -719,6 +727,7 @@ fn fmt_workload_error(e: &WorkloadError, f: &mut fmt::Formatter<'_>) -> fmt::Res
 
 /// Every problem found in a workload file. `Display` prints one per line.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[error("{}", ShownAll(self))]
 pub struct WorkloadErrors {
     pub errors: Vec<WorkloadError>,

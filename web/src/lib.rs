@@ -15,8 +15,8 @@
 //!   in the checker module, the form here);
 //! - [`model_runs`]: what the Models card says about a model run;
 //! - [`chart`], [`format`]: the tuning curve's geometry and text formatting;
-//! - [`wire`], [`json`]: frames read into the shared message types with a
-//!   small JSON reader instead of serde_json's (the page's size).
+//! - [`wire`]: frames read into the shared message types with the shared
+//!   JSON tree and its decoders instead of serde_json's (the page's size).
 //!
 //! The browser part (`app`, wasm32 only) renders that state and moves frames
 //! between the WebSocket and [`model::Session`]. Build it with
@@ -25,7 +25,6 @@
 
 pub mod chart;
 pub mod format;
-pub mod json;
 pub mod model;
 pub mod model_runs;
 pub mod model_upload;

@@ -10,9 +10,10 @@
 use serde::{Deserialize, Serialize};
 use tunefleet_shared::model::{base64, MAX_MODEL_BYTES, STRIP_MIN_ELEMENTS};
 use tunefleet_shared::onnx::{self, Dim, OnnxSummary, StripReport};
+use tunefleet_shared::tree::FromTree;
 
 /// One graph input, as the preview lists it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, FromTree)]
 pub struct InputRow {
     pub name: String,
     /// `float32`, or `type 17` for element types without a name, or `?`.
@@ -27,7 +28,7 @@ pub struct InputRow {
 }
 
 /// A model file that passed the file-level checks.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, FromTree)]
 pub struct LoadedModel {
     pub file: String,
     pub summary: OnnxSummary,

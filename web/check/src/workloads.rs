@@ -8,10 +8,11 @@
 use serde::{Deserialize, Serialize};
 use tunefleet_shared::lorien;
 use tunefleet_shared::target::Target;
+use tunefleet_shared::tree::FromTree;
 use tunefleet_shared::workload::{parse_workload_file, Workload, WorkloadErrors, DEFAULT_TRIALS};
 
 /// One row of the preview table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, FromTree)]
 pub struct PreviewRow {
     pub name: String,
     pub op: String,
@@ -27,7 +28,7 @@ pub struct PreviewRow {
 }
 
 /// One problem, ready to show.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, FromTree)]
 pub struct ErrorRow {
     pub line: Option<usize>,
     pub column: Option<usize>,
@@ -38,7 +39,7 @@ pub struct ErrorRow {
 }
 
 /// What the upload box shows for the current text.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, FromTree)]
 pub enum Checked {
     /// Nothing to check yet.
     #[default]

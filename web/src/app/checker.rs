@@ -4,9 +4,9 @@
 //! The module is not part of the first load. `boot.js` defines the two
 //! global functions below; the first call fetches and starts the module, the
 //! later ones reuse it. Answers come back as JSON text, decoded with the
-//! page's JSON reader ([`crate::json`]).
+//! page's JSON reader ([`tunefleet_shared::tree`]).
 
-use serde::de::DeserializeOwned;
+use tunefleet_shared::tree::FromTree;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -43,7 +43,7 @@ pub async fn load_model(file: &str, bytes: &[u8]) -> Result<LoadedModel, String>
 
 /// Awaits the promise and decodes its `{"Ok": T}` / `{"Err": "why"}` text.
 /// The outer error is the call itself failing (network, module load).
-async fn call<T: DeserializeOwned>(
+async fn call<T: FromTree>(
     promise: Result<js_sys::Promise, JsValue>,
 ) -> Result<Result<T, String>, String> {
     let value = JsFuture::from(promise.map_err(js_text)?)
@@ -52,7 +52,8 @@ async fn call<T: DeserializeOwned>(
     let json = value
         .as_string()
         .ok_or_else(|| "its answer is not text".to_string())?;
-    crate::json::from_str(&json).map_err(|e| format!("its answer is not understood: {e}"))
+    tunefleet_shared::tree::from_str(&json)
+        .map_err(|e| format!("its answer is not understood: {e}"))
 }
 
 fn js_text(value: JsValue) -> String {

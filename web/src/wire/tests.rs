@@ -2,7 +2,9 @@ use super::*;
 use crate::model::tests::job;
 use crate::model_runs::tests::view as model_view;
 use tunefleet_shared::model::ModelState;
-use tunefleet_shared::protocol::{JobState, ReplyBody, ServerMessage, StatusReport};
+use tunefleet_shared::protocol::{
+    JobCounts, JobProgress, JobState, ReplyBody, ServerMessage, StatusReport, WorkerView,
+};
 use tunefleet_shared::target::Target;
 
 fn worker() -> WorkerView {
