@@ -47,15 +47,18 @@ fi
 NIGHTLY=${TUNEFLEET_WEB_NIGHTLY:-nightly}
 nightly_ready() {
     rustup run "$NIGHTLY" rustc --version >/dev/null 2>&1 \
-        && rustup component list --toolchain "$NIGHTLY" --installed 2>/dev/null | grep -q '^rust-src' \
-        && rustup target list --toolchain "$NIGHTLY" --installed 2>/dev/null | grep -qx wasm32-unknown-unknown
+        && rustup component list --toolchain "$NIGHTLY" --installed 2>/dev/null | grep -q '^rust-src'
 }
 use_nightly=
 if [ -z "${TUNEFLEET_WEB_STABLE:-}" ]; then
     if ! nightly_ready && install_ok; then
-        echo "build-web: installing $NIGHTLY with rust-src and the wasm32 target (for the smaller build)"
-        rustup toolchain install "$NIGHTLY" --profile minimal --component rust-src --target wasm32-unknown-unknown \
-            || echo "build-web: could not install $NIGHTLY; building with stable" >&2
+        # std is built from its source, so the target's prebuilt std is not needed.
+        echo "build-web: installing $NIGHTLY's rust-src (for the smaller build)"
+        if rustup run "$NIGHTLY" rustc --version >/dev/null 2>&1; then
+            rustup component add rust-src --toolchain "$NIGHTLY"
+        else
+            rustup toolchain install "$NIGHTLY" --profile minimal --component rust-src
+        fi || echo "build-web: could not install $NIGHTLY's rust-src; building with stable" >&2
     fi
     if nightly_ready; then use_nightly=1; fi
 fi
