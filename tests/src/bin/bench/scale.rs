@@ -49,6 +49,14 @@ pub struct ScaleArgs {
     pub master_bin: Option<std::path::PathBuf>,
 }
 
+const USAGE: &str = "\
+usage: tunefleet-bench scale [FLAGS]   (defaults in brackets)
+  --workers N             idle workers connected [10000]
+  --dashboards N          subscribed dashboards [1000]
+  --samples N             fan-out samples [20]
+  --recycle-samples N     recycle samples with all of them connected [10]
+  --master-bin PATH       the master [tunefleet next to this binary]";
+
 pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<ScaleArgs> {
     let mut args = ScaleArgs {
         workers: 10_000,
@@ -65,9 +73,11 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<ScaleArgs> 
             "--samples" => args.samples = value()?.parse()?,
             "--recycle-samples" => args.recycle_samples = value()?.parse()?,
             "--master-bin" => args.master_bin = Some(value()?.into()),
-            other => bail!(
-                "unknown flag {other} (scale flags: --workers --dashboards --samples --recycle-samples --master-bin)"
-            ),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown flag {other}\n\n{USAGE}"),
         }
     }
     Ok(args)

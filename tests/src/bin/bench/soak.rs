@@ -30,6 +30,14 @@ pub struct SoakArgs {
     pub job_retention: Option<String>,
 }
 
+const USAGE: &str = "\
+usage: tunefleet-bench soak [FLAGS]   (defaults in brackets)
+  --minutes N             how long [60]
+  --workers N             zero-time worker processes [4]
+  --subscribers N         subscribers [4]
+  --jobs-per-second N     submission rate [20]
+  --job-retention DUR     run the master with --job-retention DUR";
+
 pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<SoakArgs> {
     let mut args = SoakArgs {
         minutes: 60,
@@ -46,7 +54,11 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<SoakArgs> {
             "--subscribers" => args.subscribers = value()?.parse()?,
             "--jobs-per-second" => args.jobs_per_second = value()?.parse()?,
             "--job-retention" => args.job_retention = Some(value()?),
-            other => bail!("unknown flag {other} (soak flags: --minutes --workers --subscribers --jobs-per-second --job-retention)"),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown flag {other}\n\n{USAGE}"),
         }
     }
     Ok(args)
