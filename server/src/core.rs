@@ -131,11 +131,13 @@ impl SharedSnapshot {
         // taking the fleet and storing the text.
         self.message
             .get_or_init(|| async {
-                let fleet = self
+                let mut fleet = self
                     .fleet
                     .lock()
                     .map(|mut f| f.take().unwrap_or_default())
                     .unwrap_or_default();
+                // Sorted here rather than on the core: ~20 ms with 30,000 jobs.
+                fleet.jobs.sort_by(|a, b| job_order(a, b));
                 snapshot_message(self.seq, &fleet).into()
             })
             .await
@@ -143,13 +145,14 @@ impl SharedSnapshot {
     }
 }
 
-/// The fleet as the core hands it out for a snapshot: job and model views,
-/// and each worker's view already serialised (kept by the core as workers
-/// change), so a snapshot of 10,000 workers is 10,000 pointer copies
-/// instead of 10,000 deep clones and serialisations.
+/// The fleet as the core hands it out for a snapshot: job views shared with
+/// the scheduler (in no order until [`SharedSnapshot::message`] sorts them),
+/// model views, and each worker's view already serialised (kept by the core
+/// as workers change), so a snapshot of 30,000 jobs and 10,000 workers is
+/// pointer copies instead of deep clones and serialisations on the core.
 #[derive(Default)]
 struct SnapshotParts {
-    jobs: Vec<JobView>,
+    jobs: Vec<Arc<JobView>>,
     workers: Vec<Arc<str>>,
     models: Vec<ModelView>,
     archived: JobCounts,
@@ -650,7 +653,11 @@ impl Core {
                     // Read only: an archived job named here stays archived.
                     let archived = self.read_archived(ids.iter().cloned());
                     if !archived.is_empty() {
-                        views.extend(archived.into_iter().map(|job| job.view));
+                        views.extend(
+                            archived
+                                .into_iter()
+                                .map(|job| Arc::unwrap_or_clone(job.view)),
+                        );
                         views.sort_by(job_order);
                     }
                 }
@@ -971,7 +978,7 @@ impl Core {
                     _ => None,
                 })
                 .filter(|j| j.state().is_terminal())
-                .map(|j| j.view.clone())
+                .map(|j| JobView::clone(&j.view))
                 .collect();
             seen = out.len();
             for view in ended {
@@ -1299,9 +1306,13 @@ impl Core {
             Some(ids) => ids
                 .iter()
                 .filter_map(|id| self.scheduler.job(id))
-                .map(|j| j.view.clone())
+                .map(|j| JobView::clone(&j.view))
                 .collect(),
-            None => self.scheduler.jobs().map(|j| j.view.clone()).collect(),
+            None => self
+                .scheduler
+                .jobs()
+                .map(|j| JobView::clone(&j.view))
+                .collect(),
         };
         views.sort_by(job_order);
         views
@@ -1323,7 +1334,7 @@ impl Core {
         let mut workers: Vec<&WorkerView> = self.scheduler.workers().collect();
         workers.sort_by_key(|w| w.connected_at);
         SnapshotParts {
-            jobs: self.results(None),
+            jobs: self.scheduler.jobs().map(|j| j.view.clone()).collect(),
             workers: workers
                 .into_iter()
                 .map(|w| {

@@ -97,6 +97,25 @@ fn idle_worker_gets_a_job_as_soon_as_one_is_submitted() {
     assert_eq!(dup.len(), 2, "same content is a duplicate");
 }
 
+/// A snapshot holds the views it was taken with (shared, not copied); the
+/// job changing afterwards must not change what that snapshot says.
+#[test]
+fn a_view_held_by_a_snapshot_keeps_its_state_when_the_job_moves_on() {
+    let mut s = Scheduler::new(CONFIG);
+    let mut out = Vec::new();
+    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
+    let held = s.job(&ids[0]).unwrap().view.clone();
+    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+        .unwrap();
+    s.request_job(1, 3, &mut out);
+    let job = s.job(&ids[0]).unwrap();
+    assert_eq!(job.state(), JobState::Assigned);
+    assert_eq!(job.view.worker.as_deref(), Some("a"));
+    assert_eq!(held.state, JobState::Queued, "the snapshot's copy moved");
+    assert_eq!(held.worker, None);
+    assert_eq!(held.updated_at, 0);
+}
+
 #[test]
 fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
     let mut s = Scheduler::new(CONFIG);
@@ -690,11 +709,11 @@ impl Harness {
             // memory than on disk (progress is published, never stored).
             if self.progressed.contains(id) {
                 assert_eq!(job.state(), JobState::Running);
-                stored.view.trials_done = job.view.trials_done;
-                stored.view.trials_total = job.view.trials_total;
-                stored.view.best_latency_s = job.view.best_latency_s;
-                stored.view.history = job.view.history.clone();
-                stored.view.updated_at = job.view.updated_at;
+                stored.view_mut().trials_done = job.view.trials_done;
+                stored.view_mut().trials_total = job.view.trials_total;
+                stored.view_mut().best_latency_s = job.view.best_latency_s;
+                stored.view_mut().history = job.view.history.clone();
+                stored.view_mut().updated_at = job.view.updated_at;
                 stored.last_progress_at = job.last_progress_at;
             }
             assert_eq!(&stored, job, "job {id} changed without being reported");

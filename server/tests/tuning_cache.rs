@@ -268,7 +268,7 @@ fn a_job_a_model_run_keeps_or_one_still_recent_is_not_archived() {
     assert!(s.restore(job.clone()), "taken back");
     assert!(!s.restore(job.clone()), "never over the one held");
     let mut open = job;
-    open.view.state = JobState::Queued;
-    open.view.job_id = "0000000000000bad".into();
+    open.view_mut().state = JobState::Queued;
+    open.view_mut().job_id = "0000000000000bad".into();
     assert!(!s.restore(open), "only an ended job is taken back");
 }

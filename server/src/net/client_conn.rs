@@ -228,7 +228,7 @@ async fn with_archived(
     jobs.extend(
         archived
             .into_iter()
-            .map(|job| job.view)
+            .map(|job| Arc::unwrap_or_clone(job.view))
             .filter(|view| !ids.contains(&view.job_id)),
     );
     jobs.sort_by(tunefleet_shared::fleet::job_order);

@@ -10,6 +10,8 @@
 //! someone decides whether and how it is stored (and whether that needs a
 //! migration).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use tunefleet_shared::protocol::{
     JobAction, JobError, JobState, JobView, Lease, Millis, ProgressPoint, ResultMeta, TuningRecord,
@@ -118,7 +120,7 @@ impl<'a> JobRowOut<'a> {
             cache_hit,
             cached_from,
             actions,
-        } = view;
+        } = &**view;
         JobRowOut {
             name,
             state: *state,
@@ -149,7 +151,7 @@ impl<'a> JobRowOut<'a> {
 impl JobRowIn {
     pub(super) fn into_job(self, job_id: String, queue_key: i64, workload: Workload) -> Job {
         Job {
-            view: JobView {
+            view: Arc::new(JobView {
                 job_id,
                 name: self.name,
                 workload,
@@ -170,7 +172,7 @@ impl JobRowIn {
                 cache_hit: self.cache_hit,
                 cached_from: self.cached_from,
                 actions: self.actions,
-            },
+            }),
             lease: self.lease,
             holder: None,
             lease_history: self.lease_history,

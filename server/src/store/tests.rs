@@ -46,7 +46,7 @@ fn the_workload_is_written_once_and_not_in_the_row() {
     let mut jobs = some_jobs();
     let mut store = Store::open(&path, Durability::Normal).unwrap();
     store.commit(&jobs, [], &[], &[]).unwrap();
-    jobs[0].view.attempts = 2;
+    jobs[0].view_mut().attempts = 2;
     store.commit(&jobs[..1], [], &[], &[]).unwrap();
     let (data, workload): (String, String) = Connection::open(&path)
         .unwrap()
@@ -140,14 +140,14 @@ fn stored_jobs(path: &std::path::Path) -> (Store, Vec<Job>) {
     let mut jobs = some_jobs();
     let extra = {
         let mut job = jobs[1].clone();
-        job.view.job_id = "0000000000000003".into();
+        job.view_mut().job_id = "0000000000000003".into();
         job.queue_key += 10;
         job
     };
     jobs.push(extra);
-    jobs[0].view.state = JobState::Done;
-    jobs[1].view.state = JobState::Done;
-    jobs[2].view.state = JobState::Failed;
+    jobs[0].view_mut().state = JobState::Done;
+    jobs[1].view_mut().state = JobState::Done;
+    jobs[2].view_mut().state = JobState::Failed;
     let mut store = Store::open(path, Durability::Normal).unwrap();
     store.commit(&jobs, [], &[], &[]).unwrap();
     (store, jobs)
@@ -206,7 +206,7 @@ fn archived_jobs_stay_in_the_file_and_are_found_by_id_and_computation() {
 
     // Written again (it came back and changed): live, loaded at the next start.
     let mut back = jobs[2].clone();
-    back.view.state = JobState::Queued;
+    back.view_mut().state = JobState::Queued;
     store.commit([&back], [], &[], &[]).unwrap();
     drop(store);
     let mut store = Store::open(&path, Durability::Normal).unwrap();
