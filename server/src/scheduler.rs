@@ -376,10 +376,11 @@ impl Scheduler {
                     at: now,
                     message: "master restarted during this attempt; attempt not counted".into(),
                 });
-                job.view_mut().attempts = attempt.saturating_sub(1);
-                job.view_mut().state = JobState::Queued;
-                job.view_mut().worker = None;
-                job.view_mut().updated_at = now;
+                let view = job.view_mut();
+                view.attempts = attempt.saturating_sub(1);
+                view.state = JobState::Queued;
+                view.worker = None;
+                view.updated_at = now;
             }
             if !job.state().is_terminal() {
                 s.open.opened(job.target());
@@ -824,18 +825,18 @@ impl Scheduler {
             trials_total.saturating_add(prior),
         );
         let was_running = job.view.state == JobState::Running;
-        job.view_mut().state = JobState::Running;
-        job.view_mut().trials_done = trials_done.min(trials_total.max(job.view.trials_total));
+        let view = job.view_mut();
+        view.state = JobState::Running;
+        view.trials_done = trials_done.min(trials_total.max(view.trials_total));
         if trials_total > 0 {
-            job.view_mut().trials_total = trials_total;
+            view.trials_total = trials_total;
         }
         if let Some(best) = best_latency_s.filter(|b| b.is_finite() && *b > 0.0) {
-            let best = job.view.best_latency_s.map_or(best, |b| b.min(best));
-            job.view_mut().best_latency_s = Some(best);
-            let view = job.view_mut();
+            let best = view.best_latency_s.map_or(best, |b| b.min(best));
+            view.best_latency_s = Some(best);
             record_progress_point(&mut view.history, view.trials_done, best);
         }
-        job.view_mut().updated_at = now;
+        view.updated_at = now;
         job.last_progress_at = now;
         out.push(if was_running {
             Output::JobProgressed(job_id.clone())
@@ -918,8 +919,9 @@ impl Scheduler {
             extra: result.extra,
             target: result.target,
         });
-        job.view_mut().finished_at = Some(now);
-        job.view_mut().updated_at = now;
+        let view = job.view_mut();
+        view.finished_at = Some(now);
+        view.updated_at = now;
         self.cache.add(&self.jobs[job_id]);
         self.imports.learn(&self.jobs[job_id]);
         out.push(Output::JobChanged(job_id.to_string()));
@@ -1027,10 +1029,11 @@ impl Scheduler {
                 job.view.state,
                 JobState::Cancelled,
             );
-            job.view_mut().state = JobState::Cancelled;
-            job.view_mut().worker = None;
-            job.view_mut().finished_at = Some(now);
-            job.view_mut().updated_at = now;
+            let view = job.view_mut();
+            view.state = JobState::Cancelled;
+            view.worker = None;
+            view.finished_at = Some(now);
+            view.updated_at = now;
         }
         out.push(Output::JobChanged(job_id.to_string()));
         self.dispatch(now, out);
@@ -1060,11 +1063,12 @@ impl Scheduler {
         }
         self.open
             .changed(&job.view.workload.target, state, JobState::Queued);
-        job.view_mut().state = JobState::Queued;
-        job.view_mut().attempts = 0;
-        job.view_mut().finished_at = None;
-        job.view_mut().trials_done = 0;
-        job.view_mut().updated_at = now;
+        let view = job.view_mut();
+        view.state = JobState::Queued;
+        view.attempts = 0;
+        view.finished_at = None;
+        view.trials_done = 0;
+        view.updated_at = now;
         let key = self.next_back;
         self.next_back += 1;
         self.enqueue(job_id, key);

@@ -237,15 +237,24 @@ fn unsigned(value: &Value<'_>, max: u64) -> Result<u64, Error> {
         Number::Unsigned(n) if n <= max => Ok(n),
         Number::Unsigned(n) => Err(Error::custom(format_args!("{n} is out of range"))),
         Number::Negative(n) => Err(Error::custom(format_args!("{n} is negative"))),
-        Number::Float(_) => Err(Error::custom("expected an integer, found a fraction")),
+        Number::Float(_) => Err(not_an_integer(value)),
+    }
+}
+
+fn not_an_integer(value: &Value<'_>) -> Error {
+    match value {
+        Value::Number(text) => Error::custom(format_args!("expected an integer, found {text}")),
+        other => Error::expected("an integer", other),
     }
 }
 
 fn signed(value: &Value<'_>, min: i64, max: i64) -> Result<i64, Error> {
     let n = match number_of(value)? {
-        Number::Unsigned(n) => i64::try_from(n).unwrap_or(i64::MAX),
+        Number::Unsigned(n) => {
+            i64::try_from(n).map_err(|_| Error::custom(format_args!("{n} is out of range")))?
+        }
         Number::Negative(n) => n,
-        Number::Float(_) => return Err(Error::custom("expected an integer, found a fraction")),
+        Number::Float(_) => return Err(not_an_integer(value)),
     };
     if n < min || n > max {
         return Err(Error::custom(format_args!("{n} is out of range")));

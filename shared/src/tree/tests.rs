@@ -251,7 +251,7 @@ fn refuses_what_serde_derive_refuses_and_says_where() {
         (
             r#""x":-7"#,
             r#""x":-7.5"#,
-            "shapes[1].x: expected an integer, found a fraction",
+            "shapes[1].x: expected an integer, found -7.5",
         ),
         (r#""h":3"#, r#""h":70000"#, "h: 70000 is out of range"),
         (
@@ -279,6 +279,32 @@ fn refuses_what_serde_derive_refuses_and_says_where() {
         );
         assert_eq!(from_str::<Typed>(&wrong).unwrap_err().to_string(), says);
     }
+}
+
+#[test]
+fn integers_out_of_their_type_s_range_are_refused() {
+    for (text, says) in [
+        ("9223372036854775808", "9223372036854775808 is out of range"),
+        (
+            "-9223372036854775809",
+            "expected an integer, found -9223372036854775809",
+        ),
+    ] {
+        assert!(serde_json::from_str::<i64>(text).is_err());
+        assert_eq!(from_str::<i64>(text).unwrap_err().to_string(), says);
+    }
+    assert_eq!(from_str::<i64>("9223372036854775807").unwrap(), i64::MAX);
+    assert_eq!(from_str::<i64>("-9223372036854775808").unwrap(), i64::MIN);
+    assert_eq!(from_str::<u8>("255").unwrap(), 255);
+    assert!(serde_json::from_str::<u8>("256").is_err());
+    assert_eq!(
+        from_str::<u8>("256").unwrap_err().to_string(),
+        "256 is out of range"
+    );
+    assert_eq!(
+        from_str::<i32>("-2147483649").unwrap_err().to_string(),
+        "-2147483649 is out of range"
+    );
 }
 
 #[test]
