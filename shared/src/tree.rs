@@ -21,9 +21,8 @@
 //! counts); the master never writes one.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 
 pub use tunefleet_derive::FromTree;
 
@@ -319,15 +318,6 @@ impl FromTree for String {
     }
 }
 
-impl FromTree for Arc<str> {
-    fn from_tree(value: &Value<'_>) -> Result<Self, Error> {
-        match value {
-            Value::String(s) => Ok(Arc::from(&**s)),
-            other => Err(Error::expected("a string", other)),
-        }
-    }
-}
-
 impl<T: FromTree> FromTree for Option<T> {
     fn from_tree(value: &Value<'_>) -> Result<Self, Error> {
         match value {
@@ -347,14 +337,19 @@ impl<T: FromTree> FromTree for Box<T> {
     }
 }
 
+/// Each item decoded, an error naming the index of the first that fails.
+fn decode_items<T: FromTree>(items: &[Value<'_>]) -> Result<Vec<T>, Error> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| T::from_tree(item).map_err(|e| e.at_index(i)))
+        .collect()
+}
+
 impl<T: FromTree> FromTree for Vec<T> {
     fn from_tree(value: &Value<'_>) -> Result<Self, Error> {
         match value {
-            Value::Array(items) => items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| T::from_tree(item).map_err(|e| e.at_index(i)))
-                .collect(),
+            Value::Array(items) => decode_items(items),
             other => Err(Error::expected("an array", other)),
         }
     }
@@ -384,12 +379,7 @@ fn array_items<'v, 'a>(value: &'v Value<'a>, len: usize) -> Result<&'v [Value<'a
 
 impl<T: FromTree, const N: usize> FromTree for [T; N] {
     fn from_tree(value: &Value<'_>) -> Result<Self, Error> {
-        let items = array_items(value, N)?
-            .iter()
-            .enumerate()
-            .map(|(i, item)| T::from_tree(item).map_err(|e| e.at_index(i)))
-            .collect::<Result<Vec<T>, Error>>()?;
-        items
+        decode_items::<T>(array_items(value, N)?)?
             .try_into()
             .map_err(|_| Error::custom("array length changed"))
     }
@@ -435,15 +425,6 @@ fn object_entries<'v, 'a>(value: &'v Value<'a>) -> Result<&'v [(Cow<'a, str>, Va
 }
 
 impl<K: FromKey + Ord, V: FromTree> FromTree for BTreeMap<K, V> {
-    fn from_tree(value: &Value<'_>) -> Result<Self, Error> {
-        object_entries(value)?
-            .iter()
-            .map(|(k, v)| Ok((K::from_key(k)?, V::from_tree(v).map_err(|e| e.within(k))?)))
-            .collect()
-    }
-}
-
-impl<K: FromKey + Eq + std::hash::Hash, V: FromTree> FromTree for HashMap<K, V> {
     fn from_tree(value: &Value<'_>) -> Result<Self, Error> {
         object_entries(value)?
             .iter()

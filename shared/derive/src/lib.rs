@@ -15,8 +15,8 @@
 //! `try_from`; on fields `rename`, `default`, `flatten` and `skip` (with
 //! `skip_serializing_if` ignored: it only concerns writing); on variants
 //! `rename`. Enums are internally tagged (`tag`), untagged, or externally
-//! tagged as serde's default (`"Unit"` or `{"Variant": ...}`). Anything else is a compile error, so a new attribute cannot be
-//! silently ignored. `tunefleet_shared::tree`'s tests check the two derives
+//! tagged as serde's default (`"Unit"` or `{"Variant": ...}`). Anything else
+//! is a compile error, so a new attribute cannot be silently ignored. `tunefleet_shared::tree`'s tests check the two derives
 //! agree on every message kind.
 #![forbid(unsafe_code)]
 
@@ -51,61 +51,68 @@ struct Member {
     skip: bool,
 }
 
+/// Calls `each` on every item of every `#[serde(...)]` attribute.
+fn for_each_serde_meta(
+    attrs: &[syn::Attribute],
+    mut each: impl FnMut(syn::meta::ParseNestedMeta) -> syn::Result<()>,
+) -> syn::Result<()> {
+    for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
+        attr.parse_nested_meta(&mut each)?;
+    }
+    Ok(())
+}
+
 fn container_attrs(attrs: &[syn::Attribute]) -> syn::Result<Container> {
     let mut c = Container::default();
-    for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
-        attr.parse_nested_meta(|meta| {
-            if meta.path.is_ident("tag") {
-                c.tag = Some(meta.value()?.parse::<LitStr>()?.value());
-            } else if meta.path.is_ident("rename_all") {
-                let rule = meta.value()?.parse::<LitStr>()?;
-                if rule.value() != "snake_case" {
-                    return Err(syn::Error::new(
-                        rule.span(),
-                        "FromTree: only rename_all = \"snake_case\" is supported",
-                    ));
-                }
-                c.snake_case = true;
-            } else if meta.path.is_ident("untagged") {
-                c.untagged = true;
-            } else if meta.path.is_ident("transparent") {
-                c.transparent = true;
-            } else if meta.path.is_ident("try_from") {
-                c.try_from = Some(meta.value()?.parse::<LitStr>()?.parse()?);
-            } else if meta.path.is_ident("into") {
-                meta.value()?.parse::<LitStr>()?; // writing only
-            } else {
-                return Err(meta.error("FromTree does not know this serde attribute"));
+    for_each_serde_meta(attrs, |meta| {
+        if meta.path.is_ident("tag") {
+            c.tag = Some(meta.value()?.parse::<LitStr>()?.value());
+        } else if meta.path.is_ident("rename_all") {
+            let rule = meta.value()?.parse::<LitStr>()?;
+            if rule.value() != "snake_case" {
+                return Err(syn::Error::new(
+                    rule.span(),
+                    "FromTree: only rename_all = \"snake_case\" is supported",
+                ));
             }
-            Ok(())
-        })?;
-    }
+            c.snake_case = true;
+        } else if meta.path.is_ident("untagged") {
+            c.untagged = true;
+        } else if meta.path.is_ident("transparent") {
+            c.transparent = true;
+        } else if meta.path.is_ident("try_from") {
+            c.try_from = Some(meta.value()?.parse::<LitStr>()?.parse()?);
+        } else if meta.path.is_ident("into") {
+            meta.value()?.parse::<LitStr>()?; // writing only
+        } else {
+            return Err(meta.error("FromTree does not know this serde attribute"));
+        }
+        Ok(())
+    })?;
     Ok(c)
 }
 
 fn member_attrs(attrs: &[syn::Attribute]) -> syn::Result<Member> {
     let mut m = Member::default();
-    for attr in attrs.iter().filter(|a| a.path().is_ident("serde")) {
-        attr.parse_nested_meta(|meta| {
-            if meta.path.is_ident("rename") {
-                m.rename = Some(meta.value()?.parse::<LitStr>()?.value());
-            } else if meta.path.is_ident("default") {
-                if meta.input.peek(syn::Token![=]) {
-                    return Err(meta.error("FromTree: only a plain `default` is supported"));
-                }
-                m.default = true;
-            } else if meta.path.is_ident("flatten") {
-                m.flatten = true;
-            } else if meta.path.is_ident("skip") {
-                m.skip = true;
-            } else if meta.path.is_ident("skip_serializing_if") {
-                meta.value()?.parse::<LitStr>()?; // writing only
-            } else {
-                return Err(meta.error("FromTree does not know this serde attribute"));
+    for_each_serde_meta(attrs, |meta| {
+        if meta.path.is_ident("rename") {
+            m.rename = Some(meta.value()?.parse::<LitStr>()?.value());
+        } else if meta.path.is_ident("default") {
+            if meta.input.peek(syn::Token![=]) {
+                return Err(meta.error("FromTree: only a plain `default` is supported"));
             }
-            Ok(())
-        })?;
-    }
+            m.default = true;
+        } else if meta.path.is_ident("flatten") {
+            m.flatten = true;
+        } else if meta.path.is_ident("skip") {
+            m.skip = true;
+        } else if meta.path.is_ident("skip_serializing_if") {
+            meta.value()?.parse::<LitStr>()?; // writing only
+        } else {
+            return Err(meta.error("FromTree does not know this serde attribute"));
+        }
+        Ok(())
+    })?;
     Ok(m)
 }
 
@@ -259,13 +266,9 @@ fn enum_body(name: &Ident, data: &syn::DataEnum, container: &Container) -> syn::
         )?;
         arms.push(quote!(#key => { #build }));
     }
-    let variant = match &container.tag {
-        Some(tag) => quote!(#tree::tag_of(value, #tag, #what)?),
-        None => quote!(#tree::external_variant(value, #what)?),
-    };
     let bind = match &container.tag {
-        Some(_) => quote!(let variant = #variant;),
-        None => quote!(let (variant, value) = #variant;),
+        Some(tag) => quote!(let variant = #tree::tag_of(value, #tag, #what)?;),
+        None => quote!(let (variant, value) = #tree::external_variant(value, #what)?;),
     };
     Ok(quote! {
         #bind

@@ -8,6 +8,11 @@ fn ours(text: &str) -> Result<Json, Error> {
     from_str::<Json>(text)
 }
 
+/// Why this reader refuses `text` as a `T`.
+fn refusal<T: FromTree + std::fmt::Debug>(text: &str) -> String {
+    from_str::<T>(text).unwrap_err().to_string()
+}
+
 fn theirs(text: &str) -> Option<Json> {
     serde_json::from_str::<Json>(text).ok()
 }
@@ -277,7 +282,7 @@ fn refuses_what_serde_derive_refuses_and_says_where() {
             serde_json::from_str::<Typed>(&wrong).is_err(),
             "serde reads {wrong}"
         );
-        assert_eq!(from_str::<Typed>(&wrong).unwrap_err().to_string(), says);
+        assert_eq!(refusal::<Typed>(&wrong), says);
     }
 }
 
@@ -291,34 +296,25 @@ fn integers_out_of_their_type_s_range_are_refused() {
         ),
     ] {
         assert!(serde_json::from_str::<i64>(text).is_err());
-        assert_eq!(from_str::<i64>(text).unwrap_err().to_string(), says);
+        assert_eq!(refusal::<i64>(text), says);
     }
     assert_eq!(from_str::<i64>("9223372036854775807").unwrap(), i64::MAX);
     assert_eq!(from_str::<i64>("-9223372036854775808").unwrap(), i64::MIN);
     assert_eq!(from_str::<u8>("255").unwrap(), 255);
     assert!(serde_json::from_str::<u8>("256").is_err());
-    assert_eq!(
-        from_str::<u8>("256").unwrap_err().to_string(),
-        "256 is out of range"
-    );
-    assert_eq!(
-        from_str::<i32>("-2147483649").unwrap_err().to_string(),
-        "-2147483649 is out of range"
-    );
+    assert_eq!(refusal::<u8>("256"), "256 is out of range");
+    assert_eq!(refusal::<i32>("-2147483649"), "-2147483649 is out of range");
 }
 
 #[test]
 fn a_missing_tag_or_a_wrong_kind_of_value_is_named() {
+    assert_eq!(refusal::<Shape>(r#"{"w": 1}"#), "missing field `kind`");
     assert_eq!(
-        from_str::<Shape>(r#"{"w": 1}"#).unwrap_err().to_string(),
-        "missing field `kind`"
-    );
-    assert_eq!(
-        from_str::<Typed>("[1]").unwrap_err().to_string(),
+        refusal::<Typed>("[1]"),
         "expected an object (Typed), found an array"
     );
     assert_eq!(
-        from_str::<Dim>("[]").unwrap_err().to_string(),
+        refusal::<Dim>("[]"),
         "data did not match any variant of untagged enum Dim"
     );
 }
