@@ -1,4 +1,4 @@
-//! The tunefleet web dashboard: a Yew/WASM app that `tunefleet serve` serves
+//! The tunefleet web dashboard: a WASM app that `tunefleet serve` serves
 //! at `/` and that talks to the master over the same WebSocket protocol as
 //! the CLI (`/ws/client`), with the message types of `tunefleet-shared`.
 //!
@@ -15,6 +15,7 @@
 //!   in the checker module, the form here);
 //! - [`model_runs`]: what the Models card says about a model run;
 //! - [`chart`], [`format`]: the tuning curve's geometry and text formatting;
+//! - [`html`]: the markup writer the views render into (escaping);
 //! - [`wire`]: frames read into the shared message types with the shared
 //!   JSON tree and its decoders instead of serde_json's (the page's size).
 //!
@@ -25,6 +26,7 @@
 
 pub mod chart;
 pub mod format;
+pub mod html;
 pub mod model;
 pub mod model_runs;
 pub mod model_upload;

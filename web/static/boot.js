@@ -1,4 +1,4 @@
-// Loads the Yew/WASM app. Kept outside index.html so that a strict
+// Loads the WASM app. Kept outside index.html so that a strict
 // Content-Security-Policy (no inline scripts) works.
 //
 // The theme is applied before the app starts so that dark mode does not

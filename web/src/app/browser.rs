@@ -4,7 +4,6 @@
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{CloseEvent, MessageEvent, WebSocket};
-use yew::Callback;
 
 use super::Theme;
 
@@ -50,20 +49,20 @@ pub struct Socket {
 impl Socket {
     pub fn open(
         url: &str,
-        on_open: Callback<()>,
-        on_text: Callback<String>,
-        on_close: Callback<(u16, String)>,
+        on_open: impl FnMut() + 'static,
+        mut on_text: impl FnMut(String) + 'static,
+        mut on_close: impl FnMut(u16, String) + 'static,
     ) -> Result<Socket, String> {
         let ws = WebSocket::new(url).map_err(|e| format!("{e:?}"))?;
-        let open = Closure::<dyn FnMut()>::new(move || on_open.emit(()));
+        let open = Closure::<dyn FnMut()>::new(on_open);
         let message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
             // The master only sends text; a binary frame would be a bug there.
             if let Some(text) = e.data().as_string() {
-                on_text.emit(text);
+                on_text(text);
             }
         });
         let close = Closure::<dyn FnMut(CloseEvent)>::new(move |e: CloseEvent| {
-            on_close.emit((e.code(), e.reason()))
+            on_close(e.code(), e.reason())
         });
         ws.set_onopen(Some(open.as_ref().unchecked_ref()));
         ws.set_onmessage(Some(message.as_ref().unchecked_ref()));

@@ -1,5 +1,7 @@
-//! The browser side: one Yew component that owns the WebSocket, feeds its
-//! frames to [`Session`], and renders the state (`view.rs`).
+//! The browser side: one [`App`] that owns the WebSocket, feeds its frames
+//! to [`Session`], and renders the state (`view/`) as an HTML string that
+//! `dom.rs` patches into the document. Events reach it through listeners on
+//! the page's root (`events.rs`) as [`Msg`]s, one queue for all of them.
 //!
 //! Nothing polls: the page renders when a frame arrives (batched per 30 ms so
 //! a burst of progress events costs one render) or when the user does
@@ -9,16 +11,18 @@
 
 mod browser;
 mod checker;
+mod dom;
+mod events;
 mod view;
 
-use std::collections::HashSet;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashSet, VecDeque};
 
 use gloo::file::callbacks::FileReader;
 use gloo::timers::callback::Timeout;
 use tunefleet_shared::export::{self, METASCHEDULE_RECORD_FILE, METASCHEDULE_WORKLOAD_FILE};
 use tunefleet_shared::protocol::{ClientCommand, JobId, Role};
 use wasm_bindgen::prelude::*;
-use yew::prelude::*;
 
 use crate::model::{CloseAction, Effect, Session, Sort, SortKey, StateFilter};
 use crate::model_upload::{self, LoadedModel, ModelForm};
@@ -37,12 +41,70 @@ pub fn start() {
     if let Some(boot) = document.get_element_by_id("boot") {
         boot.remove();
     }
-    match document.get_element_by_id("app") {
-        Some(root) => {
-            yew::Renderer::<App>::with_root(root).render();
-        }
+    let root = match document.get_element_by_id("app") {
+        Some(root) => root,
         None => {
-            yew::Renderer::<App>::new().render();
+            // An index.html without the mount point: make one.
+            let Ok(root) = document.create_element("div") else {
+                return;
+            };
+            let _ = gloo::utils::body().append_child(&root);
+            root
+        }
+    };
+    events::listen(&root);
+    ROOT.with(|r| *r.borrow_mut() = Some(root));
+    APP.with(|app| *app.borrow_mut() = Some(App::new()));
+    send(Msg::Reconnect);
+}
+
+thread_local! {
+    static APP: RefCell<Option<App>> = const { RefCell::new(None) };
+    static ROOT: RefCell<Option<web_sys::Element>> = const { RefCell::new(None) };
+    /// Messages not yet handed to [`App::update`].
+    static QUEUE: RefCell<VecDeque<Msg>> = const { RefCell::new(VecDeque::new()) };
+    /// Set while the queue is being worked off: a message sent from inside
+    /// an update waits its turn instead of re-entering the app.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+    static RENDERED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Hands `msg` to the app; renders once when the queue is empty, if any
+/// message changed what the page shows.
+pub fn send(msg: Msg) {
+    QUEUE.with(|q| q.borrow_mut().push_back(msg));
+    if BUSY.replace(true) {
+        return;
+    }
+    let mut changed = false;
+    while let Some(msg) = QUEUE.with(|q| q.borrow_mut().pop_front()) {
+        APP.with(|app| {
+            if let Some(app) = app.borrow_mut().as_mut() {
+                changed |= app.update(msg);
+            }
+        });
+    }
+    if changed {
+        render();
+    }
+    BUSY.set(false);
+}
+
+fn render() {
+    let markup = APP.with(|app| app.borrow().as_ref().map(view::page));
+    let Some(markup) = markup else {
+        return;
+    };
+    ROOT.with(|root| {
+        if let Some(root) = root.borrow().as_ref() {
+            dom::patch(root, &markup);
+        }
+    });
+    if !RENDERED.replace(true) {
+        // For the browser test's time to first render (performance marks
+        // are cheap and visible in the browser's own tools too).
+        if let Some(performance) = gloo::utils::window().performance() {
+            let _ = performance.mark("tunefleet-first-render");
         }
     }
 }
@@ -157,6 +219,7 @@ pub enum Msg {
     SortBy(SortKey),
     ShowMore,
     Select(Option<JobId>),
+    /// Opens a model run's detail (closes it when it is the open one).
     SelectModel(Option<String>),
     Cancel(JobId),
     Retry(JobId),
@@ -215,7 +278,7 @@ pub struct App {
 }
 
 impl App {
-    fn connect(&mut self, ctx: &Context<Self>) {
+    fn connect(&mut self) {
         self.retry = None;
         if let Some(old) = self.socket.take() {
             old.close();
@@ -223,20 +286,19 @@ impl App {
         self.generation += 1;
         let generation = self.generation;
         self.session.connecting();
-        let link = ctx.link();
         let urls = browser::client_urls();
         let url = &urls[self.url_index % urls.len().max(1)];
         let socket = Socket::open(
             url,
-            link.callback(move |()| Msg::Opened(generation)),
-            link.callback(move |text| Msg::Frame(generation, text)),
-            link.callback(move |(code, reason)| Msg::Closed(generation, code, reason)),
+            move || send(Msg::Opened(generation)),
+            move |text| send(Msg::Frame(generation, text)),
+            move |code, reason| send(Msg::Closed(generation, code, reason)),
         );
         match socket {
             Ok(socket) => self.socket = Some(socket),
             Err(e) => {
                 // Not even a socket object (bad URL): treat as a failed attempt.
-                ctx.link().send_message(Msg::Closed(generation, 1006, e));
+                send(Msg::Closed(generation, 1006, e));
             }
         }
     }
@@ -247,16 +309,15 @@ impl App {
         }
     }
 
-    fn notice(&mut self, ctx: &Context<Self>, text: String, error: bool) {
+    fn notice(&mut self, text: String, error: bool) {
         self.next_notice += 1;
         let id = self.next_notice;
         self.notices.push(Notice { id, text, error });
         if self.notices.len() > 4 {
             self.notices.remove(0);
         }
-        let link = ctx.link().clone();
         Timeout::new(if error { 12_000 } else { 5_000 }, move || {
-            link.send_message(Msg::DismissNotice(id))
+            send(Msg::DismissNotice(id))
         })
         .forget();
     }
@@ -272,7 +333,7 @@ impl App {
 
     /// Asks the checker about the upload text; the answer comes back as
     /// [`Msg::Checked`]. The last preview stays on screen meanwhile.
-    fn recheck(&mut self, ctx: &Context<Self>) {
+    fn recheck(&mut self) {
         self.check_generation += 1;
         if self.upload_text.trim().is_empty() {
             self.checked = Checked::Empty;
@@ -280,11 +341,11 @@ impl App {
             return;
         }
         self.checking = true;
-        let (generation, link) = (self.check_generation, ctx.link().clone());
+        let generation = self.check_generation;
         let (text, name) = (self.upload_text.clone(), self.upload_name.clone());
         spawn_local(async move {
             let checked = checker::check_workloads(&text, &name).await;
-            link.send_message(Msg::Checked(generation, checked));
+            send(Msg::Checked(generation, checked));
         });
     }
 
@@ -298,7 +359,7 @@ impl App {
         self.checked.mark_known(|id| known.contains(id));
     }
 
-    fn handle_effects(&mut self, ctx: &Context<Self>, effects: Vec<Effect>) {
+    fn handle_effects(&mut self, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
                 Effect::Send(frame) => self.send(frame),
@@ -331,7 +392,7 @@ impl App {
                 Effect::SubmitRejected(message) => {
                     self.submit_outcome = Some(SubmitOutcome::Rejected(message))
                 }
-                Effect::Notice { text, error } => self.notice(ctx, text, error),
+                Effect::Notice { text, error } => self.notice(text, error),
             }
         }
     }
@@ -351,7 +412,7 @@ impl App {
         });
     }
 
-    fn download(&mut self, ctx: &Context<Self>, what: Download) {
+    fn download(&mut self, what: Download) {
         let jobs = self.session.fleet.jobs();
         let result = match what {
             Download::Json => browser::download(
@@ -377,24 +438,21 @@ impl App {
                             "MetaSchedule database: {} jobs exported, {} without MetaSchedule records skipped",
                             db.jobs, db.skipped
                         );
-                        self.notice(ctx, text, false);
+                        self.notice(text, false);
                     }
                 }),
                 Err(e) => Err(e.to_string()),
             },
         };
         if let Err(e) = result {
-            self.notice(ctx, format!("download failed: {e}"), true);
+            self.notice(format!("download failed: {e}"), true);
         }
     }
 }
 
-impl Component for App {
-    type Message = Msg;
-    type Properties = ();
-
-    fn create(ctx: &Context<Self>) -> Self {
-        let mut app = App {
+impl App {
+    fn new() -> App {
+        App {
             session: Session::new(),
             socket: None,
             generation: 0,
@@ -424,12 +482,10 @@ impl Component for App {
             notices: Vec::new(),
             next_notice: 0,
             theme: browser::current_theme(),
-        };
-        app.connect(ctx);
-        app
+        }
     }
 
-    fn update(&mut self, ctx: &Context<Self>, msg: Msg) -> bool {
+    fn update(&mut self, msg: Msg) -> bool {
         match msg {
             Msg::Opened(generation) => {
                 if generation != self.generation {
@@ -446,8 +502,7 @@ impl Component for App {
                 }
                 self.inbox.push(text);
                 if self.flush.is_none() {
-                    let link = ctx.link().clone();
-                    self.flush = Some(Timeout::new(30, move || link.send_message(Msg::Flush)));
+                    self.flush = Some(Timeout::new(30, move || send(Msg::Flush)));
                 }
                 false
             }
@@ -456,7 +511,7 @@ impl Component for App {
                 let had_jobs = self.session.fleet.jobs().len();
                 for frame in std::mem::take(&mut self.inbox) {
                     let effects = self.session.received(&frame);
-                    self.handle_effects(ctx, effects);
+                    self.handle_effects(effects);
                 }
                 if self.session.fleet.jobs().len() != had_jobs {
                     // The duplicate marks of the preview depend on the known jobs.
@@ -473,7 +528,7 @@ impl Component for App {
                 // Frames that arrived before the close still count.
                 for frame in std::mem::take(&mut self.inbox) {
                     let effects = self.session.received(&frame);
-                    self.handle_effects(ctx, effects);
+                    self.handle_effects(effects);
                 }
                 self.flush = None;
                 self.socket = None;
@@ -481,7 +536,7 @@ impl Component for App {
                     self.url_index = self.url_index.wrapping_add(1);
                 }
                 let (action, effects) = self.session.closed(code, &reason);
-                self.handle_effects(ctx, effects);
+                self.handle_effects(effects);
                 if matches!(self.session.link(), crate::model::Link::NeedsToken { .. }) {
                     // A refused token is not worth keeping for the next load.
                     browser::store_token(None);
@@ -489,15 +544,14 @@ impl Component for App {
                 }
                 if let CloseAction::Reconnect { delay_ms } = action {
                     let jitter = (js_sys::Math::random() * 0.2 * delay_ms as f64) as u64;
-                    let link = ctx.link().clone();
                     self.retry = Some(Timeout::new((delay_ms + jitter) as u32, move || {
-                        link.send_message(Msg::Reconnect)
+                        send(Msg::Reconnect)
                     }));
                 }
                 true
             }
             Msg::Reconnect => {
-                self.connect(ctx);
+                self.connect();
                 true
             }
             Msg::TokenInput(text) => {
@@ -513,14 +567,14 @@ impl Component for App {
                 self.token = Some(token);
                 self.token_input.clear();
                 self.session = Session::new();
-                self.connect(ctx);
+                self.connect();
                 true
             }
             Msg::SignOut => {
                 browser::store_token(None);
                 self.token = None;
                 self.session = Session::new();
-                self.connect(ctx);
+                self.connect();
                 true
             }
             Msg::UploadText(text) => {
@@ -529,12 +583,11 @@ impl Component for App {
                 self.upload_name = "pasted.yaml".into();
                 self.upload_hidden_bytes = None;
                 self.submit_outcome = None;
-                self.recheck(ctx);
+                self.recheck();
                 true
             }
             Msg::FilePicked(file) => {
                 let name = file.name();
-                let link = ctx.link().clone();
                 self.dragging = false;
                 if model_upload::is_model_file(&name) {
                     self.submit_outcome = None;
@@ -554,10 +607,7 @@ impl Component for App {
                     self.reader = Some(gloo::file::callbacks::read_as_bytes(
                         &gloo_file,
                         move |result| {
-                            link.send_message(Msg::ModelLoaded(
-                                name,
-                                result.map_err(|e| e.to_string()),
-                            ))
+                            send(Msg::ModelLoaded(name, result.map_err(|e| e.to_string())))
                         },
                     ));
                     return true;
@@ -565,9 +615,7 @@ impl Component for App {
                 let gloo_file = gloo::file::File::from(file);
                 self.reader = Some(gloo::file::callbacks::read_as_text(
                     &gloo_file,
-                    move |result| {
-                        link.send_message(Msg::FileLoaded(name, result.map_err(|e| e.to_string())))
-                    },
+                    move |result| send(Msg::FileLoaded(name, result.map_err(|e| e.to_string()))),
                 ));
                 self.dragging = false;
                 true
@@ -582,9 +630,9 @@ impl Component for App {
                         self.upload_text = text;
                         self.upload_name = name;
                         self.model = None;
-                        self.recheck(ctx);
+                        self.recheck();
                     }
-                    Err(e) => self.notice(ctx, format!("cannot read {name}: {e}"), true),
+                    Err(e) => self.notice(format!("cannot read {name}: {e}"), true),
                 }
                 true
             }
@@ -595,18 +643,13 @@ impl Component for App {
                     Ok(bytes) => {
                         self.check_generation += 1;
                         self.checking = true;
-                        let (generation, link) = (self.check_generation, ctx.link().clone());
+                        let generation = self.check_generation;
                         spawn_local(async move {
                             let loaded = checker::load_model(&name, &bytes).await;
-                            link.send_message(Msg::ModelChecked(
-                                generation,
-                                name,
-                                bytes.len(),
-                                loaded,
-                            ));
+                            send(Msg::ModelChecked(generation, name, bytes.len(), loaded));
                         });
                     }
-                    Err(e) => self.notice(ctx, format!("cannot read {name}: {e}"), true),
+                    Err(e) => self.notice(format!("cannot read {name}: {e}"), true),
                 }
                 true
             }
@@ -716,7 +759,8 @@ impl Component for App {
                 true
             }
             Msg::SelectModel(name) => {
-                self.selected_model = name;
+                // A click on the open run's row closes its detail.
+                self.selected_model = name.filter(|n| self.selected_model.as_ref() != Some(n));
                 true
             }
             Msg::Cancel(job_id) => {
@@ -732,7 +776,7 @@ impl Component for App {
                 false
             }
             Msg::Download(what) => {
-                self.download(ctx, what);
+                self.download(what);
                 true
             }
             Msg::ToggleTheme => {
@@ -746,20 +790,6 @@ impl Component for App {
                 before != self.notices.len()
             }
         }
-    }
-
-    fn rendered(&mut self, _ctx: &Context<Self>, first_render: bool) {
-        if first_render {
-            // For the browser test's time to first render (performance marks
-            // are cheap and visible in the browser's own tools too).
-            if let Some(performance) = gloo::utils::window().performance() {
-                let _ = performance.mark("tunefleet-first-render");
-            }
-        }
-    }
-
-    fn view(&self, ctx: &Context<Self>) -> Html {
-        view::page(self, ctx)
     }
 }
 

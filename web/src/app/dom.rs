@@ -1,0 +1,151 @@
+//! Patches the document to match freshly rendered markup.
+//!
+//! The browser parses the markup (into a `<template>`, so nothing in it runs
+//! or loads), then the live tree is walked beside the parsed one and brought
+//! in line: attributes and text are changed in place, elements are kept
+//! where they match, so focus, the caret, scroll positions and references a
+//! test holds survive a render. Children are matched by key (`id`, else
+//! `data-key`) when they have one, else by position and tag: a sibling that
+//! comes and goes should have a key, or the unkeyed ones after it are
+//! rebuilt rather than moved.
+//!
+//! Form fields are controlled: an `<input>` shows its `value` attribute and a
+//! `<textarea>` its text, set as the field's value only when they differ (so
+//! typing is never interrupted by a render of what was just typed).
+
+use std::collections::{HashMap, HashSet};
+
+use wasm_bindgen::JsCast;
+use web_sys::{Element, HtmlInputElement, HtmlTemplateElement, HtmlTextAreaElement, Node};
+
+/// Makes `root`'s children what `markup` describes.
+pub fn patch(root: &Element, markup: &str) {
+    let Ok(template) = gloo::utils::document().create_element("template") else {
+        return;
+    };
+    let template: HtmlTemplateElement = template.unchecked_into();
+    template.set_inner_html(markup);
+    patch_children(root, &template.content());
+}
+
+fn key(node: &Node) -> Option<String> {
+    let element = node.dyn_ref::<Element>()?;
+    let id = element.id();
+    if id.is_empty() {
+        element.get_attribute("data-key")
+    } else {
+        Some(id)
+    }
+}
+
+fn same_kind(a: &Node, b: &Node) -> bool {
+    a.node_type() == b.node_type() && a.node_name() == b.node_name()
+}
+
+fn children(parent: &Node) -> Vec<Node> {
+    let mut out = Vec::new();
+    let mut next = parent.first_child();
+    while let Some(node) = next {
+        next = node.next_sibling();
+        out.push(node);
+    }
+    out
+}
+
+/// Brings `live`'s children in line with `fresh`'s, moving fresh nodes into
+/// the document where no live one matches.
+fn patch_children(live: &Node, fresh: &Node) {
+    let wanted = children(fresh);
+    let wanted_keys: HashSet<String> = wanted.iter().filter_map(key).collect();
+    let mut keyed: HashMap<String, Node> = children(live)
+        .into_iter()
+        .filter_map(|node| Some((key(&node)?, node)))
+        .collect();
+    // Every live child before the cursor has been matched.
+    let mut cursor = live.first_child();
+    for new in wanted {
+        // Keyed children the markup no longer has go now, so that they do
+        // not stand between the cursor and the next match.
+        while let Some(old) = cursor.clone() {
+            match key(&old) {
+                Some(k) if !wanted_keys.contains(&k) => {
+                    cursor = old.next_sibling();
+                    let _ = live.remove_child(&old);
+                }
+                _ => break,
+            }
+        }
+        let found = match key(&new) {
+            Some(k) => keyed.remove(&k).filter(|old| same_kind(old, &new)),
+            None => cursor
+                .clone()
+                .filter(|old| key(old).is_none() && same_kind(old, &new)),
+        };
+        match found {
+            Some(old) => {
+                if cursor.as_ref() == Some(&old) {
+                    cursor = old.next_sibling();
+                } else {
+                    let _ = live.insert_before(&old, cursor.as_ref());
+                }
+                patch_node(&old, &new);
+            }
+            None => {
+                let _ = live.insert_before(&new, cursor.as_ref());
+            }
+        }
+    }
+    while let Some(old) = cursor {
+        cursor = old.next_sibling();
+        let _ = live.remove_child(&old);
+    }
+}
+
+fn patch_node(live: &Node, fresh: &Node) {
+    let (Some(old), Some(new)) = (live.dyn_ref::<Element>(), fresh.dyn_ref::<Element>()) else {
+        // Text (and comments).
+        let text = fresh.node_value();
+        if live.node_value() != text {
+            live.set_node_value(text.as_deref());
+        }
+        return;
+    };
+    patch_attributes(old, new);
+    if let (Some(old), Some(new)) = (
+        old.dyn_ref::<HtmlTextAreaElement>(),
+        new.dyn_ref::<HtmlTextAreaElement>(),
+    ) {
+        let value = new.value();
+        if old.value() != value {
+            old.set_value(&value);
+        }
+        return;
+    }
+    if let Some(input) = old.dyn_ref::<HtmlInputElement>() {
+        if let Some(value) = new.get_attribute("value") {
+            if input.value() != value {
+                input.set_value(&value);
+            }
+        }
+    }
+    patch_children(live, fresh);
+}
+
+fn patch_attributes(old: &Element, new: &Element) {
+    for name in new.get_attribute_names().iter() {
+        let Some(name) = name.as_string() else {
+            continue;
+        };
+        let value = new.get_attribute(&name).unwrap_or_default();
+        if old.get_attribute(&name).as_deref() != Some(value.as_str()) {
+            let _ = old.set_attribute(&name, &value);
+        }
+    }
+    for name in old.get_attribute_names().iter() {
+        if let Some(name) = name.as_string() {
+            if !new.has_attribute(&name) {
+                let _ = old.remove_attribute(&name);
+            }
+        }
+    }
+}
