@@ -281,10 +281,12 @@ pub enum Command {
         reply: oneshot::Sender<StatusReport>,
     },
     /// The jobs held, or those named (archived ones read back from the
-    /// store). The whole archive is read by the network layer, off this thread.
+    /// store), unsorted: the views are shared, and the network layer sorts
+    /// and copies them off this thread (with 30,000 jobs the copy took the
+    /// core ~100 ms). The whole archive is read there too.
     Results {
         job_ids: Option<Vec<JobId>>,
-        reply: oneshot::Sender<Vec<JobView>>,
+        reply: oneshot::Sender<Vec<Arc<JobView>>>,
     },
     Cancel {
         job_id: JobId,
@@ -652,14 +654,7 @@ impl Core {
                 if let Some(ids) = &job_ids {
                     // Read only: an archived job named here stays archived.
                     let archived = self.read_archived(ids.iter().cloned());
-                    if !archived.is_empty() {
-                        views.extend(
-                            archived
-                                .into_iter()
-                                .map(|job| Arc::unwrap_or_clone(job.view)),
-                        );
-                        views.sort_by(job_order);
-                    }
+                    views.extend(archived.into_iter().map(|job| job.view));
                 }
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(views);
@@ -1301,21 +1296,15 @@ impl Core {
         metrics
     }
 
-    fn results(&self, job_ids: Option<&[JobId]>) -> Vec<JobView> {
-        let mut views: Vec<JobView> = match job_ids {
+    fn results(&self, job_ids: Option<&[JobId]>) -> Vec<Arc<JobView>> {
+        match job_ids {
             Some(ids) => ids
                 .iter()
                 .filter_map(|id| self.scheduler.job(id))
-                .map(|j| JobView::clone(&j.view))
+                .map(|j| Arc::clone(&j.view))
                 .collect(),
-            None => self
-                .scheduler
-                .jobs()
-                .map(|j| JobView::clone(&j.view))
-                .collect(),
-        };
-        views.sort_by(job_order);
-        views
+            None => self.scheduler.jobs().map(|j| Arc::clone(&j.view)).collect(),
+        }
     }
 
     /// The snapshot at the current seq: the one subscribers are still

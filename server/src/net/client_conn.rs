@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tracing::{debug, info, warn};
 use tunefleet_shared::protocol::{
-    close_code, ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, SecretText,
+    close_code, ClientCommand, ClientRequest, ErrorCode, JobView, ReplyBody, Role, SecretText,
     ServerMessage, PROTOCOL_VERSION,
 };
 use tunefleet_shared::secrets_equal;
@@ -214,8 +214,8 @@ fn try_next_event(
 /// between the core's answer and this read is in both: the core's copy wins.
 async fn with_archived(
     location: &crate::store::StateLocation,
-    held: Vec<tunefleet_shared::protocol::JobView>,
-) -> Result<Vec<tunefleet_shared::protocol::JobView>, String> {
+    held: Vec<Arc<JobView>>,
+) -> Result<Vec<JobView>, String> {
     let location = location.clone();
     let archived = tokio::task::spawn_blocking(move || {
         crate::store::Store::open_read_only(&location)?.load_archived(crate::store::Archived::All)
@@ -228,11 +228,17 @@ async fn with_archived(
     jobs.extend(
         archived
             .into_iter()
-            .map(|job| Arc::unwrap_or_clone(job.view))
+            .map(|job| job.view)
             .filter(|view| !ids.contains(&view.job_id)),
     );
-    jobs.sort_by(tunefleet_shared::fleet::job_order);
-    Ok(jobs)
+    Ok(sorted_copies(jobs))
+}
+
+/// The core's shared views in the protocol's order, copied here rather
+/// than on the core thread.
+fn sorted_copies(mut views: Vec<Arc<JobView>>) -> Vec<JobView> {
+    views.sort_by(|a, b| tunefleet_shared::fleet::job_order(a, b));
+    views.into_iter().map(Arc::unwrap_or_clone).collect()
 }
 
 async fn send_snapshot(conn: &mut Connection, state: &AppState) -> Option<u64> {
@@ -469,7 +475,9 @@ async fn handle(
                 return gone();
             };
             if !whole_archive {
-                ReplyBody::Results { jobs }
+                ReplyBody::Results {
+                    jobs: sorted_copies(jobs),
+                }
             } else {
                 match with_archived(&state.config.state, jobs).await {
                     Ok(jobs) => ReplyBody::Results { jobs },
