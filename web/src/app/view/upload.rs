@@ -45,8 +45,10 @@ pub(super) fn upload_card(h: &mut Html, app: &App) {
     if app.model.is_none() {
         h.raw(
             "<textarea id=\"upload-text\" rows=\"5\" spellcheck=\"false\" placeholder=\"…or paste YAML here\" \
-             aria-label=\"workload YAML\" data-input=\"upload-text\">",
+             aria-label=\"workload YAML\" data-input=\"upload-text\">\n",
         );
+        // The parser drops one newline right after `<textarea>` (and `<pre>`): the
+        // one written above goes, so text that starts with a blank line keeps it.
         if app.upload_hidden_bytes.is_none() {
             h.text(&app.upload_text);
         }
@@ -237,7 +239,7 @@ fn submit_outcome(h: &mut Html, app: &App) {
                 .raw("</div></div>");
         }
         Some(SubmitOutcome::Rejected(message)) => {
-            h.raw("<div id=\"submit-result\" class=\"result bad\" role=\"alert\"><b>The master refused the file:</b><pre>")
+            h.raw("<div id=\"submit-result\" class=\"result bad\" role=\"alert\"><b>The master refused the file:</b><pre>\n")
                 .text(message)
                 .raw("</pre></div>");
         }
