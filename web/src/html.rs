@@ -11,8 +11,9 @@
 //! - markup literals go through [`Html::raw`]; anything from the master, a
 //!   file or the user through [`Html::text`], [`Html::textf`] or
 //!   [`Html::attr`], which escape it;
-//! - an element that reacts to a click carries `data-click="ACTION"` (the
-//!   actions are listed in `events.rs`), a text field `data-input="FIELD"`;
+//! - an element that reacts to a click carries `data-click` ([`Html::click`]),
+//!   a text field `data-field` ([`Html::field`]): the values are
+//!   [`crate::action`]'s, which the page's listeners read back;
 //! - an element whose identity matters across renders (focus, scroll, a
 //!   browser test holding it) has an `id` or a `data-key`, unique among its
 //!   siblings: the patcher matches children by it;
@@ -20,6 +21,8 @@
 //!   sets the field's value from it when they differ (a controlled field).
 
 use std::fmt::{self, Write};
+
+use crate::action::{Click, TextField};
 
 /// An HTML string under construction.
 #[derive(Default)]
@@ -77,6 +80,16 @@ impl Html {
         let _ = Escaped(&mut self.buf).write_fmt(args);
         self.buf.push('"');
         self
+    }
+
+    /// ` data-click="…"`: what a click on the element asks for.
+    pub fn click(&mut self, action: Click<'_>) -> &mut Html {
+        self.attrf("data-click", format_args!("{action}"))
+    }
+
+    /// ` data-field="…"`: the text field the element is.
+    pub fn field(&mut self, field: TextField<'_>) -> &mut Html {
+        self.attrf("data-field", format_args!("{field}"))
     }
 
     /// A boolean attribute (` disabled`) when `on`.

@@ -16,6 +16,8 @@
 //! - [`model_runs`]: what the Models card says about a model run;
 //! - [`chart`], [`format`]: the tuning curve's geometry and text formatting;
 //! - [`html`]: the markup writer the views render into (escaping);
+//! - [`action`]: what the page's buttons and fields ask for, as the views
+//!   write it into the markup and the event listeners read it back;
 //! - [`wire`]: frames read into the shared message types with the shared
 //!   JSON tree and its decoders instead of serde_json's (the page's size).
 //!
@@ -24,6 +26,7 @@
 //! `scripts/build-web.sh` (bundle in `web/dist/`, packed by `web/pack` with
 //! content-hashed names and brotli/gzip copies).
 
+pub mod action;
 pub mod chart;
 pub mod format;
 pub mod html;

@@ -1,6 +1,6 @@
 //! Events: one listener per kind on the page's root, which reads what the
-//! markup says about the element the event came from (see `crate::html`)
-//! and turns it into a [`Msg`].
+//! markup says about the element the event came from (`data-click`,
+//! `data-field`: [`crate::action`]) and turns it into a [`Msg`].
 //!
 //! Delegation rather than a listener per element: a render then never adds
 //! or removes listeners, and a row's button wins over the row because the
@@ -10,8 +10,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{DragEvent, Element, Event, HtmlInputElement, KeyboardEvent};
 
-use super::{send, Download, Msg};
-use crate::model::{SortKey, StateFilter};
+use super::{send, Msg};
+use crate::action::{Click, TextField};
 
 const KINDS: [&str; 8] = [
     "click",
@@ -54,7 +54,7 @@ fn decode(kind: &str, e: &Event) -> Option<Msg> {
             _ => None,
         },
         "input" => {
-            let field = target.get_attribute("data-input")?;
+            let field = target.get_attribute("data-field")?;
             let value = js_sys::Reflect::get(&target, &JsValue::from_str("value"))
                 .ok()?
                 .as_string()?;
@@ -95,60 +95,42 @@ fn decode(kind: &str, e: &Event) -> Option<Msg> {
     }
 }
 
-/// A `data-click` value: `verb` or `verb:argument`.
+impl From<Click<'_>> for Msg {
+    fn from(click: Click<'_>) -> Msg {
+        match click {
+            Click::ToggleTheme => Msg::ToggleTheme,
+            Click::SignOut => Msg::SignOut,
+            Click::Reconnect => Msg::Reconnect,
+            Click::DismissNotice(id) => Msg::DismissNotice(id),
+            Click::ClearUpload => Msg::ClearUpload,
+            Click::Submit => Msg::Submit,
+            Click::SubmitModel => Msg::SubmitModel,
+            Click::Filter(filter) => Msg::Filter(filter),
+            Click::Sort(key) => Msg::SortBy(key),
+            Click::ShowMore => Msg::ShowMore,
+            Click::Select(job) => Msg::Select(Some(job.to_string())),
+            Click::CloseDetail => Msg::Select(None),
+            Click::Model(name) => Msg::SelectModel(Some(name.to_string())),
+            Click::CloseModel => Msg::SelectModel(None),
+            Click::Cancel(job) => Msg::Cancel(job.to_string()),
+            Click::Retry(job) => Msg::Retry(job.to_string()),
+            Click::Download(what) => Msg::Download(what),
+        }
+    }
+}
+
 fn action(value: &str) -> Option<Msg> {
-    let (verb, arg) = value.split_once(':').unwrap_or((value, ""));
-    Some(match verb {
-        "theme" => Msg::ToggleTheme,
-        "sign-out" => Msg::SignOut,
-        "reconnect" => Msg::Reconnect,
-        "dismiss" => Msg::DismissNotice(arg.parse().ok()?),
-        "clear-upload" => Msg::ClearUpload,
-        "submit" => Msg::Submit,
-        "submit-model" => Msg::SubmitModel,
-        "filter" => Msg::Filter(StateFilter::ALL.into_iter().find(|f| f.label() == arg)?),
-        "sort" => Msg::SortBy(sort_key(arg)?),
-        "more" => Msg::ShowMore,
-        "select" => Msg::Select(Some(arg.to_string())),
-        "close-detail" => Msg::Select(None),
-        "model" => Msg::SelectModel(Some(arg.to_string())),
-        "close-model" => Msg::SelectModel(None),
-        "cancel" => Msg::Cancel(arg.to_string()),
-        "retry" => Msg::Retry(arg.to_string()),
-        "download" => Msg::Download(match arg {
-            "json" => Download::Json,
-            "csv" => Download::Csv,
-            "metaschedule" => Download::Metaschedule,
-            _ => return None,
-        }),
-        _ => return None,
-    })
+    Click::parse(value).map(Msg::from)
 }
 
-fn sort_key(name: &str) -> Option<SortKey> {
-    Some(match name {
-        "name" => SortKey::Name,
-        "op" => SortKey::Op,
-        "state" => SortKey::State,
-        "attempts" => SortKey::Attempts,
-        "worker" => SortKey::Worker,
-        "progress" => SortKey::Progress,
-        "best" => SortKey::Best,
-        "gflops" => SortKey::Gflops,
-        _ => return None,
-    })
-}
-
-/// A `data-input` field and its new value.
+/// A field's new value.
 fn input(field: &str, value: String) -> Option<Msg> {
-    let (field, arg) = field.split_once(':').unwrap_or((field, ""));
-    Some(match field {
-        "token" => Msg::TokenInput(value),
-        "upload-text" => Msg::UploadText(value),
-        "search" => Msg::Search(value),
-        "model-name" => Msg::ModelName(value),
-        "model-trials" => Msg::ModelTrials(value),
-        "shape" => Msg::ModelShape(arg.to_string(), value),
-        _ => return None,
+    Some(match TextField::parse(field)? {
+        TextField::Token => Msg::TokenInput(value),
+        TextField::UploadText => Msg::UploadText(value),
+        TextField::Search => Msg::Search(value),
+        TextField::ModelName => Msg::ModelName(value),
+        TextField::ModelTrials => Msg::ModelTrials(value),
+        TextField::Shape(input) => Msg::ModelShape(input.to_string(), value),
     })
 }

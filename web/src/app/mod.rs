@@ -24,6 +24,7 @@ use tunefleet_shared::export::{self, METASCHEDULE_RECORD_FILE, METASCHEDULE_WORK
 use tunefleet_shared::protocol::{ClientCommand, JobId, Role};
 use wasm_bindgen::prelude::*;
 
+use crate::action::Download;
 use crate::model::{CloseAction, Effect, Session, Sort, SortKey, StateFilter};
 use crate::model_upload::{self, LoadedModel, ModelForm};
 use crate::upload::Checked;
@@ -177,13 +178,6 @@ impl ModelUpload {
             .collect();
         Some(model_upload::check_form(model, &self.form, &existing))
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Download {
-    Json,
-    Csv,
-    Metaschedule,
 }
 
 pub enum Msg {

@@ -5,6 +5,7 @@ use tunefleet_shared::export::job_gflops;
 use tunefleet_shared::protocol::JobView;
 
 use super::fleet::{job_actions, state_badge};
+use crate::action::Click;
 use crate::app::{browser, App};
 use crate::chart::{self, Chart};
 use crate::format::{
@@ -29,9 +30,10 @@ pub(super) fn detail(h: &mut Html, app: &App) {
         h.raw("<aside id=\"job-detail\" class=\"drawer\" aria-label=\"job detail\"><div class=\"drawer-head\"><h2>")
             .text(short_id(id))
             .raw(
-                "</h2><button class=\"icon\" aria-label=\"close\" data-click=\"close-detail\">×</button></div>\
-                 <p class=\"empty\">This job is not known (any more).</p></aside>",
-            );
+                "</h2><button class=\"icon\" aria-label=\"close\"",
+            )
+            .click(Click::CloseDetail)
+            .raw(">×</button></div><p class=\"empty\">This job is not known (any more).</p></aside>");
         return;
     };
     let tz = browser::tz_offset_min();
@@ -48,12 +50,11 @@ pub(super) fn detail(h: &mut Html, app: &App) {
     state_badge(h, job.state);
     h.raw("<div class=\"spacer\"></div>");
     job_actions(h, app, job);
-    h.raw(
-        "<button class=\"icon\" aria-label=\"close\" data-click=\"close-detail\">×</button></div>\
-         <dl class=\"facts\"><dt>Job id</dt><dd class=\"mono\">",
-    )
-    .text(&job.job_id)
-    .raw("</dd>");
+    h.raw("<button class=\"icon\" aria-label=\"close\"")
+        .click(Click::CloseDetail)
+        .raw(">×</button></div><dl class=\"facts\"><dt>Job id</dt><dd class=\"mono\">")
+        .text(&job.job_id)
+        .raw("</dd>");
     fact(h, "Op", w.op_name());
     fact(h, "Shape", &w.shape_summary());
     fact(h, "Dtype", &w.dtype);

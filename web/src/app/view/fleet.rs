@@ -5,6 +5,7 @@ use tunefleet_shared::model::{ModelState, ModelView};
 use tunefleet_shared::protocol::{JobState, JobView, WorkerView};
 
 use super::detail::chart_svg;
+use crate::action::{Click, Download, TextField};
 use crate::app::{browser, App};
 use crate::chart;
 use crate::format::{
@@ -86,7 +87,7 @@ fn model_row(h: &mut Html, app: &App, m: &ModelView) {
         .attr("data-state", m.state.as_str())
         .raw(" tabindex=\"0\"")
         .attr("aria-expanded", if selected { "true" } else { "false" })
-        .attrf("data-click", format_args!("model:{}", m.name))
+        .click(Click::Model(&m.name))
         .raw("><td class=\"name\"><div>")
         .text(&m.name)
         .raw("</div><div class=\"sub\">")
@@ -170,10 +171,11 @@ fn model_detail(h: &mut Html, app: &App) {
         .text(&m.name)
         .raw("</h2>");
     model_state_badge(h, m.state);
-    h.raw(
-        "<div class=\"spacer\"></div><button class=\"icon\" aria-label=\"close\" data-click=\"close-model\">×</button></div>\
-         <div class=\"model-detail-body\"><div><dl class=\"facts\"><dt>Target</dt><dd>",
-    )
+    h.raw("<div class=\"spacer\"></div><button class=\"icon\" aria-label=\"close\"")
+        .click(Click::CloseModel)
+        .raw(
+            ">×</button></div><div class=\"model-detail-body\"><div><dl class=\"facts\"><dt>Target</dt><dd>",
+        )
     .text(&target_summary(&m.target))
     .raw("</dd><dt>Trials</dt><dd>")
     .textf(format_args!(
@@ -183,7 +185,7 @@ fn model_detail(h: &mut Html, app: &App) {
     .raw("</dd><dt>Estimated</dt><dd>")
     .text(&model_runs::latency(m.estimated_latency_s))
     .raw("</dd><dt>Extract job</dt><dd><a class=\"mono\" href=\"#\"")
-    .attrf("data-click", format_args!("select:{}", m.extract_job))
+    .click(Click::Select(&m.extract_job))
     .raw(">")
     .text(short_id(&m.extract_job))
     .raw("</a></dd><dt>Created</dt><dd>")
@@ -319,7 +321,7 @@ fn worker_row(h: &mut Html, app: &App, w: &WorkerView, now: u64, tz: i64) {
             .job(id)
             .map_or_else(|| short_id(id), |j| j.name.as_str());
         h.raw("<a class=\"sub link\" href=\"#\"")
-            .attrf("data-click", format_args!("select:{id}"))
+            .click(Click::Select(id))
             .raw(">")
             .text(name)
             .raw("</a>");
@@ -337,18 +339,30 @@ fn worker_row(h: &mut Html, app: &App, w: &WorkerView, now: u64, tz: i64) {
 // Jobs
 // ---------------------------------------------------------------------------
 
-/// A sortable column's header: its label, the key it sorts by, the name
-/// `data-click` uses for it and the cell's class.
-const COLUMNS: [(&str, SortKey, &str, &str); 8] = [
-    ("Name", SortKey::Name, "name", ""),
-    ("Op", SortKey::Op, "op", ""),
-    ("State", SortKey::State, "state", ""),
-    ("Att.", SortKey::Attempts, "attempts", "num"),
-    ("Worker", SortKey::Worker, "worker", ""),
-    ("Trials", SortKey::Progress, "progress", ""),
-    ("Best", SortKey::Best, "best", "num"),
-    ("GFLOP/s", SortKey::Gflops, "gflops", "num"),
+/// A sortable column's header: its label, the key it sorts by and the
+/// cell's class.
+const COLUMNS: [(&str, SortKey, &str); 8] = [
+    ("Name", SortKey::Name, ""),
+    ("Op", SortKey::Op, ""),
+    ("State", SortKey::State, ""),
+    ("Att.", SortKey::Attempts, "num"),
+    ("Worker", SortKey::Worker, ""),
+    ("Trials", SortKey::Progress, ""),
+    ("Best", SortKey::Best, "num"),
+    ("GFLOP/s", SortKey::Gflops, "num"),
 ];
+
+/// A download button of the jobs card.
+fn download_button(h: &mut Html, what: Download, id: &str, label: &str, title: &str, off: bool) {
+    h.raw("<button class=\"ghost small\"")
+        .attr("id", id)
+        .attr("title", title)
+        .click(Click::Download(what))
+        .flag("disabled", off)
+        .raw(">")
+        .raw(label)
+        .raw("</button>");
+}
 
 pub(super) fn jobs_card(h: &mut Html, app: &App) {
     let fleet = &app.session.fleet;
@@ -375,23 +389,41 @@ pub(super) fn jobs_card(h: &mut Html, app: &App) {
         .textf(format_args!(" + {archived} archived"))
         .raw("</span>");
     }
-    h.raw("</h2><div class=\"downloads\"><span class=\"sub\">Download</span>\
-           <button id=\"dl-json\" class=\"ghost small\" title=\"Every job as the protocol's JobView objects\" data-click=\"download:json\"")
-        .flag("disabled", no_jobs)
-        .raw(">JSON</button><button id=\"dl-csv\" class=\"ghost small\" title=\"One row per job\" data-click=\"download:csv\"")
-        .flag("disabled", no_jobs)
-        .raw(">CSV</button><button id=\"dl-metaschedule\" class=\"ghost small\" data-click=\"download:metaschedule\"")
-        .flag("disabled", !any_ms)
-        .attr("title", ms_title)
-        .raw(">MetaSchedule</button></div></div>\
-              <div class=\"toolbar\"><div class=\"chips\" role=\"group\" aria-label=\"filter by state\">");
+    h.raw("</h2><div class=\"downloads\"><span class=\"sub\">Download</span>");
+    download_button(
+        h,
+        Download::Json,
+        "dl-json",
+        "JSON",
+        "Every job as the protocol's JobView objects",
+        no_jobs,
+    );
+    download_button(
+        h,
+        Download::Csv,
+        "dl-csv",
+        "CSV",
+        "One row per job",
+        no_jobs,
+    );
+    download_button(
+        h,
+        Download::Metaschedule,
+        "dl-metaschedule",
+        "MetaSchedule",
+        ms_title,
+        !any_ms,
+    );
+    h.raw(
+        "</div></div><div class=\"toolbar\"><div class=\"chips\" role=\"group\" aria-label=\"filter by state\">",
+    );
     for f in StateFilter::ALL {
         let pressed = app.filter == f;
         h.raw("<button")
             .class(&[("chip", true), ("on", pressed)])
             .attr("data-filter", f.label())
             .attr("aria-pressed", if pressed { "true" } else { "false" })
-            .attrf("data-click", format_args!("filter:{}", f.label()))
+            .click(Click::Filter(f))
             .raw(">")
             .raw(f.label())
             .raw("<span class=\"n\">")
@@ -400,8 +432,9 @@ pub(super) fn jobs_card(h: &mut Html, app: &App) {
     }
     h.raw(
         "</div><input id=\"job-search\" type=\"search\" placeholder=\"Filter by name, op or id\" \
-         aria-label=\"filter jobs\" data-input=\"search\"",
+         aria-label=\"filter jobs\"",
     )
+    .field(TextField::Search)
     .attr("value", &app.search)
     .raw("></div>");
     if no_jobs {
@@ -417,7 +450,7 @@ pub(super) fn jobs_card(h: &mut Html, app: &App) {
         h.raw("<p class=\"empty\">No job matches this filter.</p>");
     } else {
         h.raw("<div class=\"scroll jobs-scroll\"><table id=\"jobs\"><thead><tr>");
-        for (label, key, name, class) in COLUMNS {
+        for (label, key, class) in COLUMNS {
             let active = app.sort.key == key;
             let (arrow, aria) = match (active, app.sort.descending) {
                 (true, false) => (" ▲", "ascending"),
@@ -429,7 +462,7 @@ pub(super) fn jobs_card(h: &mut Html, app: &App) {
                 .attr("aria-sort", aria)
                 .raw("><button class=\"sort\"")
                 .attr("data-sort", label)
-                .attrf("data-click", format_args!("sort:{name}"))
+                .click(Click::Sort(key))
                 .raw(">")
                 .raw(label)
                 .raw(arrow)
@@ -441,7 +474,9 @@ pub(super) fn jobs_card(h: &mut Html, app: &App) {
         }
         h.raw("</tbody></table></div>");
         if shown < rows.len() {
-            h.raw("<button class=\"ghost more\" data-click=\"more\">")
+            h.raw("<button class=\"ghost more\"")
+                .click(Click::ShowMore)
+                .raw(">")
                 .textf(format_args!(
                     "Show more ({} of {} shown)",
                     shown,
@@ -465,17 +500,23 @@ pub(super) fn job_actions(h: &mut Html, app: &App, job: &JobView) {
     if !app.is_admin() {
         return;
     }
-    let (verb, class, label) = if job.state.is_terminal() && job.state != JobState::Done {
-        ("retry", "ghost small action", "Retry")
+    let id = job.job_id.as_str();
+    let (click, verb, class, label) = if job.state.is_terminal() && job.state != JobState::Done {
+        (Click::Retry(id), "retry", "ghost small action", "Retry")
     } else if !job.state.is_terminal() {
-        ("cancel", "ghost small action danger", "Cancel")
+        (
+            Click::Cancel(id),
+            "cancel",
+            "ghost small action danger",
+            "Cancel",
+        )
     } else {
         return;
     };
     h.raw("<button")
         .attr("class", class)
         .attr("data-action", verb)
-        .attrf("data-click", format_args!("{verb}:{}", job.job_id))
+        .click(click)
         .flag("disabled", !app.session.live())
         .raw(">")
         .raw(label)
@@ -492,7 +533,7 @@ fn job_row(h: &mut Html, app: &App, job: &JobView) {
         .attr("data-state", job.state.as_str())
         .class(&[("job", true), ("selected", selected)])
         .raw(" tabindex=\"0\"")
-        .attrf("data-click", format_args!("select:{}", job.job_id))
+        .click(Click::Select(&job.job_id))
         .raw("><td class=\"name\"><div>")
         .text(&job.name)
         .raw("</div><div class=\"sub mono\">")

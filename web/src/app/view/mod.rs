@@ -3,7 +3,7 @@
 //!
 //! Element ids and `data-*` attributes (`#conn`, `#overall-bar`, `#jobs tr[data-job]`,
 //! ...) are stable: the browser tests find things by them. Elements that
-//! react carry `data-click` / `data-input` (`events.rs` reads them).
+//! react carry `data-click` / `data-field` (`events.rs` reads them).
 
 mod detail;
 mod fleet;
@@ -12,6 +12,7 @@ mod upload;
 use tunefleet_shared::protocol::Role;
 
 use super::{browser, App, Theme};
+use crate::action::{Click, TextField};
 use crate::format::format_duration;
 use crate::html::Html;
 use crate::model::Link;
@@ -79,7 +80,8 @@ fn header(h: &mut Html, app: &App) {
     .raw(text)
     .raw("</div><div class=\"spacer\"></div>");
     token_area(h, app);
-    h.raw("<button class=\"icon\" data-click=\"theme\"")
+    h.raw("<button class=\"icon\"")
+        .click(Click::ToggleTheme)
         .attr("title", theme_label)
         .attr("aria-label", theme_label)
         .raw(">")
@@ -95,17 +97,20 @@ fn token_area(h: &mut Html, app: &App) {
             h.raw("<span class=\"badge role\">admin</span>");
         }
         h.raw(
-            "<button id=\"sign-out\" class=\"ghost\" data-click=\"sign-out\" \
-             title=\"Forget the admin token (this tab only keeps it until it closes)\">Sign out</button></div>",
-        );
+            "<button id=\"sign-out\" class=\"ghost\" \
+             title=\"Forget the admin token (this tab only keeps it until it closes)\"",
+        )
+        .click(Click::SignOut)
+        .raw(">Sign out</button></div>");
         return;
     }
     h.raw("<form data-submit=\"sign-in\"")
         .class(&[("token", true), ("attention", needs)])
         .raw(
             "><input id=\"token\" type=\"password\" placeholder=\"admin token\" autocomplete=\"off\" \
-             aria-label=\"admin token\" data-input=\"token\"",
+             aria-label=\"admin token\"",
         )
+        .field(TextField::Token)
         .attr("value", &app.token_input)
         .raw("><button type=\"submit\" class=\"primary small\">Sign in</button></form>");
 }
@@ -122,7 +127,9 @@ fn banner(h: &mut Html, app: &App) {
                     " ({reason}). Reconnecting in {:.1} s (attempt {attempt}); the tables show the last known state.",
                     delay_ms as f64 / 1000.0
                 ))
-                .raw("</span><button class=\"ghost small\" data-click=\"reconnect\">Reconnect now</button></div>");
+                .raw("</span><button class=\"ghost small\"")
+                .click(Click::Reconnect)
+                .raw(">Reconnect now</button></div>");
         }
         Link::Connecting { attempt } if attempt > 0 => {
             h.raw(
@@ -155,7 +162,7 @@ fn notices(h: &mut Html, app: &App) {
             .raw("><span>")
             .text(&n.text)
             .raw("</span><button class=\"icon small\" aria-label=\"dismiss\"")
-            .attrf("data-click", format_args!("dismiss:{}", n.id))
+            .click(Click::DismissNotice(n.id))
             .raw(">×</button></div>");
     }
     h.raw("</div>");

@@ -1,6 +1,7 @@
 //! The upload box: workload YAML (checked by the checker module) or an ONNX
 //! model with its form, and what the master said about the last submit.
 
+use crate::action::{Click, TextField};
 use crate::app::{App, ModelUpload, SubmitOutcome};
 use crate::format::{format_bytes, short_id};
 use crate::html::Html;
@@ -28,6 +29,13 @@ fn submit_hint(app: &App, problems: bool) -> Option<&'static str> {
     }
 }
 
+/// Closes the file in the upload box (the source line's button).
+fn clear_button(h: &mut Html) {
+    h.raw("<button class=\"ghost small\"")
+        .click(Click::ClearUpload)
+        .raw(">Clear</button></div>");
+}
+
 fn hint(h: &mut Html, hint: Option<&str>) {
     if let Some(hint) = hint {
         h.raw("<span class=\"sub\">").text(hint).raw("</span>");
@@ -45,8 +53,10 @@ pub(super) fn upload_card(h: &mut Html, app: &App) {
     if app.model.is_none() {
         h.raw(
             "<textarea id=\"upload-text\" rows=\"5\" spellcheck=\"false\" placeholder=\"…or paste YAML here\" \
-             aria-label=\"workload YAML\" data-input=\"upload-text\">\n",
-        );
+             aria-label=\"workload YAML\"",
+        )
+        .field(TextField::UploadText)
+        .raw(">\n");
         // The parser drops one newline right after `<textarea>` (and `<pre>`): the
         // one written above goes, so text that starts with a blank line keeps it.
         if app.upload_hidden_bytes.is_none() {
@@ -59,7 +69,8 @@ pub(super) fn upload_card(h: &mut Html, app: &App) {
             .text(&m.file)
             .raw("</span><span class=\"sub\"> · ")
             .text(&model_upload::human_bytes(m.size as u64))
-            .raw("</span><button class=\"ghost small\" data-click=\"clear-upload\">Clear</button></div>");
+            .raw("</span>");
+        clear_button(h);
         model_result(h, app, m);
     } else {
         if !app.upload_text.is_empty() {
@@ -73,7 +84,7 @@ pub(super) fn upload_card(h: &mut Html, app: &App) {
                     .text(&format_bytes(bytes))
                     .raw(")</span>");
             }
-            h.raw("<button class=\"ghost small\" data-click=\"clear-upload\">Clear</button></div>");
+            clear_button(h);
         }
         check_result(h, app);
     }
@@ -120,7 +131,8 @@ fn check_result(h: &mut Html, app: &App) {
                     .textf(format_args!(" · {known} already known, will be skipped"))
                     .raw("</span>");
             }
-            h.raw("</p><div class=\"actions\"><button id=\"submit\" class=\"primary\" data-click=\"submit\"")
+            h.raw("</p><div class=\"actions\"><button id=\"submit\" class=\"primary\"")
+                .click(Click::Submit)
                 .flag(
                     "disabled",
                     !app.is_admin() || !app.session.live() || submitting || app.checking,
@@ -302,14 +314,16 @@ fn model_result(h: &mut Html, app: &App, upload: &ModelUpload) {
         .text(&model.weights_note())
         .raw(
             "</p><div class=\"model-form\"><label><span class=\"sub\">Run name</span>\
-             <input id=\"model-name\" type=\"text\" spellcheck=\"false\" autocomplete=\"off\" data-input=\"model-name\"",
+             <input id=\"model-name\" type=\"text\" spellcheck=\"false\" autocomplete=\"off\"",
         )
+        .field(TextField::ModelName)
         .class(&[("invalid", invalid(&Field::Name))])
         .attr("value", &upload.form.name)
         .raw(
             "></label><label><span class=\"sub\">Trials (whole model)</span>\
-             <input id=\"model-trials\" type=\"text\" inputmode=\"numeric\" autocomplete=\"off\" data-input=\"model-trials\"",
+             <input id=\"model-trials\" type=\"text\" inputmode=\"numeric\" autocomplete=\"off\"",
         )
+        .field(TextField::ModelTrials)
         .class(&[("invalid", invalid(&Field::Trials))])
         .attr("value", &upload.form.trials)
         .raw("></label></div>");
@@ -322,7 +336,8 @@ fn model_result(h: &mut Html, app: &App, upload: &ModelUpload) {
         }
         h.raw("</ul></div>");
     }
-    h.raw("<div class=\"actions\"><button id=\"submit-model\" class=\"primary\" data-click=\"submit-model\"")
+    h.raw("<div class=\"actions\"><button id=\"submit-model\" class=\"primary\"")
+        .click(Click::SubmitModel)
         .flag(
             "disabled",
             !app.is_admin() || !app.session.live() || submitting || !problems.is_empty(),
@@ -356,7 +371,7 @@ fn model_input_row(
     if input.needs_shape {
         h.raw("<div class=\"shape-field\"><input type=\"text\" spellcheck=\"false\" autocomplete=\"off\"")
             .class(&[("model-shape", true), ("invalid", invalid)])
-            .attrf("data-input", format_args!("shape:{}", input.name))
+            .field(TextField::Shape(&input.name))
             .attr("data-shape", &input.name)
             .attr("placeholder", &input.example)
             .attrf("aria-label", format_args!("shape of {}", input.name))
