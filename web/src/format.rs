@@ -76,8 +76,24 @@ pub fn short_id(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
 }
 
+/// How far `done` of `total` trials are, 0–100 (an overshoot shows full).
+pub fn trials_percent(done: u32, total: u32) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        (f64::from(done) / f64::from(total) * 100.0).min(100.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn trials_percent_is_0_without_a_budget_and_never_over_100() {
+        assert_eq!(super::trials_percent(0, 0), 0.0);
+        assert_eq!(super::trials_percent(5, 20), 25.0);
+        assert_eq!(super::trials_percent(30, 20), 100.0);
+    }
+
     use super::*;
     use tunefleet_shared::target::Target;
 

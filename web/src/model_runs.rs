@@ -66,15 +66,6 @@ pub fn verified(view: &ModelView) -> &'static str {
     }
 }
 
-/// Percent of the trial budget spent (0..=100).
-pub fn trials_percent(view: &ModelView) -> f64 {
-    if view.trials_total == 0 {
-        0.0
-    } else {
-        (f64::from(view.trials_done) / f64::from(view.trials_total) * 100.0).min(100.0)
-    }
-}
-
 /// The note column of the per-task table.
 pub fn task_note(task: &ModelTaskView) -> &'static str {
     if task.trivial {
@@ -145,7 +136,10 @@ pub(crate) mod tests {
         assert_eq!(measured(&v), None);
         assert_eq!(verified(&v), "–");
         assert_eq!(applied(&v), "–");
-        assert_eq!(trials_percent(&v), 25.0);
+        assert_eq!(
+            crate::format::trials_percent(v.trials_done, v.trials_total),
+            25.0
+        );
         assert_eq!(
             state_hint(&view(ModelState::Extracting)),
             "waiting for a TVM worker to extract the tasks"

@@ -11,7 +11,9 @@
 //!
 //! Form fields are controlled: an `<input>` shows its `value` attribute and a
 //! `<textarea>` its text, set as the field's value only when they differ (so
-//! typing is never interrupted by a render of what was just typed).
+//! typing is never interrupted by a render of what was just typed). As in a
+//! virtual DOM, a field is written when its markup changes: a subtree whose
+//! markup equals the live one (`isEqualNode`, one native call) is skipped.
 
 use std::collections::{HashMap, HashSet};
 
@@ -55,49 +57,77 @@ fn children(parent: &Node) -> Vec<Node> {
 /// Brings `live`'s children in line with `fresh`'s, moving fresh nodes into
 /// the document where no live one matches.
 fn patch_children(live: &Node, fresh: &Node) {
-    let wanted = children(fresh);
-    let wanted_keys: HashSet<String> = wanted.iter().filter_map(key).collect();
-    let mut keyed: HashMap<String, Node> = children(live)
-        .into_iter()
-        .filter_map(|node| Some((key(&node)?, node)))
+    // Each node's key is read once: every read is a call out to the browser.
+    let with_keys = |parent: &Node| -> Vec<(Node, Option<String>)> {
+        children(parent)
+            .into_iter()
+            .map(|node| {
+                let key = key(&node);
+                (node, key)
+            })
+            .collect()
+    };
+    let wanted = with_keys(fresh);
+    let old = with_keys(live);
+    let wanted_keys: HashSet<String> = wanted.iter().filter_map(|(_, k)| k.clone()).collect();
+    let mut keyed: HashMap<&str, usize> = old
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, k))| Some((k.as_deref()?, i)))
         .collect();
-    // Every live child before the cursor has been matched.
-    let mut cursor = live.first_child();
-    for new in wanted {
+    let mut used = vec![false; old.len()];
+    // The first live child not matched yet. The live children not matched
+    // keep their order; matched and new ones go before the cursor.
+    let mut cursor = 0;
+    for (new, new_key) in &wanted {
+        while cursor < old.len() && used[cursor] {
+            cursor += 1;
+        }
         // Keyed children the markup no longer has go now, so that they do
         // not stand between the cursor and the next match.
-        while let Some(old) = cursor.clone() {
-            match key(&old) {
-                Some(k) if !wanted_keys.contains(&k) => {
-                    cursor = old.next_sibling();
-                    let _ = live.remove_child(&old);
-                }
-                _ => break,
+        while let Some((node, Some(k))) = old.get(cursor) {
+            if wanted_keys.contains(k) {
+                break;
+            }
+            let _ = live.remove_child(node);
+            used[cursor] = true;
+            cursor += 1;
+            while cursor < old.len() && used[cursor] {
+                cursor += 1;
             }
         }
-        let found = match key(&new) {
-            Some(k) => keyed.remove(&k).filter(|old| same_kind(old, &new)),
-            None => cursor
-                .clone()
-                .filter(|old| key(old).is_none() && same_kind(old, &new)),
+        let found = match new_key {
+            Some(k) => keyed
+                .remove(k.as_str())
+                .filter(|&i| !used[i] && same_kind(&old[i].0, new)),
+            None => old
+                .get(cursor)
+                .filter(|(node, k)| k.is_none() && same_kind(node, new))
+                .map(|_| cursor),
         };
+        let anchor = old.get(cursor).map(|(node, _)| node);
         match found {
-            Some(old) => {
-                if cursor.as_ref() == Some(&old) {
-                    cursor = old.next_sibling();
-                } else {
-                    let _ = live.insert_before(&old, cursor.as_ref());
+            Some(i) => {
+                used[i] = true;
+                let node = &old[i].0;
+                if i != cursor {
+                    let _ = live.insert_before(node, anchor);
                 }
-                patch_node(&old, &new);
+                // One native deep comparison spares the walk of a subtree
+                // that did not change (most rows of a table, most renders).
+                if !node.is_equal_node(Some(new)) {
+                    patch_node(node, new);
+                }
             }
             None => {
-                let _ = live.insert_before(&new, cursor.as_ref());
+                let _ = live.insert_before(new, anchor);
             }
         }
     }
-    while let Some(old) = cursor {
-        cursor = old.next_sibling();
-        let _ = live.remove_child(&old);
+    for ((node, _), used) in old.iter().zip(used) {
+        if !used {
+            let _ = live.remove_child(node);
+        }
     }
 }
 
@@ -115,7 +145,10 @@ fn patch_node(live: &Node, fresh: &Node) {
         old.dyn_ref::<HtmlTextAreaElement>(),
         new.dyn_ref::<HtmlTextAreaElement>(),
     ) {
+        // The text too (the field's default value), so that the comparison
+        // above sees a field whose markup did not change as equal.
         let value = new.value();
+        let _ = old.set_default_value(&value);
         if old.value() != value {
             old.set_value(&value);
         }

@@ -17,11 +17,7 @@ use crate::model_runs;
 
 /// A progress bar of `done` out of `total`, coloured by `state`.
 fn trials(h: &mut Html, done: u32, total: u32, state: &str, label_class: &str) {
-    let pct = if total == 0 {
-        0.0
-    } else {
-        (f64::from(done) / f64::from(total) * 100.0).min(100.0)
-    };
+    let pct = crate::format::trials_percent(done, total);
     h.raw(
         "<div class=\"trials\"><div class=\"bar small\" role=\"progressbar\" aria-valuemin=\"0\"",
     )
