@@ -970,6 +970,87 @@ async fn archived_jobs_leave_the_list_and_stay_in_the_counts() {
     browser.close().await;
 }
 
+/// The page re-renders whenever frames arrive: a field being typed in keeps
+/// its focus, text and caret through those renders, and the rows and the
+/// job drawer answer the keyboard (Enter opens, Escape closes).
+#[tokio::test]
+async fn typing_survives_renders_and_the_keyboard_opens_and_closes_a_job() {
+    let _serial = SERIAL.lock().await;
+    let Some(browser) = Browser::start("typing_and_keyboard", "2c").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let master = public_master_with_jobs(dir.path(), 4, "kb", &[]);
+    browser.goto(&format!("http://{}/", master.addr)).await;
+    browser
+        .wait(
+            "four jobs listed",
+            LONG,
+            "return document.querySelectorAll('#jobs tbody tr[data-job]').length === 4",
+        )
+        .await;
+    browser.type_into("#job-search", "kb").await;
+    browser
+        .js(
+            "const i = document.querySelector('#job-search'); i.setSelectionRange(1, 1); return true",
+            vec![],
+        )
+        .await;
+    // One job at a time, a second each: progress and state changes re-render
+    // the page many times while the caret sits between the two letters.
+    let _worker = Worker::start(&master, "sim-kb", 1.0, &[]);
+    browser
+        .wait(
+            "two jobs done",
+            LONG,
+            "return document.querySelectorAll('#jobs tbody tr[data-state=done]').length >= 2",
+        )
+        .await;
+    let field = browser
+        .js(
+            "const i = document.querySelector('#job-search'); return [document.activeElement === i, i.value, i.selectionStart, document.querySelectorAll('#jobs tbody tr[data-job]').length]",
+            vec![],
+        )
+        .await;
+    assert_eq!(field, serde_json::json!([true, "kb", 1, 4]), "{field}");
+
+    // Enter on a focused row opens its drawer; Escape in the drawer closes it.
+    let key = |target: &str, key: &str| {
+        format!(
+            "const t = document.querySelector('{target}'); t.focus(); t.dispatchEvent(new KeyboardEvent('keydown', {{key: '{key}', bubbles: true}})); return true"
+        )
+    };
+    browser
+        .js(&key("#jobs tr[data-name=kb2]", "Enter"), vec![])
+        .await;
+    browser
+        .wait(
+            "the drawer of kb2",
+            SHORT,
+            "const d = document.querySelector('#job-detail'); return d && d.querySelector('h2').innerText === 'kb2'",
+        )
+        .await;
+    browser.js(&key("#job-detail", "Escape"), vec![]).await;
+    browser
+        .wait(
+            "the drawer closed",
+            SHORT,
+            "return !document.querySelector('#job-detail')",
+        )
+        .await;
+    // The drawer's close button does the same.
+    browser.click("#jobs tr[data-name=kb1] td.name").await;
+    browser.click("#job-detail button[aria-label=close]").await;
+    browser
+        .wait(
+            "the drawer closed by its button",
+            SHORT,
+            "return !document.querySelector('#job-detail')",
+        )
+        .await;
+    browser.close().await;
+}
+
 #[tokio::test]
 async fn the_page_reconnects_and_resyncs_after_a_master_restart() {
     let _serial = SERIAL.lock().await;
