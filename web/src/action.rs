@@ -112,36 +112,27 @@ impl<'a> Click<'a> {
 
 impl fmt::Display for Click<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (verb, arg): (&str, &str) = match self {
-            Click::ToggleTheme => ("theme", ""),
-            Click::SignOut => ("sign-out", ""),
-            Click::Reconnect => ("reconnect", ""),
+        let (verb, arg): (&str, Option<&str>) = match self {
+            Click::ToggleTheme => ("theme", None),
+            Click::SignOut => ("sign-out", None),
+            Click::Reconnect => ("reconnect", None),
             Click::DismissNotice(id) => return write!(f, "dismiss:{id}"),
-            Click::ClearUpload => ("clear-upload", ""),
-            Click::Submit => ("submit", ""),
-            Click::SubmitModel => ("submit-model", ""),
-            Click::Filter(filter) => ("filter", filter.label()),
-            Click::Sort(key) => ("sort", name_of(&SORT_NAMES, *key)),
-            Click::ShowMore => ("more", ""),
-            Click::Select(job) => ("select", job),
-            Click::CloseDetail => ("close-detail", ""),
-            Click::Model(name) => ("model", name),
-            Click::CloseModel => ("close-model", ""),
-            Click::Cancel(job) => ("cancel", job),
-            Click::Retry(job) => ("retry", job),
-            Click::Download(what) => ("download", name_of(&DOWNLOAD_NAMES, *what)),
+            Click::ClearUpload => ("clear-upload", None),
+            Click::Submit => ("submit", None),
+            Click::SubmitModel => ("submit-model", None),
+            Click::Filter(filter) => ("filter", Some(filter.label())),
+            Click::Sort(key) => ("sort", Some(name_of(&SORT_NAMES, *key))),
+            Click::ShowMore => ("more", None),
+            Click::Select(job) => ("select", Some(job)),
+            Click::CloseDetail => ("close-detail", None),
+            Click::Model(name) => ("model", Some(name)),
+            Click::CloseModel => ("close-model", None),
+            Click::Cancel(job) => ("cancel", Some(job)),
+            Click::Retry(job) => ("retry", Some(job)),
+            Click::Download(what) => ("download", Some(name_of(&DOWNLOAD_NAMES, *what))),
         };
         f.write_str(verb)?;
-        if matches!(
-            self,
-            Click::Filter(_)
-                | Click::Sort(_)
-                | Click::Select(_)
-                | Click::Model(_)
-                | Click::Cancel(_)
-                | Click::Retry(_)
-                | Click::Download(_)
-        ) {
+        if let Some(arg) = arg {
             f.write_str(":")?;
             f.write_str(arg)?;
         }
