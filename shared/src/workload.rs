@@ -417,21 +417,24 @@ impl Workload {
     pub fn job_id(&self) -> String {
         let mut hasher = Sha256::new();
         hasher.update(IDENTITY_VERSION.as_bytes());
-        hasher.update(self.identity_json().as_bytes());
-        let digest = hasher.finalize();
-        hex::encode(&digest[..8])
+        write_canonical_json(&self.identity_value(), &mut HashSink(&mut hasher));
+        hex::encode(&hasher.finalize()[..8])
     }
 
     /// The normalised content the job id is computed from: the wire form without
     /// `name`, as JSON with every object's keys sorted and no whitespace.
     pub fn identity_json(&self) -> String {
+        let mut out = Vec::new();
+        write_canonical_json(&self.identity_value(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    fn identity_value(&self) -> Value {
         let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
         if let Value::Object(map) = &mut value {
             map.remove("name");
         }
-        let mut out = String::new();
-        write_canonical_json(&value, &mut out);
-        out
+        value
     }
 
     /// What the tuning cache keys records by: the computation alone (the
@@ -445,9 +448,10 @@ impl Workload {
                 map.remove(field);
             }
         }
-        let mut text = String::from("tunefleet-content-v1\n");
-        write_canonical_json(&value, &mut text);
-        hex::encode(&Sha256::digest(text.as_bytes())[..8])
+        let mut hasher = Sha256::new();
+        hasher.update(b"tunefleet-content-v1\n");
+        write_canonical_json(&value, &mut HashSink(&mut hasher));
+        hex::encode(&hasher.finalize()[..8])
     }
 
     /// Floating point operations of one run (a multiply-add counts as 2);
@@ -634,35 +638,55 @@ fn tvmscript_function_name(text: &str) -> Option<&str> {
 
 /// Compact JSON with every object's keys sorted, independent of serde_json's
 /// map implementation (`preserve_order` may be switched on by another crate).
-fn write_canonical_json(value: &Value, out: &mut String) {
+/// Written straight into `out` (a hasher, for ids): a submit computes two of
+/// these per workload on the core thread.
+fn write_canonical_json(value: &Value, out: &mut impl std::io::Write) {
+    // Writing to a Vec or a hasher cannot fail, and serde_json writes a string
+    // or a scalar `Value` without error.
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
+            keys.sort_unstable();
+            let _ = out.write_all(b"{");
             for (i, key) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    let _ = out.write_all(b",");
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
+                let _ = serde_json::to_writer(&mut *out, key);
+                let _ = out.write_all(b":");
                 if let Some(v) = map.get(key) {
                     write_canonical_json(v, out);
                 }
             }
-            out.push('}');
+            let _ = out.write_all(b"}");
         }
         Value::Array(items) => {
-            out.push('[');
+            let _ = out.write_all(b"[");
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    let _ = out.write_all(b",");
                 }
                 write_canonical_json(item, out);
             }
-            out.push(']');
+            let _ = out.write_all(b"]");
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
+    }
+}
+
+/// Feeds written bytes to a SHA-256, so an identity is hashed without first
+/// being built as a string.
+struct HashSink<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashSink<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -2476,6 +2500,8 @@ mod tests {
             r#"{"dtype":"float32","op":"matmul","shape":{"k":128,"m":128,"n":128},"target":{"kind":"llvm","num-cores":2},"trials":64}"#
         );
         assert_eq!(a.job_id(), "2f02e18643233976");
+        // Pinned too: stored with each job, it keys the tuning cache.
+        assert_eq!(a.content_key(), "d02d7f350adf4b27");
 
         // Same content written differently: same id.
         let c = one(
