@@ -10,13 +10,8 @@ use std::fmt;
 
 use crate::model::{SortKey, StateFilter};
 
-/// A file the jobs card offers for download.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Download {
-    Json,
-    Csv,
-    Metaschedule,
-}
+/// A file the jobs card offers for download; the checker module makes it.
+pub use web_check::downloads::Download;
 
 /// What a click (or Enter on a focusable row) on an element asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,12 +61,6 @@ const SORT_NAMES: [(SortKey, &str); 9] = [
     (SortKey::Gflops, "gflops"),
 ];
 
-const DOWNLOAD_NAMES: [(Download, &str); 3] = [
-    (Download::Json, "json"),
-    (Download::Csv, "csv"),
-    (Download::Metaschedule, "metaschedule"),
-];
-
 fn name_of<T: PartialEq + Copy>(names: &[(T, &'static str)], value: T) -> &'static str {
     names
         .iter()
@@ -104,7 +93,7 @@ impl<'a> Click<'a> {
             "close-model" => Click::CloseModel,
             "cancel" => Click::Cancel(arg),
             "retry" => Click::Retry(arg),
-            "download" => Click::Download(value_of(&DOWNLOAD_NAMES, arg)?),
+            "download" => Click::Download(Download::from_name(arg)?),
             _ => return None,
         })
     }
@@ -129,7 +118,7 @@ impl fmt::Display for Click<'_> {
             Click::CloseModel => ("close-model", None),
             Click::Cancel(job) => ("cancel", Some(job)),
             Click::Retry(job) => ("retry", Some(job)),
-            Click::Download(what) => ("download", Some(name_of(&DOWNLOAD_NAMES, *what))),
+            Click::Download(what) => ("download", Some(what.name())),
         };
         f.write_str(verb)?;
         if let Some(arg) = arg {

@@ -20,6 +20,7 @@ use tunefleet_shared::protocol::{
 };
 
 use crate::wire::Incoming;
+use web_check::downloads::Download;
 
 /// The state reducer for the pub/sub stream, shared with the native client
 /// (`tunefleet watch`): one sequence rule, one way to apply a progress delta.
@@ -372,6 +373,8 @@ enum Pending {
     Submit,
     Cancel(JobId),
     Retry(JobId),
+    /// `results`, asked for to make this download.
+    Results(Download),
 }
 
 /// What the page must do after a message or a request.
@@ -385,6 +388,8 @@ pub enum Effect {
     SubmitRejected(String),
     /// The master accepted a model run; its extract job is queued.
     ModelSubmitted { name: String, extract_job: JobId },
+    /// The master's reply to `results` (its whole text), to make `download` from.
+    Download { download: Download, reply: String },
     /// A cancel or retry went through, or not: a line for the notice area.
     Notice { text: String, error: bool },
 }
@@ -481,6 +486,20 @@ impl Session {
         Some(self.frame(command, pending))
     }
 
+    /// Asks the master for every job's results, to make `download` from
+    /// (the jobs on screen may lag; the files are the CLI's); `None` when
+    /// the page is not connected.
+    pub fn download(&mut self, download: Download) -> Option<String> {
+        if !self.link().is_live() {
+            return None;
+        }
+        let command = ClientCommand::Results {
+            job_ids: None,
+            archived: false,
+        };
+        Some(self.frame(command, Pending::Results(download)))
+    }
+
     /// Whether a submit is waiting for its reply.
     pub fn submitting(&self) -> bool {
         self.pending.values().any(|p| *p == Pending::Submit)
@@ -529,6 +548,14 @@ impl Session {
                     error: false,
                 })
             }
+            Incoming::Results { id } => {
+                if let Some(Pending::Results(download)) = self.pending.remove(&id) {
+                    effects.push(Effect::Download {
+                        download,
+                        reply: text.to_owned(),
+                    });
+                }
+            }
             Incoming::OtherReply { id } => {
                 self.pending.remove(&id);
             }
@@ -550,6 +577,10 @@ impl Session {
                             error: true,
                         })
                     }
+                    Some(Pending::Results(_)) => effects.push(Effect::Notice {
+                        text: format!("download failed: {message}"),
+                        error: true,
+                    }),
                     _ => effects.push(Effect::Notice {
                         text: message,
                         error: true,
@@ -586,12 +617,18 @@ impl Session {
         self.fresh = false;
         let mut effects = Vec::new();
         for (_, pending) in self.pending.drain() {
-            if pending == Pending::Submit {
-                effects.push(Effect::SubmitRejected(
+            match pending {
+                Pending::Submit => effects.push(Effect::SubmitRejected(
                     "the connection closed before the master answered; check the jobs table \
                      before submitting again (a repeated file only creates duplicates' skips)"
                         .into(),
-                ));
+                )),
+                Pending::Results(_) => effects.push(Effect::Notice {
+                    text: "download failed: the connection closed before the master answered"
+                        .into(),
+                    error: true,
+                }),
+                _ => {}
             }
         }
         let reason = if !reason.is_empty() {
@@ -1300,6 +1337,53 @@ pub(crate) mod tests {
         let (_, effects) = session.closed(1006, "");
         assert!(matches!(effects.as_slice(), [Effect::SubmitRejected(_)]));
         assert!(!session.submitting());
+    }
+
+    #[test]
+    fn a_download_asks_for_results_and_hands_over_the_reply_untouched() {
+        let mut session = Session::new();
+        assert_eq!(
+            session.download(Download::Csv),
+            None,
+            "not while disconnected"
+        );
+        connect(&mut session, None, "read");
+        let ask = |session: &mut Session, download| {
+            let frame: serde_json::Value =
+                serde_json::from_str(&session.download(download).unwrap()).unwrap();
+            assert_eq!(frame["type"], "results");
+            assert!(frame["job_ids"].is_null(), "every job: {frame}");
+            frame["id"].as_u64().unwrap()
+        };
+
+        let id = ask(&mut session, Download::Metaschedule);
+        let text = reply(id, serde_json::json!({"kind": "results", "jobs": []}));
+        assert_eq!(
+            session.received(&text),
+            [Effect::Download {
+                download: Download::Metaschedule,
+                reply: text.clone()
+            }]
+        );
+        assert!(session.received(&text).is_empty(), "answered once");
+
+        let id = ask(&mut session, Download::Json);
+        let refused =
+            serde_json::json!({"type": "error", "id": id, "code": "forbidden", "message": "no"});
+        assert_eq!(
+            session.received(&refused.to_string()),
+            [Effect::Notice {
+                text: "download failed: no".into(),
+                error: true
+            }]
+        );
+
+        ask(&mut session, Download::Csv);
+        let (_, effects) = session.closed(1006, "");
+        assert!(
+            matches!(effects.as_slice(), [Effect::Notice { error: true, .. }]),
+            "a download in flight when the socket drops is reported: {effects:?}"
+        );
     }
 
     #[test]

@@ -36,6 +36,11 @@ pub enum Incoming {
         id: u64,
         job_id: JobId,
     },
+    /// The reply to `results`, left undecoded: its text goes to the checker
+    /// module, which makes the download files from it.
+    Results {
+        id: u64,
+    },
     /// A reply the page has nothing to do with beyond its id.
     OtherReply {
         id: u64,
@@ -154,6 +159,7 @@ fn reply(frame: &Value<'_>) -> Option<Incoming> {
             id,
             job_id: read::<JobIdOnly>(body)?.job_id,
         },
+        "results" => Incoming::Results { id },
         _ => Incoming::OtherReply { id },
     })
 }

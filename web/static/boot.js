@@ -14,9 +14,10 @@ try {
 } catch (_) { /* storage may be disabled */ }
 if (theme === 'dark' || theme === 'light') document.documentElement.dataset.theme = theme;
 
-// The file checks (workload YAML, Lorien files, ONNX models) are a second
-// module, fetched the first time the upload box is used: most visits only
-// watch the fleet. A failed load is retried on the next use.
+// The file checks (workload YAML, Lorien files, ONNX models) and the
+// downloads are a second module, fetched the first time the upload box or a
+// download is used: most visits only watch the fleet. A failed load is
+// retried on the next use.
 let checker;
 function loadChecker() {
   checker ??= import('/check.js')
@@ -32,6 +33,8 @@ function loadChecker() {
 }
 globalThis.tunefleetCheckWorkloads = async (text, filename) =>
   (await loadChecker()).check_workloads(text, filename);
+globalThis.tunefleetMakeDownloads = async (download, resultsReply) =>
+  (await loadChecker()).make_downloads(download, resultsReply);
 globalThis.tunefleetLoadModel = (file, bytes) => {
   // `bytes` is a view into the page's memory, which may move once this
   // returns: copy it now.

@@ -17,6 +17,16 @@ pub fn load_model(file: &str, bytes: &[u8]) -> String {
     serde_json::to_string(&loaded).unwrap_or_else(|e| internal_error(&e))
 }
 
+/// [`crate::downloads::make`] as JSON: `{"Ok": Files}` or `{"Err": "why"}`.
+/// `download` is one of [`crate::downloads::Download::NAMES`].
+#[wasm_bindgen]
+pub fn make_downloads(download: &str, results_reply: &str) -> String {
+    let files = crate::downloads::Download::from_name(download)
+        .ok_or_else(|| format!("no download named {download:?}"))
+        .and_then(|d| crate::downloads::make(d, results_reply));
+    serde_json::to_string(&files).unwrap_or_else(|e| internal_error(&e))
+}
+
 /// Serialising these plain types cannot fail; if it ever did, the page shows
 /// this instead of a preview.
 fn internal_error(e: &serde_json::Error) -> String {

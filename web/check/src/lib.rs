@@ -9,7 +9,9 @@
 //! The page and this module share only the types below, as JSON strings:
 //! - [`workloads::check`]: a workload or Lorien file → [`workloads::Checked`];
 //! - [`model_file::load`]: an ONNX file → [`model_file::LoadedModel`], its
-//!   weights stripped and the rest base64-encoded for upload.
+//!   weights stripped and the rest base64-encoded for upload;
+//! - [`downloads::make`]: the master's `results` reply → the jobs card's
+//!   download files ([`downloads::Files`]).
 //!
 //! The page links the types (and their serde code), never the parsers; the
 //! `exports` feature adds the wasm-bindgen entry points for the module.
@@ -17,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
+pub mod downloads;
 pub mod model_file;
 pub mod workloads;
 

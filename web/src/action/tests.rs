@@ -36,7 +36,7 @@ fn every_click_reads_back_as_written() {
     for (key, _) in SORT_NAMES {
         round_trip(Click::Sort(key));
     }
-    for (what, _) in DOWNLOAD_NAMES {
+    for (what, _) in Download::NAMES {
         round_trip(Click::Download(what));
     }
 }

@@ -1,5 +1,6 @@
 //! Calls into the checker module (`web-check`): workload and Lorien files
-//! checked with the master's parser, ONNX models read and stripped.
+//! checked with the master's parser, ONNX models read and stripped, the
+//! download files made from the master's `results`.
 //!
 //! The module is not part of the first load. `boot.js` defines the two
 //! global functions below; the first call fetches and starts the module, the
@@ -13,11 +14,15 @@ use wasm_bindgen_futures::JsFuture;
 
 use crate::model_upload::LoadedModel;
 use crate::upload::Checked;
+use web_check::downloads::{Download, Files};
 
 #[wasm_bindgen]
 extern "C" {
     #[wasm_bindgen(catch, js_name = tunefleetCheckWorkloads)]
     fn check_workloads_js(text: &str, filename: &str) -> Result<js_sys::Promise, JsValue>;
+
+    #[wasm_bindgen(catch, js_name = tunefleetMakeDownloads)]
+    fn make_downloads_js(download: &str, results_reply: &str) -> Result<js_sys::Promise, JsValue>;
 
     #[wasm_bindgen(catch, js_name = tunefleetLoadModel)]
     fn load_model_js(file: &str, bytes: &[u8]) -> Result<js_sys::Promise, JsValue>;
@@ -39,6 +44,14 @@ pub async fn load_model(file: &str, bytes: &[u8]) -> Result<LoadedModel, String>
     call(load_model_js(file, bytes)).await.map_err(|e| {
         format!("{file}: the model checker could not be loaded ({e}): reload the page to try again")
     })?
+}
+
+/// The files to save for `download`, made from the text of the master's
+/// reply to `results`, or why not.
+pub async fn make_downloads(download: Download, results_reply: &str) -> Result<Files, String> {
+    call(make_downloads_js(download.name(), results_reply))
+        .await
+        .map_err(|e| format!("the download module could not be loaded ({e}): try again"))?
 }
 
 /// Awaits the promise and decodes its `{"Ok": T}` / `{"Err": "why"}` text.

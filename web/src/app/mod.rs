@@ -20,7 +20,6 @@ use std::collections::{HashSet, VecDeque};
 
 use gloo::file::callbacks::FileReader;
 use gloo::timers::callback::Timeout;
-use tunefleet_shared::export::{self, METASCHEDULE_RECORD_FILE, METASCHEDULE_WORKLOAD_FILE};
 use tunefleet_shared::protocol::{ClientCommand, JobId, Role};
 use wasm_bindgen::prelude::*;
 
@@ -30,6 +29,7 @@ use crate::model_upload::{self, LoadedModel, ModelForm};
 use crate::upload::Checked;
 use browser::Socket;
 use wasm_bindgen_futures::spawn_local;
+use web_check::downloads::Files;
 
 /// Jobs table rows rendered at first (and added per "show more").
 const PAGE_ROWS: usize = 200;
@@ -218,6 +218,8 @@ pub enum Msg {
     Cancel(JobId),
     Retry(JobId),
     Download(Download),
+    /// The checker module's files for a download, or why there are none.
+    Saved(Result<Files, String>),
     ToggleTheme,
     DismissNotice(u64),
 }
@@ -387,6 +389,9 @@ impl App {
                     self.submit_outcome = Some(SubmitOutcome::Rejected(message))
                 }
                 Effect::Notice { text, error } => self.notice(text, error),
+                Effect::Download { download, reply } => spawn_local(async move {
+                    send(Msg::Saved(checker::make_downloads(download, &reply).await));
+                }),
             }
         }
     }
@@ -406,40 +411,30 @@ impl App {
         });
     }
 
+    /// Asks the master for `results`; [`Effect::Download`] takes it from there.
     fn download(&mut self, what: Download) {
-        let jobs = self.session.fleet.jobs();
-        let result = match what {
-            Download::Json => browser::download(
-                "tunefleet-results.json",
-                "application/json",
-                &export::to_json(jobs),
+        match self.session.download(what) {
+            Some(frame) => self.send(frame),
+            None => self.notice(
+                "download: not connected to the master (the files are made from its results)"
+                    .into(),
+                true,
             ),
-            Download::Csv => {
-                browser::download("tunefleet-results.csv", "text/csv", &export::to_csv(jobs))
+        }
+    }
+
+    /// Saves the files the checker module made for a download.
+    fn save(&mut self, made: Result<Files, String>) {
+        let saved = made.and_then(|made| {
+            for file in &made.files {
+                browser::download(&file.name, &file.mime, &file.text)?;
             }
-            Download::Metaschedule => match export::metaschedule_database(jobs) {
-                Ok(db) => browser::download(
-                    METASCHEDULE_WORKLOAD_FILE,
-                    "application/json",
-                    &db.workloads,
-                )
-                .and_then(|()| {
-                    browser::download(METASCHEDULE_RECORD_FILE, "application/json", &db.records)
-                })
-                .map(|()| {
-                    if db.skipped > 0 {
-                        let text = format!(
-                            "MetaSchedule database: {} jobs exported, {} without MetaSchedule records skipped",
-                            db.jobs, db.skipped
-                        );
-                        self.notice(text, false);
-                    }
-                }),
-                Err(e) => Err(e.to_string()),
-            },
-        };
-        if let Err(e) = result {
-            self.notice(format!("download failed: {e}"), true);
+            Ok(made.notice)
+        });
+        match saved {
+            Ok(Some(notice)) => self.notice(notice, false),
+            Ok(None) => {}
+            Err(e) => self.notice(format!("download failed: {e}"), true),
         }
     }
 }
@@ -768,6 +763,10 @@ impl App {
                     self.send(frame);
                 }
                 false
+            }
+            Msg::Saved(made) => {
+                self.save(made);
+                true
             }
             Msg::Download(what) => {
                 self.download(what);
