@@ -967,6 +967,15 @@ async fn archived_jobs_leave_the_list_and_stay_in_the_counts() {
         "{empty}"
     );
     browser.shot("01-archived").await;
+    // The downloads still have them, as `tunefleet export` does.
+    browser.click("#dl-csv").await;
+    let csv = browser.wait_for_download("tunefleet-results.csv");
+    let names: Vec<&str> = csv
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(1))
+        .collect();
+    assert_eq!(names, ["old0", "old1", "old2"], "{csv}");
     browser.close().await;
 }
 

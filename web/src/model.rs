@@ -471,7 +471,8 @@ impl Session {
     }
 
     /// A request from the user (submit, cancel, retry); `None` when the page
-    /// is not connected (the buttons are disabled then anyway).
+    /// is not connected (the buttons are disabled then anyway). Downloads
+    /// have their own: [`Session::download`].
     pub fn request(&mut self, command: ClientCommand) -> Option<String> {
         if !self.link().is_live() {
             return None;
@@ -486,18 +487,26 @@ impl Session {
         Some(self.frame(command, pending))
     }
 
-    /// Asks the master for every job's results, to make `download` from
-    /// (the jobs on screen may lag; the files are the CLI's); `None` when
-    /// the page is not connected.
+    /// Asks the master for every job's results, archived ones included as
+    /// in the CLI's exports, to make `download` from; `None` when the page
+    /// is not connected or a download is already on its way (one results
+    /// reply at a time: each can be megabytes on this socket).
     pub fn download(&mut self, download: Download) -> Option<String> {
-        if !self.link().is_live() {
+        if !self.link().is_live() || self.downloading() {
             return None;
         }
         let command = ClientCommand::Results {
             job_ids: None,
-            archived: false,
+            archived: true,
         };
         Some(self.frame(command, Pending::Results(download)))
+    }
+
+    /// Whether a download waits for the master's results.
+    pub fn downloading(&self) -> bool {
+        self.pending
+            .values()
+            .any(|p| matches!(p, Pending::Results(_)))
     }
 
     /// Whether a submit is waiting for its reply.
@@ -1353,10 +1362,16 @@ pub(crate) mod tests {
                 serde_json::from_str(&session.download(download).unwrap()).unwrap();
             assert_eq!(frame["type"], "results");
             assert!(frame["job_ids"].is_null(), "every job: {frame}");
+            assert_eq!(
+                frame["archived"], true,
+                "archived ones too, as the CLI: {frame}"
+            );
             frame["id"].as_u64().unwrap()
         };
 
         let id = ask(&mut session, Download::Metaschedule);
+        assert!(session.downloading());
+        assert_eq!(session.download(Download::Csv), None, "one at a time");
         let text = reply(id, serde_json::json!({"kind": "results", "jobs": []}));
         assert_eq!(
             session.received(&text),
@@ -1366,6 +1381,7 @@ pub(crate) mod tests {
             }]
         );
         assert!(session.received(&text).is_empty(), "answered once");
+        assert!(!session.downloading());
 
         let id = ask(&mut session, Download::Json);
         let refused =

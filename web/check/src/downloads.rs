@@ -4,9 +4,12 @@
 //! Writing them needs serde's encoders for every job type and the export
 //! code: ~26 KB of the page's module (5.5 KB brotli) that a user who only
 //! watches the fleet never runs. The page asks the master for `results`
-//! and hands the reply's text over untouched; the files come back ready to
-//! save. They are the CLI's files: the same `tunefleet_shared::export`
-//! functions over the same `results`.
+//! (archived jobs included, as `tunefleet export` does) and hands the
+//! reply's text over untouched; the files come back ready to save. They are
+//! made by the same `tunefleet_shared::export` functions as the CLI's, over
+//! the same jobs in the same order; unlike `tunefleet export --format
+//! metaschedule`, the page writes one database for all targets, not one
+//! directory per target.
 
 use serde::{Deserialize, Serialize};
 use tunefleet_shared::export::{self, METASCHEDULE_RECORD_FILE, METASCHEDULE_WORKLOAD_FILE};

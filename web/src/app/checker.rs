@@ -2,7 +2,7 @@
 //! checked with the master's parser, ONNX models read and stripped, the
 //! download files made from the master's `results`.
 //!
-//! The module is not part of the first load. `boot.js` defines the two
+//! The module is not part of the first load. `boot.js` defines the three
 //! global functions below; the first call fetches and starts the module, the
 //! later ones reuse it. Answers come back as JSON text, decoded with the
 //! page's JSON reader ([`tunefleet_shared::tree`]).

@@ -415,8 +415,10 @@ impl App {
     fn download(&mut self, what: Download) {
         match self.session.download(what) {
             Some(frame) => self.send(frame),
+            // The buttons are disabled meanwhile; a click already queued lands here.
+            None if self.session.downloading() => {}
             None => self.notice(
-                "download: not connected to the master (the files are made from its results)"
+                "download failed: not connected to the master (the files are made from its results)"
                     .into(),
                 true,
             ),

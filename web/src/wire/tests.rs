@@ -34,6 +34,7 @@ fn expected(msg: ServerMessage) -> Incoming {
             },
             ReplyBody::Cancelled { job_id } => Incoming::Cancelled { id, job_id },
             ReplyBody::Retried { job_id } => Incoming::Retried { id, job_id },
+            ReplyBody::Results { .. } => Incoming::Results { id },
             _ => Incoming::OtherReply { id },
         },
         ServerMessage::Error { id, code, message } => Incoming::Error { id, code, message },
@@ -91,6 +92,12 @@ fn messages() -> Vec<ServerMessage> {
                 workers_busy: 0,
                 server_version: "0.1.0".into(),
             }),
+        ),
+        reply(
+            7,
+            ReplyBody::Results {
+                jobs: vec![done.clone()],
+            },
         ),
         ServerMessage::Error {
             id: Some(8),

@@ -348,8 +348,23 @@ const COLUMNS: [(&str, SortKey, &str); 8] = [
     ("GFLOP/s", SortKey::Gflops, "num"),
 ];
 
-/// A download button of the jobs card.
-fn download_button(h: &mut Html, what: Download, id: &str, label: &str, title: &str, off: bool) {
+/// A download button of the jobs card. The files are made from the
+/// master's results, so it needs the connection.
+fn download_button(
+    h: &mut Html,
+    app: &App,
+    (what, id, label): (Download, &str, &str),
+    title: &str,
+    off: bool,
+) {
+    let title = if app.session.downloading() {
+        "Preparing the download…"
+    } else if !app.session.link().is_live() {
+        "Needs the connection to the master: the files are made from its results"
+    } else {
+        title
+    };
+    let off = off || app.session.downloading() || !app.session.link().is_live();
     h.raw("<button class=\"ghost small\"")
         .attr("id", id)
         .attr("title", title)
@@ -369,7 +384,7 @@ pub(super) fn jobs_card(h: &mut Html, app: &App) {
     let shown = rows.len().min(app.limit);
     let any_ms = fleet.jobs().iter().any(has_metaschedule_records);
     let no_jobs = fleet.jobs().is_empty();
-    let ms_title = if any_ms {
+    let ms_title = if any_ms || archived > 0 {
         "database_workload.json and database_tuning_record.json, for tvm.s_tir.meta_schedule.database.JSONDatabase"
     } else {
         "No job has MetaSchedule records yet (only workers with the tvm backend produce them)"
@@ -386,29 +401,28 @@ pub(super) fn jobs_card(h: &mut Html, app: &App) {
         .raw("</span>");
     }
     h.raw("</h2><div class=\"downloads\"><span class=\"sub\">Download</span>");
+    // Archived jobs are in the files too (as in the CLI's exports).
+    let none = no_jobs && archived == 0;
     download_button(
         h,
-        Download::Json,
-        "dl-json",
-        "JSON",
-        "Every job as the protocol's JobView objects",
-        no_jobs,
+        app,
+        (Download::Json, "dl-json", "JSON"),
+        "Every job, archived ones included, as the protocol's JobView objects",
+        none,
     );
     download_button(
         h,
-        Download::Csv,
-        "dl-csv",
-        "CSV",
-        "One row per job",
-        no_jobs,
+        app,
+        (Download::Csv, "dl-csv", "CSV"),
+        "One row per job, archived ones included",
+        none,
     );
     download_button(
         h,
-        Download::Metaschedule,
-        "dl-metaschedule",
-        "MetaSchedule",
+        app,
+        (Download::Metaschedule, "dl-metaschedule", "MetaSchedule"),
         ms_title,
-        !any_ms,
+        !any_ms && archived == 0,
     );
     h.raw(
         "</div></div><div class=\"toolbar\"><div class=\"chips\" role=\"group\" aria-label=\"filter by state\">",
