@@ -442,9 +442,9 @@ impl Workload {
     /// The target is matched separately, against the *effective* target a
     /// result was measured for; the budget decides hit or warm start.
     pub fn content_key(&self) -> String {
-        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
+        let mut value = self.identity_value();
         if let Value::Object(map) = &mut value {
-            for field in ["name", "trials", "target", "tuner"] {
+            for field in ["trials", "target", "tuner"] {
                 map.remove(field);
             }
         }

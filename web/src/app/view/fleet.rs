@@ -348,23 +348,29 @@ const COLUMNS: [(&str, SortKey, &str); 8] = [
     ("GFLOP/s", SortKey::Gflops, "num"),
 ];
 
-/// A download button of the jobs card. The files are made from the
-/// master's results, so it needs the connection.
+/// Why no download can start now, if one cannot: the files are made from
+/// the master's results, one download at a time.
+fn downloads_unavailable(app: &App) -> Option<&'static str> {
+    if app.session.downloading() {
+        Some("Preparing the download…")
+    } else if !app.session.link().is_live() {
+        Some("Needs the connection to the master: the files are made from its results")
+    } else {
+        None
+    }
+}
+
+/// A download button of the jobs card; `unavailable` (from
+/// [`downloads_unavailable`]) disables it and replaces its title.
 fn download_button(
     h: &mut Html,
-    app: &App,
+    unavailable: Option<&str>,
     (what, id, label): (Download, &str, &str),
     title: &str,
     off: bool,
 ) {
-    let title = if app.session.downloading() {
-        "Preparing the download…"
-    } else if !app.session.link().is_live() {
-        "Needs the connection to the master: the files are made from its results"
-    } else {
-        title
-    };
-    let off = off || app.session.downloading() || !app.session.link().is_live();
+    let title = unavailable.unwrap_or(title);
+    let off = off || unavailable.is_some();
     h.raw("<button class=\"ghost small\"")
         .attr("id", id)
         .attr("title", title)
@@ -403,23 +409,24 @@ pub(super) fn jobs_card(h: &mut Html, app: &App) {
     h.raw("</h2><div class=\"downloads\"><span class=\"sub\">Download</span>");
     // Archived jobs are in the files too (as in the CLI's exports).
     let none = no_jobs && archived == 0;
+    let unavailable = downloads_unavailable(app);
     download_button(
         h,
-        app,
+        unavailable,
         (Download::Json, "dl-json", "JSON"),
         "Every job, archived ones included, as the protocol's JobView objects",
         none,
     );
     download_button(
         h,
-        app,
+        unavailable,
         (Download::Csv, "dl-csv", "CSV"),
         "One row per job, archived ones included",
         none,
     );
     download_button(
         h,
-        app,
+        unavailable,
         (Download::Metaschedule, "dl-metaschedule", "MetaSchedule"),
         ms_title,
         !any_ms && archived == 0,
