@@ -114,6 +114,21 @@ impl Connection {
         Ok(())
     }
 
+    /// Queues one message without sending it; [`flush`](Self::flush) sends
+    /// what is queued in one write (a result and the request for the next
+    /// job reach the master together).
+    pub async fn feed(&mut self, message: &WorkerMessage) -> Result<(), ConnectionError> {
+        let text = serde_json::to_string(message)?;
+        self.ws.feed(Message::text(text)).await?;
+        Ok(())
+    }
+
+    /// Sends what [`feed`](Self::feed) queued.
+    pub async fn flush(&mut self) -> Result<(), ConnectionError> {
+        self.ws.flush().await?;
+        Ok(())
+    }
+
     /// The next message from the master; `Ok(None)` once the socket is closed
     /// (then [`close_info`](Self::close_info) tells how, if the master said).
     pub async fn recv(&mut self) -> Result<Option<MasterMessage>, ConnectionError> {

@@ -533,12 +533,17 @@ impl Worker {
                     let request = WorkerMessage::RequestJob {
                         token: token.to_string(),
                     };
-                    if let Err(e) = conn.send(&request).await {
+                    if let Err(e) = conn.feed(&request).await {
                         return SessionEnd::Lost(e.to_string());
                     }
                     debug!("idle; asked for a job");
                     requested = true;
                 }
+            }
+            // What was queued (a report, then the request) leaves in one write
+            // before waiting.
+            if let Err(e) = conn.flush().await {
+                return SessionEnd::Lost(e.to_string());
             }
 
             // All branches are cancel-safe. `conn.recv()` is always polled, so
@@ -569,7 +574,7 @@ impl Worker {
                 Event::Job(JobEvent::Finished(joined)) => self.finish_job(joined, token),
             };
             if let Some(message) = outgoing {
-                if let Err(e) = conn.send(&message).await {
+                if let Err(e) = conn.feed(&message).await {
                     return SessionEnd::Lost(e.to_string());
                 }
             }

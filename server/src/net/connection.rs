@@ -116,6 +116,13 @@ impl Connection {
         Ok(())
     }
 
+    /// Queues one message without flushing; [`Connection::flush`] sends what
+    /// is queued, in one write when it fits the socket.
+    pub async fn feed<T: Serialize>(&mut self, msg: &T) -> Result<(), SendError> {
+        let text = serde_json::to_string(msg)?;
+        self.feed_text(text.into()).await
+    }
+
     /// Queues one text message without flushing; [`Connection::flush`]
     /// sends what is queued. A message that needs fragments is sent at once.
     pub async fn feed_text(&mut self, text: Utf8Bytes) -> Result<(), SendError> {

@@ -20,6 +20,7 @@ use tunefleet_shared::protocol::{
 };
 use tunefleet_shared::secrets_equal;
 
+use super::connection::SendError;
 use super::limits::{TokenBucket, PROGRESS_INTERVAL};
 use super::{AppState, Connection, Frame};
 use crate::core::{Command, Outbound, WorkerInput};
@@ -175,11 +176,14 @@ pub async fn run(mut conn: Connection, state: AppState) {
                 Frame::Error(e) => break format!("connection error: {e}"),
             },
             out = rx.recv() => match out {
-                Some(Outbound::Msg(msg)) => {
-                    if let Err(e) = conn.send(&msg).await {
-                        break format!("send failed: {e}");
+                Some(Outbound::Msg(msg)) => match send_queued(&mut conn, msg, &mut rx).await {
+                    Ok(None) => {}
+                    Ok(Some((code, reason))) => {
+                        conn.close(code, &reason).await;
+                        break reason;
                     }
-                }
+                    Err(e) => break format!("send failed: {e}"),
+                },
                 Some(Outbound::Close { code, reason }) => {
                     conn.close(code, &reason).await;
                     break reason;
@@ -225,6 +229,35 @@ pub async fn run(mut conn: Connection, state: AppState) {
             reason,
         })
         .await;
+}
+
+/// Most messages the core queues for one worker at a time to send together
+/// (an `ack` and the next `assign` come from one commit).
+const MAX_MESSAGES_PER_WRITE: usize = 64;
+
+/// Sends `first` and whatever else the core has already queued for this
+/// worker in one flush, so the worker reads an `ack` and the next `assign`
+/// with one wake-up instead of two. A queued close ends the batch: what came
+/// before it is flushed first, then the close is handed back to the caller.
+async fn send_queued(
+    conn: &mut Connection,
+    first: MasterMessage,
+    rx: &mut mpsc::UnboundedReceiver<Outbound>,
+) -> Result<Option<(u16, String)>, SendError> {
+    conn.feed(&first).await?;
+    let mut close = None;
+    for _ in 1..MAX_MESSAGES_PER_WRITE {
+        match rx.try_recv() {
+            Ok(Outbound::Msg(msg)) => conn.feed(&msg).await?,
+            Ok(Outbound::Close { code, reason }) => {
+                close = Some((code, reason));
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    conn.flush().await?;
+    Ok(close)
 }
 
 /// Reads and checks `register`; closes the socket with a clear reason if wrong.

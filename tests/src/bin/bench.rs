@@ -29,6 +29,7 @@ use anyhow::{bail, Context};
 use tunefleet_server::client::Client;
 use tunefleet_shared::protocol::{FleetEvent, JobCounts, JobState};
 use tunefleet_shared::target::Target;
+use tunefleet_shared::workload::MAX_WORKLOADS_PER_FILE;
 use tunefleet_worker::{run_worker, Backoff, SimBackend, WorkerConfig};
 
 const TOKEN: &str = "bench-token";
@@ -56,7 +57,7 @@ usage: tunefleet-bench [FLAGS]            fleet throughput, recycle latency and 
 
 flags of the fleet run (defaults in brackets):
   --workers N             in-process zero-time workers [100]
-  --jobs N                jobs per round [20000]
+  --jobs N                jobs per round, one workload file [10000, the most a file may hold]
   --rounds N              throughput rounds [3]
   --recycle-samples N     kill -9 recycle samples [20]
   --master-bin PATH       the master [tunefleet next to this binary]
@@ -71,7 +72,7 @@ fn parse_args() -> anyhow::Result<Args> {
         .to_path_buf();
     let mut args = Args {
         workers: 100,
-        jobs: 20_000,
+        jobs: MAX_WORKLOADS_PER_FILE,
         rounds: 3,
         recycle_samples: 20,
         master_bin: exe_dir.join("tunefleet"),
@@ -97,6 +98,13 @@ fn parse_args() -> anyhow::Result<Args> {
             }
             other => bail!("unknown flag {other}\n\n{USAGE}"),
         }
+    }
+    // A round is one submit, so it cannot hold more than one file may.
+    if !(1..=MAX_WORKLOADS_PER_FILE).contains(&args.jobs) {
+        bail!(
+            "--jobs {}: a round submits one workload file, which holds 1 to {MAX_WORKLOADS_PER_FILE} jobs",
+            args.jobs
+        );
     }
     Ok(args)
 }
