@@ -223,6 +223,11 @@ struct Throughput {
     after_submit_per_s: f64,
     /// From sending the file to the master's reply (parse, check, commit).
     submit: Duration,
+    /// CPU time per job over the round, submit included: the master's (all
+    /// threads) and this process's (the workers and the watcher). Steadier
+    /// than the rates on shared cores, and what the two cores are spent on.
+    master_cpu_per_job: Duration,
+    bench_cpu_per_job: Duration,
 }
 
 /// A frame as the throughput watcher reads it: the frame's type and, for
@@ -265,7 +270,12 @@ impl WatchedSnapshot {
     }
 }
 
-async fn throughput_round(url: &str, jobs: usize, round: usize) -> anyhow::Result<Throughput> {
+async fn throughput_round(
+    url: &str,
+    master_pid: u32,
+    jobs: usize,
+    round: usize,
+) -> anyhow::Result<Throughput> {
     // Every earlier job has ended, so the count cannot move before the submit.
     let base_done = Client::connect(url, Some(TOKEN))
         .await?
@@ -276,6 +286,10 @@ async fn throughput_round(url: &str, jobs: usize, round: usize) -> anyhow::Resul
     let mut watcher = subscriber::RawSubscriber::subscribe(url).await?;
     let text = yaml(jobs, round);
     let mut submitter = Client::connect(url, Some(TOKEN)).await?;
+    let cpu_before = (
+        procfs::cpu_ns(master_pid),
+        procfs::cpu_ns(std::process::id()),
+    );
     let started = Instant::now();
     let report = submitter.submit(text, Some("bench.yaml")).await?;
     let submit = started.elapsed();
@@ -321,6 +335,11 @@ async fn throughput_round(url: &str, jobs: usize, round: usize) -> anyhow::Resul
         }
     }
     let _ = assigned;
+    let per_job = |before: u64, after: u64| {
+        Duration::from_nanos(after.saturating_sub(before) / jobs.max(1) as u64)
+    };
+    let master_cpu_per_job = per_job(cpu_before.0, procfs::cpu_ns(master_pid));
+    let bench_cpu_per_job = per_job(cpu_before.1, procfs::cpu_ns(std::process::id()));
     Ok(Throughput {
         dispatched_per_s: jobs as f64 / (last_assigned - started).as_secs_f64(),
         completed_per_s: jobs as f64 / (last_done - started).as_secs_f64(),
@@ -331,6 +350,8 @@ async fn throughput_round(url: &str, jobs: usize, round: usize) -> anyhow::Resul
                 .as_secs_f64()
                 .max(1e-9),
         submit,
+        master_cpu_per_job,
+        bench_cpu_per_job,
     })
 }
 
@@ -664,17 +685,22 @@ async fn main() -> anyhow::Result<()> {
     let mut dispatched = Vec::new();
     let mut completed = Vec::new();
     let mut after_submit = Vec::new();
+    let (mut master_cpu, mut bench_cpu) = (Vec::new(), Vec::new());
     for round in 0..args.rounds {
-        let t = throughput_round(&master.url, args.jobs, round).await?;
+        let t = throughput_round(&master.url, master.pid(), args.jobs, round).await?;
         println!(
-            "round {}: {} jobs: dispatched {:.0} jobs/s, completed {:.0} jobs/s (the submit itself {:.0} ms; {:.0} jobs/s after it)",
+            "round {}: {} jobs: dispatched {:.0} jobs/s, completed {:.0} jobs/s (the submit itself {:.0} ms; {:.0} jobs/s after it); CPU per job: master {:.0} µs, workers and watcher {:.0} µs",
             round + 1,
             args.jobs,
             t.dispatched_per_s,
             t.completed_per_s,
             t.submit.as_secs_f64() * 1000.0,
-            t.after_submit_per_s
+            t.after_submit_per_s,
+            t.master_cpu_per_job.as_secs_f64() * 1e6,
+            t.bench_cpu_per_job.as_secs_f64() * 1e6,
         );
+        master_cpu.push(t.master_cpu_per_job.as_secs_f64() * 1e6);
+        bench_cpu.push(t.bench_cpu_per_job.as_secs_f64() * 1e6);
         dispatched.push(t.dispatched_per_s);
         completed.push(t.completed_per_s);
         after_submit.push(t.after_submit_per_s);
@@ -757,6 +783,20 @@ async fn main() -> anyhow::Result<()> {
         100.0 * median(completed.clone()) / echo,
         100.0 * median(after_submit.clone()) / echo
     );
+    for (name, xs) in [
+        (
+            "master CPU per job, all threads, submit included",
+            &master_cpu,
+        ),
+        ("bench CPU per job: its workers and watcher", &bench_cpu),
+    ] {
+        println!(
+            "| {name} | {:.0} µs | {:.0} µs | {:.0} µs |",
+            median(xs.clone()),
+            xs.iter().cloned().fold(f64::MAX, f64::min),
+            xs.iter().cloned().fold(f64::MIN, f64::max),
+        );
+    }
     println!(
         "| submit answered from the tuning cache, {} samples | {:.2} ms | {:.2} ms | p95 {:.2} ms |",
         cache_hit_ms.len(),
