@@ -11,11 +11,11 @@
 //!   duration it returns at once without reporting progress (the 100-worker
 //!   benchmark uses that to measure the fleet machinery alone);
 //! - the result is deterministic: it is derived from a hash of the job id
-//!   the master assigned (the workload's content hash, so the same job gives
-//!   the same latencies on every worker and every run; taken from the
-//!   assignment rather than hashed again, which was a sixth of a zero-time
-//!   worker's CPU in the 100-worker benchmark). The best latency is the time the workload's FLOPs take
-//!   at 10 GFLOP/s (1 ms when the FLOPs are unknown) times a factor in
+//!   the master assigned, which is the workload's content hash, so the same
+//!   job gives the same latencies on every worker and every run. (Hashing the
+//!   workload again here was a sixth of a zero-time worker's CPU in the
+//!   100-worker benchmark.) The best latency is the time the workload's FLOPs
+//!   take at 10 GFLOP/s (1 ms when the FLOPs are unknown) times a factor in
 //!   `[0.5, 1.5)` taken from the hash; record `i` (best first) is `1 + 0.1 i`
 //!   times slower. At most `nbest` records are returned, each with
 //!   `{"sim": true, "candidate": i, "job_id": ...}` as its record.
