@@ -175,20 +175,19 @@ pub async fn run(mut conn: Connection, state: AppState) {
                 }
                 Frame::Error(e) => break format!("connection error: {e}"),
             },
-            out = rx.recv() => match out {
-                Some(Outbound::Msg(msg)) => match send_queued(&mut conn, msg, &mut rx).await {
-                    Ok(None) => {}
-                    Ok(Some((code, reason))) => {
-                        conn.close(code, &reason).await;
-                        break reason;
-                    }
-                    Err(e) => break format!("send failed: {e}"),
-                },
-                Some(Outbound::Close { code, reason }) => {
+            out = rx.recv() => {
+                let close = match out {
+                    Some(Outbound::Msg(msg)) => match send_queued(&mut conn, msg, &mut rx).await {
+                        Ok(close) => close,
+                        Err(e) => break format!("send failed: {e}"),
+                    },
+                    Some(Outbound::Close { code, reason }) => Some((code, reason)),
+                    None => break "master core stopped".into(),
+                };
+                if let Some((code, reason)) = close {
                     conn.close(code, &reason).await;
                     break reason;
                 }
-                None => break "master core stopped".into(),
             },
             _ = tokio::time::sleep_until(next_progress), if held_progress.is_some() => {
                 next_progress = tokio::time::Instant::now() + PROGRESS_INTERVAL;
