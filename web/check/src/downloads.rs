@@ -90,23 +90,21 @@ pub fn make(download: Download, results_reply: &str) -> Result<Files, String> {
     let frame: ResultsFrame = tunefleet_shared::tree::from_str(results_reply)
         .map_err(|e| format!("the master's results could not be read: {e}"))?;
     let jobs = frame.body.jobs;
+    let one = |file| Files {
+        files: vec![file],
+        notice: None,
+    };
     Ok(match download {
-        Download::Json => Files {
-            files: vec![file(
-                "tunefleet-results.json",
-                "application/json",
-                export::to_json(&jobs),
-            )],
-            notice: None,
-        },
-        Download::Csv => Files {
-            files: vec![file(
-                "tunefleet-results.csv",
-                "text/csv",
-                export::to_csv(&jobs),
-            )],
-            notice: None,
-        },
+        Download::Json => one(file(
+            "tunefleet-results.json",
+            "application/json",
+            export::to_json(&jobs),
+        )),
+        Download::Csv => one(file(
+            "tunefleet-results.csv",
+            "text/csv",
+            export::to_csv(&jobs),
+        )),
         Download::Metaschedule => {
             let db = export::metaschedule_database(&jobs).map_err(|e| e.to_string())?;
             let notice = (db.skipped > 0).then(|| {
