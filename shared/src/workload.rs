@@ -1318,7 +1318,7 @@ pub fn parse_workload_file(text: &str, filename: &str) -> Result<Vec<Workload>, 
         );
         return ctx.finish(Vec::new());
     }
-    let documents = match serde_saphyr::from_multiple_with_options::<Node>(text, yaml_options()) {
+    let documents = match crate::yaml_tree::parse_documents(text, MAX_YAML_DOCUMENTS) {
         Ok(docs) => docs,
         Err(err) => {
             report_yaml_error(&mut ctx, &err);
@@ -1344,9 +1344,8 @@ pub fn parse_workload_file(text: &str, filename: &str) -> Result<Vec<Workload>, 
     ctx.finish(state.workloads)
 }
 
-fn yaml_options() -> serde_saphyr::Options {
-    crate::yaml_tree::options(256)
-}
+/// Most `---` documents one workload file may hold.
+const MAX_YAML_DOCUMENTS: usize = 256;
 
 fn report_yaml_error(ctx: &mut Ctx<'_>, err: &serde_saphyr::Error) {
     let inner = err.without_snippet();
@@ -1381,7 +1380,7 @@ fn report_yaml_error(ctx: &mut Ctx<'_>, err: &serde_saphyr::Error) {
     ctx.push(line, column, None, message);
 }
 
-/// A readable message for the parser's resource limits (see [`yaml_options`]).
+/// A readable message for the parser's resource limits (see [`crate::yaml_tree::options`]).
 fn yaml_limit_message(mut err: &serde_saphyr::Error) -> Option<String> {
     use serde_saphyr::budget::BudgetBreach as B;
     use serde_saphyr::Error as E;

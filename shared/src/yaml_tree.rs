@@ -11,15 +11,19 @@ use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
 
+mod fast;
+#[cfg(test)]
+mod tests;
+
 /// A YAML node and where it starts (1-based line and column; 0 when unknown).
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) struct Node {
     pub(crate) value: Yaml,
     pub(crate) line: usize,
     pub(crate) column: usize,
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) enum Yaml {
     Null,
     Bool(bool),
@@ -127,23 +131,26 @@ impl Node {
     }
 }
 
+/// Every document of `text` as a tree, under [`options`]. A plain file (no
+/// anchors, tags or floats: what people write and what tools generate) is
+/// read by [`fast`] straight from the parser's events; anything else, and
+/// every error, goes through serde-saphyr, so what is accepted, the trees and
+/// the error texts are serde-saphyr's either way.
+pub(crate) fn parse_documents(
+    text: &str,
+    max_documents: usize,
+) -> Result<Vec<Node>, serde_saphyr::Error> {
+    if let Some(documents) = fast::documents(text, &budget(max_documents)) {
+        return Ok(documents);
+    }
+    serde_saphyr::from_multiple_with_options::<Node>(text, options(max_documents))
+}
+
 /// Parser limits shared by every YAML reader: deep nesting, alias bombs and
 /// huge inputs fail fast with a clear error instead of exhausting memory.
 pub(crate) fn options(max_documents: usize) -> serde_saphyr::Options {
     serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_depth: MAX_YAML_DEPTH,
-            flow_nesting_limit: MAX_YAML_DEPTH,
-            max_nodes: 600_000,
-            max_events: 1_500_000,
-            max_documents: max_documents,
-            max_total_scalar_bytes: MAX_WORKLOAD_FILE_BYTES,
-            max_aliases: 10_000,
-            max_anchors: 10_000,
-            max_merge_keys: 10_000,
-            max_recorded_anchor_events: 200_000,
-            max_recorded_anchor_bytes: MAX_WORKLOAD_FILE_BYTES,
-        },
+        budget: Some(budget(max_documents)),
         alias_limits: serde_saphyr::alias_limits! {
             max_total_replayed_events: 200_000,
             max_replay_stack_depth: 16,
@@ -154,4 +161,20 @@ pub(crate) fn options(max_documents: usize) -> serde_saphyr::Options {
         with_snippet: false,
         crop_radius: 0,
     }
+}
+
+fn budget(max_documents: usize) -> serde_saphyr::Budget {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_depth = MAX_YAML_DEPTH;
+    budget.flow_nesting_limit = MAX_YAML_DEPTH;
+    budget.max_nodes = 600_000;
+    budget.max_events = 1_500_000;
+    budget.max_documents = max_documents;
+    budget.max_total_scalar_bytes = MAX_WORKLOAD_FILE_BYTES;
+    budget.max_aliases = 10_000;
+    budget.max_anchors = 10_000;
+    budget.max_merge_keys = 10_000;
+    budget.max_recorded_anchor_events = 200_000;
+    budget.max_recorded_anchor_bytes = MAX_WORKLOAD_FILE_BYTES;
+    budget
 }

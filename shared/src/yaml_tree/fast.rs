@@ -1,0 +1,179 @@
+//! The YAML fast path: a tree built straight from the parser's events.
+//!
+//! Why: serde-saphyr gives every value its position through `Spanned`, which
+//! deserialises each node as a small map (value, then location) and moves it
+//! through several layers of `Result`s. For a submit of 10,000 one-line
+//! workloads that was ~150–250 ms, most of the master's submit and a fifth of
+//! its CPU per job in the fleet bench; the parser underneath (granit, the
+//! same one serde-saphyr drives) takes a fifth of that.
+//!
+//! What it must never do: answer differently from serde-saphyr. It takes
+//! only the part of YAML whose meaning is plain (mappings and sequences,
+//! strings, decimal integers, `true` and `false`) and gives up, returning
+//! `None`, on anything else: anchors, aliases, tags, merge keys, floats,
+//! nulls, a key that repeats, a key that is not a string or integer, a
+//! parser error, or a limit of [`super::budget`] reached. The caller then
+//! parses the whole text with serde-saphyr, which decides and words every
+//! error. `tests.rs` holds both to the same trees.
+
+use std::borrow::Cow;
+
+use granit_parser::{Event, Parser, ScalarStyle};
+
+use super::{Node, Yaml};
+
+/// A collection being filled.
+enum Open {
+    Seq(Node),
+    /// The map, and its key waiting for a value.
+    Map(Node, Option<Node>),
+}
+
+pub(super) fn documents(text: &str, budget: &serde_saphyr::Budget) -> Option<Vec<Node>> {
+    let mut options = granit_parser::Options::default();
+    options.flow_nesting_limit = budget.flow_nesting_limit;
+    options.simple_key_max_lookahead = budget.simple_key_max_lookahead;
+    options.block_nesting_limit = options.block_nesting_limit.max(budget.max_depth + 1);
+    // On when a crate in the build turns on granit's `comments` feature.
+    options.emit_comments = false;
+    let mut parser = Parser::new_from_str_with_options(text, options);
+    let mut documents = Vec::new();
+    let mut open: Vec<Open> = Vec::new();
+    let mut nodes = 0usize;
+    while let Some(next) = parser.next_event() {
+        let (event, span) = next.ok()?;
+        let (line, column) = (span.start.line(), span.start.col() + 1);
+        let node = match event {
+            Event::StreamStart
+            | Event::StreamEnd
+            | Event::DocumentStart(..)
+            | Event::DocumentEnd => continue,
+            Event::Scalar(text, style, 0, None) => Node {
+                value: scalar(text, style)?,
+                line,
+                column,
+            },
+            Event::SequenceStart(_, 0, None) | Event::MappingStart(_, 0, None) => {
+                if open.len() >= budget.max_depth {
+                    return None;
+                }
+                let value = match event {
+                    Event::SequenceStart(..) => Yaml::Seq(Vec::new()),
+                    _ => Yaml::Map(Vec::new()),
+                };
+                let node = Node {
+                    value,
+                    line,
+                    column,
+                };
+                open.push(match node.value {
+                    Yaml::Seq(_) => Open::Seq(node),
+                    _ => Open::Map(node, None),
+                });
+                continue;
+            }
+            Event::SequenceEnd => match open.pop()? {
+                Open::Seq(node) => node,
+                Open::Map(..) => return None,
+            },
+            Event::MappingEnd => match open.pop()? {
+                Open::Map(node, None) => node,
+                Open::Map(_, Some(_)) | Open::Seq(_) => return None,
+            },
+            // Anchors, aliases, tags, and whatever the parser adds later.
+            _ => return None,
+        };
+        nodes += 1;
+        if nodes > budget.max_nodes {
+            return None;
+        }
+        match open.last_mut() {
+            None => {
+                documents.push(node);
+                if documents.len() > budget.max_documents {
+                    return None;
+                }
+            }
+            Some(Open::Seq(Node {
+                value: Yaml::Seq(items),
+                ..
+            })) => items.push(node),
+            Some(Open::Map(map, key)) => match key.take() {
+                None => {
+                    key_text(&node)?;
+                    *key = Some(node);
+                }
+                Some(k) => {
+                    let Yaml::Map(entries) = &mut map.value else {
+                        return None;
+                    };
+                    let text = key_text(&k)?;
+                    if text == "<<"
+                        || entries
+                            .iter()
+                            .any(|(e, _)| key_text(e).as_deref() == Some(&*text))
+                    {
+                        return None;
+                    }
+                    entries.push((k, node));
+                }
+            },
+            Some(Open::Seq(_)) => return None,
+        }
+    }
+    // An empty stream, or one that ended inside a collection.
+    if documents.is_empty() || !open.is_empty() {
+        return None;
+    }
+    Some(documents)
+}
+
+/// A key as text, to find repeats the way serde-saphyr might (`11` and
+/// `"11"` count as the same): only strings and integers are taken.
+fn key_text(node: &Node) -> Option<Cow<'_, str>> {
+    match &node.value {
+        Yaml::Str(s) => Some(Cow::Borrowed(s)),
+        Yaml::Int(i) => Some(Cow::Owned(i.to_string())),
+        _ => None,
+    }
+}
+
+/// serde-saphyr's typing of an untagged scalar (`deserialize_any` with
+/// strict booleans), for the cases that are unambiguous; `None` for the rest.
+fn scalar(text: Cow<'_, str>, style: ScalarStyle) -> Option<Yaml> {
+    if style != ScalarStyle::Plain {
+        // Quoted and block scalars are strings, whatever they say.
+        return Some(Yaml::Str(text.into_owned()));
+    }
+    let bytes = text.as_bytes();
+    let first = *bytes.first()?;
+    if first.is_ascii_alphabetic() || !first.is_ascii() {
+        // Numbers start with a digit, a sign or a dot; `inf` and `nan` stay
+        // strings. Left: null and the booleans, in any case.
+        return match text.as_ref() {
+            "true" => Some(Yaml::Bool(true)),
+            "false" => Some(Yaml::Bool(false)),
+            t if t.eq_ignore_ascii_case("true")
+                || t.eq_ignore_ascii_case("false")
+                || t.eq_ignore_ascii_case("null") =>
+            {
+                None
+            }
+            _ => Some(Yaml::Str(text.into_owned())),
+        };
+    }
+    // Decimal integers without a leading zero; other numbers (hex, `+1`,
+    // `1_000`, floats, too large) go to serde-saphyr.
+    let digits = text.strip_prefix('-').unwrap_or(&text);
+    let plain_decimal = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    if !plain_decimal {
+        return None;
+    }
+    if text.starts_with('-') {
+        text.parse::<i64>().ok().map(|v| Yaml::Int(v.into()))
+    } else {
+        text.parse::<u64>().ok().map(|v| Yaml::Int(v.into()))
+    }
+}
