@@ -551,18 +551,23 @@ impl Scheduler {
     ) -> (Vec<JobId>, Vec<JobId>) {
         let (mut created, mut duplicates) = (Vec::new(), Vec::new());
         for (workload, mut extras) in workloads {
-            let id = workload.job_id();
+            let (id, content_key) = match policy {
+                CachePolicy::Use => {
+                    let (id, content_key) = workload.job_id_and_content_key();
+                    (id, Some(content_key))
+                }
+                CachePolicy::Bypass => (workload.job_id(), None),
+            };
             if self.jobs.contains_key(&id) {
                 duplicates.push(id);
                 continue;
             }
-            let (answer, content_key) = match policy {
-                CachePolicy::Use => {
-                    let content_key = workload.content_key();
+            let (answer, content_key) = match content_key {
+                Some(content_key) => {
                     let answer = self.cache.lookup(&workload, &content_key, &self.jobs);
                     (answer, ContentKeyCache::known(content_key))
                 }
-                CachePolicy::Bypass => (CacheAnswer::Miss, ContentKeyCache::default()),
+                None => (CacheAnswer::Miss, ContentKeyCache::default()),
             };
             let key = self.next_back;
             self.next_back += 1;

@@ -2,19 +2,20 @@
 //!
 //! Why: serde-saphyr gives every value its position through `Spanned`, which
 //! deserialises each node as a small map (value, then location) and moves it
-//! through several layers of `Result`s. For a submit of 10,000 one-line
-//! workloads that was ~150–250 ms, most of the master's submit and a fifth of
-//! its CPU per job in the fleet bench; the parser underneath (granit, the
-//! same one serde-saphyr drives) takes a fifth of that.
+//! through several layers of `Result`s. Reading a file of 10,000 one-line
+//! workloads took 150–250 ms that way, on the master's submit path; from the
+//! events it takes ~115 ms, most of it in the parser itself (granit, the one
+//! serde-saphyr drives). Figures: docs/benchmarks.md.
 //!
 //! What it must never do: answer differently from serde-saphyr. It takes
 //! only the part of YAML whose meaning is plain (mappings and sequences,
-//! strings, decimal integers, `true` and `false`) and gives up, returning
-//! `None`, on anything else: anchors, aliases, tags, merge keys, floats,
-//! nulls, a key that repeats, a key that is not a string or integer, a
-//! parser error, or a limit of [`super::budget`] reached. The caller then
-//! parses the whole text with serde-saphyr, which decides and words every
-//! error. `tests.rs` holds both to the same trees.
+//! strings, decimal integers and fractions, `true` and `false`) and gives
+//! up, returning `None`, on anything else: anchors, aliases, tags, merge
+//! keys, exponents and other number forms, nulls, a key that repeats, a key
+//! that is not a string or integer, a parser error, or a limit of
+//! [`super::budget`] reached. The caller then parses the whole text with
+//! serde-saphyr, which decides and words every error. `tests.rs` holds both
+//! to the same trees.
 
 use std::borrow::Cow;
 
@@ -162,18 +163,28 @@ fn scalar(text: Cow<'_, str>, style: ScalarStyle) -> Option<Yaml> {
             _ => Some(Yaml::Str(text.into_owned())),
         };
     }
-    // Decimal integers without a leading zero; other numbers (hex, `+1`,
-    // `1_000`, floats, too large) go to serde-saphyr.
+    // Decimal integers without a leading zero, and decimal fractions
+    // (`0.5`, `-12.25`); other numbers (hex, `+1`, `1_000`, `1e3`, `.5`, too
+    // large) go to serde-saphyr.
     let digits = text.strip_prefix('-').unwrap_or(&text);
-    let plain_decimal = !digits.is_empty()
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && (digits == "0" || !digits.starts_with('0'));
-    if !plain_decimal {
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if all_digits(digits) {
+        if digits.len() > 1 && digits.starts_with('0') {
+            return None;
+        }
+        return if text.starts_with('-') {
+            text.parse::<i64>().ok().map(|v| Yaml::Int(v.into()))
+        } else {
+            text.parse::<u64>().ok().map(|v| Yaml::Int(v.into()))
+        };
+    }
+    let (whole, fraction) = digits.split_once('.')?;
+    if !(all_digits(whole) && all_digits(fraction)) {
         return None;
     }
-    if text.starts_with('-') {
-        text.parse::<i64>().ok().map(|v| Yaml::Int(v.into()))
-    } else {
-        text.parse::<u64>().ok().map(|v| Yaml::Int(v.into()))
-    }
+    // serde-saphyr parses these with the same `str::parse`.
+    text.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .map(Yaml::Float)
 }
