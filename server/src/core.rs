@@ -1063,8 +1063,11 @@ impl Core {
 
     fn collect(&mut self, out: Vec<Output>, batch: &mut Batch) {
         let now = now_ms();
-        // Views are taken now, after the whole event, so one per session is enough.
+        // Views are taken now, after the whole event, so one per session or
+        // job is enough: a job submitted and assigned in one event would
+        // otherwise be published twice, both times as assigned.
         let mut workers_seen = std::collections::HashSet::new();
+        let mut jobs_seen = std::collections::HashSet::new();
         for output in out {
             // (event, whether it belongs in the durable trace)
             let (event, traced) = match output {
@@ -1072,6 +1075,9 @@ impl Core {
                     let Some(job) = self.scheduler.job(&id) else {
                         continue;
                     };
+                    if !jobs_seen.insert(job.id()) {
+                        continue;
+                    }
                     // The whole view for subscribers, the lifecycle for the
                     // trace (the row holds the rest); neither clones the view.
                     batch.events.push(job_updated_event(&job.view));

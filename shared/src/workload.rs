@@ -463,7 +463,10 @@ impl Workload {
     /// what a submit needs of each workload, at half the cost.
     pub fn job_id_and_content_key(&self) -> (String, String) {
         let identity = self.identity_value();
-        (hash_id(IDENTITY_VERSION, &identity), content_key_of(identity))
+        (
+            hash_id(IDENTITY_VERSION, &identity),
+            content_key_of(identity),
+        )
     }
 
     /// Floating point operations of one run (a multiply-add counts as 2);
@@ -2515,7 +2518,10 @@ mod tests {
         assert_eq!(a.content_key(), "d02d7f350adf4b27");
         assert_eq!(
             a.job_id_and_content_key(),
-            ("2f02e18643233976".to_string(), "d02d7f350adf4b27".to_string())
+            (
+                "2f02e18643233976".to_string(),
+                "d02d7f350adf4b27".to_string()
+            )
         );
 
         // Same content written differently: same id.

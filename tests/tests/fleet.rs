@@ -494,3 +494,48 @@ async fn a_slow_subscriber_is_resynced_with_a_snapshot_and_never_stalls_the_flee
     );
     assert!(master.log().contains("subscriber fell behind"));
 }
+
+/// A job that an idle worker takes within its own submit changes twice in
+/// one step (queued, then assigned); subscribers see the result once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_assigned_by_its_own_submit_is_published_once() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = Master::start(dir.path(), &[]);
+    let _worker = Worker::start(&master, "idle", 0.05, &[]);
+    let mut watcher = master.client().await;
+    eventually(
+        Duration::from_secs(20),
+        "the worker waits for work",
+        || async {
+            let status = master.client().await.status().await.ok()?;
+            (status.workers == 1).then_some(())
+        },
+    )
+    .await;
+    watcher.subscribe().await.expect("subscribe");
+    let mut submitter = master.client().await;
+    let report = submitter
+        .submit(matmul_yaml(1, "once"), Some("once.yaml"))
+        .await
+        .expect("submit");
+    let job_id = report.new_jobs[0].clone();
+    let mut states = Vec::new();
+    while states.last() != Some(&JobState::Done) {
+        let update = tokio::time::timeout(Duration::from_secs(20), watcher.next_update())
+            .await
+            .expect("the job is done in time")
+            .expect("event stream")
+            .expect("stream open");
+        if let Update::Event(_, FleetEvent::JobUpdated { job }) = update {
+            if job.job_id == job_id {
+                states.push(job.state);
+            }
+        }
+    }
+    assert_eq!(
+        states.iter().filter(|s| **s == JobState::Assigned).count(),
+        1,
+        "one `assigned` event, not one per step: {states:?}"
+    );
+}
