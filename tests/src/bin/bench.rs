@@ -53,6 +53,7 @@ usage: tunefleet-bench [FLAGS]            fleet throughput, recycle latency and 
        tunefleet-bench scale [FLAGS]      10,000 workers and 1,000 dashboards (scale --help)
        tunefleet-bench soak [FLAGS]       a long run's memory and database size (soak --help)
        tunefleet-bench chaos              kills and restarts under load
+       tunefleet-bench parse              reading a round's workload file, fast path and serde-saphyr
        tunefleet-bench join ...           helper process of the scale run
 
 flags of the fleet run (defaults in brackets):
@@ -132,6 +133,8 @@ impl MasterProcess {
 
 #[path = "bench/join.rs"]
 mod join;
+#[path = "bench/parse.rs"]
+mod parse;
 #[path = "bench/procfs.rs"]
 mod procfs;
 #[path = "bench/scale.rs"]
@@ -605,6 +608,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if std::env::args().nth(1).as_deref() == Some("chaos") {
         return chaos_main().await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("parse") {
+        return parse::run(10_000);
     }
     if std::env::args().nth(1).as_deref() == Some("soak") {
         let exe_dir = std::env::current_exe()?
