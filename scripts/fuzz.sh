@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-20}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(workload_yaml lorien_yaml target_text worker_frame client_frame onnx_model metaschedule_db)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(workload_yaml yaml_fast_path lorien_yaml target_text worker_frame client_frame onnx_model metaschedule_db)
 
 if ! rustup toolchain list | grep -q '^nightly'; then
     echo "fuzz: installing the nightly toolchain"

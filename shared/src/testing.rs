@@ -1,5 +1,6 @@
 //! Protocol values for tests in other crates (feature `testing`): the one
-//! place they build a workload or a job view, so a new field is added once.
+//! place they build a workload or a job view, so a new field is added once;
+//! and the YAML fast path's check against serde-saphyr, for the fuzzer.
 
 use crate::protocol::{JobState, JobView};
 use crate::workload::Workload;
@@ -37,4 +38,11 @@ pub fn job(id: &str, state: JobState) -> JobView {
         cached_from: None,
         actions: Vec::new(),
     }
+}
+
+/// Whether the YAML fast path read `text` (`Ok(false)`: it declined, and
+/// serde-saphyr reads the file), or `Err` with both answers where it
+/// disagrees with serde-saphyr. For the differential fuzz target.
+pub fn yaml_fast_path_agrees(text: &str) -> Result<bool, String> {
+    crate::yaml_tree::fast_path_agrees(text, crate::workload::MAX_YAML_DOCUMENTS)
 }

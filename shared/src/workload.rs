@@ -1360,7 +1360,7 @@ pub fn parse_workload_file(text: &str, filename: &str) -> Result<Vec<Workload>, 
 }
 
 /// Most `---` documents one workload file may hold.
-const MAX_YAML_DOCUMENTS: usize = 256;
+pub(crate) const MAX_YAML_DOCUMENTS: usize = 256;
 
 fn report_yaml_error(ctx: &mut Ctx<'_>, err: &serde_saphyr::Error) {
     let inner = err.without_snippet();

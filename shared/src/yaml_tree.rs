@@ -146,6 +146,22 @@ pub(crate) fn parse_documents(
     serde_saphyr::from_multiple_with_options::<Node>(text, options(max_documents))
 }
 
+/// For the tests and the fuzzer: whether the fast path answered for `text`
+/// (`Ok(false)`: it declined), and `Err` with both answers when it answered
+/// differently from serde-saphyr, which it must never do.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn fast_path_agrees(text: &str, max_documents: usize) -> Result<bool, String> {
+    let Some(fast) = fast::documents(text, &budget(max_documents)) else {
+        return Ok(false);
+    };
+    match serde_saphyr::from_multiple_with_options::<Node>(text, options(max_documents)) {
+        Ok(slow) if slow == fast => Ok(true),
+        slow => Err(format!(
+            "the YAML readers disagree on {text:?}:\nfast path: {fast:?}\nserde-saphyr: {slow:?}"
+        )),
+    }
+}
+
 /// Parser limits shared by every YAML reader: deep nesting, alias bombs and
 /// huge inputs fail fast with a clear error instead of exhausting memory.
 pub(crate) fn options(max_documents: usize) -> serde_saphyr::Options {
