@@ -23,6 +23,9 @@ use granit_parser::{Event, Parser, ScalarStyle};
 
 use super::{Node, Yaml};
 
+/// Keys a mapping may have on the fast path.
+pub(super) const MAX_FAST_MAP_ENTRIES: usize = 64;
+
 /// A collection being filled.
 enum Open {
     Seq(Node),
@@ -108,6 +111,11 @@ pub(super) fn documents(text: &str, budget: &serde_saphyr::Budget) -> Option<Vec
                     let Yaml::Map(entries) = &mut map.value else {
                         return None;
                     };
+                    // The repeat check is a scan: a mapping too large for
+                    // one stays with serde-saphyr (a workload's has a dozen keys).
+                    if entries.len() >= MAX_FAST_MAP_ENTRIES {
+                        return None;
+                    }
                     let text = key_text(&k)?;
                     if text == "<<"
                         || entries

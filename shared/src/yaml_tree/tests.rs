@@ -91,6 +91,16 @@ fn positions_match_serde_saphyr() {
 }
 
 #[test]
+fn a_large_mapping_is_left_to_serde_saphyr() {
+    let keys = |n: usize| (0..n).map(|i| format!("k{i}: {i}\n")).collect::<String>();
+    assert!(fast(&keys(fast::MAX_FAST_MAP_ENTRIES)).is_some());
+    assert!(fast(&keys(fast::MAX_FAST_MAP_ENTRIES + 1)).is_none());
+    // A hostile file of many keys costs a scan of at most that many per key
+    // (a quadratic check would not finish this).
+    assert!(fast(&keys(200_000)).is_none());
+}
+
+#[test]
 fn deep_nesting_is_declined_not_overflowed() {
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
     assert!(fast(&deep).is_none());
