@@ -132,10 +132,10 @@ impl Node {
 }
 
 /// Every document of `text` as a tree, under [`options`]. A plain file (no
-/// anchors, tags or floats: what people write and what tools generate) is
-/// read by [`fast`] straight from the parser's events; anything else, and
-/// every error, goes through serde-saphyr, so what is accepted, the trees and
-/// the error texts are serde-saphyr's either way.
+/// anchors, tags or unusual numbers: what people write and what tools
+/// generate) is read by [`fast`] straight from the parser's events; anything
+/// else, and every error, goes through serde-saphyr, so what is accepted,
+/// the trees and the error texts are serde-saphyr's either way.
 pub(crate) fn parse_documents(
     text: &str,
     max_documents: usize,

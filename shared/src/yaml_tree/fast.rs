@@ -3,19 +3,20 @@
 //! Why: serde-saphyr gives every value its position through `Spanned`, which
 //! deserialises each node as a small map (value, then location) and moves it
 //! through several layers of `Result`s. Reading a file of 10,000 one-line
-//! workloads took 150–250 ms that way, on the master's submit path; from the
-//! events it takes ~115 ms, most of it in the parser itself (granit, the one
-//! serde-saphyr drives). Figures: docs/benchmarks.md.
+//! workloads took 160–250 ms that way, on the master's submit path; from the
+//! events it takes half that, most of it in the parser itself (granit, the
+//! one serde-saphyr drives). Figures: docs/benchmarks.md.
 //!
 //! What it must never do: answer differently from serde-saphyr. It takes
 //! only the part of YAML whose meaning is plain (mappings and sequences,
 //! strings, decimal integers and fractions, `true` and `false`) and gives
 //! up, returning `None`, on anything else: anchors, aliases, tags, merge
 //! keys, exponents and other number forms, nulls, a key that repeats, a key
-//! that is not a string or integer, a parser error, or a limit of
-//! [`super::budget`] reached. The caller then parses the whole text with
-//! serde-saphyr, which decides and words every error. `tests.rs` holds both
-//! to the same trees.
+//! that is not a string or integer, a parser error, or half of a limit of
+//! [`super::budget`] reached (serde-saphyr may count depth and nodes a little
+//! differently, so a file anywhere near a limit is for it to judge). The
+//! caller then parses the whole text with serde-saphyr, which decides and
+//! words every error. `tests.rs` holds both to the same trees.
 
 use std::borrow::Cow;
 
@@ -58,21 +59,17 @@ pub(super) fn documents(text: &str, budget: &serde_saphyr::Budget) -> Option<Vec
                 column,
             },
             Event::SequenceStart(_, 0, None) | Event::MappingStart(_, 0, None) => {
-                if open.len() >= budget.max_depth {
+                if open.len() >= budget.max_depth / 2 {
                     return None;
                 }
-                let value = match event {
-                    Event::SequenceStart(..) => Yaml::Seq(Vec::new()),
-                    _ => Yaml::Map(Vec::new()),
-                };
-                let node = Node {
+                let at = |value| Node {
                     value,
                     line,
                     column,
                 };
-                open.push(match node.value {
-                    Yaml::Seq(_) => Open::Seq(node),
-                    _ => Open::Map(node, None),
+                open.push(match event {
+                    Event::SequenceStart(..) => Open::Seq(at(Yaml::Seq(Vec::new()))),
+                    _ => Open::Map(at(Yaml::Map(Vec::new())), None),
                 });
                 continue;
             }
@@ -88,7 +85,7 @@ pub(super) fn documents(text: &str, budget: &serde_saphyr::Budget) -> Option<Vec
             _ => return None,
         };
         nodes += 1;
-        if nodes > budget.max_nodes {
+        if nodes > budget.max_nodes / 2 {
             return None;
         }
         match open.last_mut() {

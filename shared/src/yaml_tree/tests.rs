@@ -108,6 +108,11 @@ fn deep_nesting_is_declined_not_overflowed() {
         .map(|i| format!("{}k{i}:\n", "  ".repeat(i)))
         .collect();
     assert!(fast(&block).is_none());
+    // Half the depth limit is the fast path's: serde-saphyr judges the rest.
+    let nested = |depth: usize| format!("{}1{}\n", "[".repeat(depth), "]".repeat(depth));
+    assert!(fast(&nested(MAX_YAML_DEPTH / 2)).is_some());
+    assert!(agrees(&nested(MAX_YAML_DEPTH / 2)));
+    assert!(fast(&nested(MAX_YAML_DEPTH / 2 + 1)).is_none());
 }
 
 /// Scalars the fast path reads.
