@@ -70,12 +70,6 @@ impl TryFrom<Map<String, Value>> for Target {
     }
 }
 
-impl From<Target> for Map<String, Value> {
-    fn from(t: Target) -> Self {
-        t.0
-    }
-}
-
 impl Target {
     /// `{"kind": kind}` with no other attribute.
     pub fn of_kind(kind: &str) -> Self {
