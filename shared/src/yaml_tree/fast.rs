@@ -27,11 +27,32 @@ use super::{Node, Yaml};
 /// Keys a mapping may have on the fast path.
 pub(super) const MAX_FAST_MAP_ENTRIES: usize = 64;
 
-/// A collection being filled.
-enum Open {
-    Seq(Node),
-    /// The map, and its key waiting for a value.
-    Map(Node, Option<Node>),
+/// A collection being filled, and where it starts.
+struct Open {
+    line: usize,
+    column: usize,
+    items: Items,
+}
+
+enum Items {
+    Seq(Vec<Node>),
+    /// The entries, and a key waiting for its value.
+    Map(Vec<(Node, Node)>, Option<Node>),
+}
+
+impl Open {
+    fn close(self) -> Option<Node> {
+        let value = match self.items {
+            Items::Seq(items) => Yaml::Seq(items),
+            Items::Map(entries, None) => Yaml::Map(entries),
+            Items::Map(_, Some(_)) => return None,
+        };
+        Some(Node {
+            value,
+            line: self.line,
+            column: self.column,
+        })
+    }
 }
 
 pub(super) fn documents(text: &str, budget: &serde_saphyr::Budget) -> Option<Vec<Node>> {
@@ -62,25 +83,28 @@ pub(super) fn documents(text: &str, budget: &serde_saphyr::Budget) -> Option<Vec
                 if open.len() >= budget.max_depth / 2 {
                     return None;
                 }
-                let at = |value| Node {
-                    value,
+                let items = match event {
+                    Event::SequenceStart(..) => Items::Seq(Vec::new()),
+                    _ => Items::Map(Vec::new(), None),
+                };
+                open.push(Open {
                     line,
                     column,
-                };
-                open.push(match event {
-                    Event::SequenceStart(..) => Open::Seq(at(Yaml::Seq(Vec::new()))),
-                    _ => Open::Map(at(Yaml::Map(Vec::new())), None),
+                    items,
                 });
                 continue;
             }
-            Event::SequenceEnd => match open.pop()? {
-                Open::Seq(node) => node,
-                Open::Map(..) => return None,
-            },
-            Event::MappingEnd => match open.pop()? {
-                Open::Map(node, None) => node,
-                Open::Map(_, Some(_)) | Open::Seq(_) => return None,
-            },
+            Event::SequenceEnd | Event::MappingEnd => {
+                let closing = open.pop()?;
+                let matches = matches!(
+                    (&event, &closing.items),
+                    (Event::SequenceEnd, Items::Seq(_)) | (Event::MappingEnd, Items::Map(..))
+                );
+                if !matches {
+                    return None;
+                }
+                closing.close()?
+            }
             // Anchors, aliases, tags, and whatever the parser adds later.
             _ => return None,
         };
@@ -88,26 +112,20 @@ pub(super) fn documents(text: &str, budget: &serde_saphyr::Budget) -> Option<Vec
         if nodes > budget.max_nodes / 2 {
             return None;
         }
-        match open.last_mut() {
+        match open.last_mut().map(|o| &mut o.items) {
             None => {
                 documents.push(node);
                 if documents.len() > budget.max_documents {
                     return None;
                 }
             }
-            Some(Open::Seq(Node {
-                value: Yaml::Seq(items),
-                ..
-            })) => items.push(node),
-            Some(Open::Map(map, key)) => match key.take() {
+            Some(Items::Seq(items)) => items.push(node),
+            Some(Items::Map(entries, key)) => match key.take() {
                 None => {
                     key_text(&node)?;
                     *key = Some(node);
                 }
                 Some(k) => {
-                    let Yaml::Map(entries) = &mut map.value else {
-                        return None;
-                    };
                     // The repeat check is a scan: a mapping too large for
                     // one stays with serde-saphyr (a workload's has a dozen keys).
                     if entries.len() >= MAX_FAST_MAP_ENTRIES {
@@ -124,7 +142,6 @@ pub(super) fn documents(text: &str, budget: &serde_saphyr::Budget) -> Option<Vec
                     entries.push((k, node));
                 }
             },
-            Some(Open::Seq(_)) => return None,
         }
     }
     // An empty stream, or one that ended inside a collection.
