@@ -610,7 +610,7 @@ async fn main() -> anyhow::Result<()> {
         return chaos_main().await;
     }
     if std::env::args().nth(1).as_deref() == Some("parse") {
-        return parse::run(10_000);
+        return parse::run(MAX_WORKLOADS_PER_FILE);
     }
     if std::env::args().nth(1).as_deref() == Some("soak") {
         let exe_dir = std::env::current_exe()?

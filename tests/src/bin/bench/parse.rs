@@ -1,7 +1,7 @@
 //! `tunefleet-bench parse`: how long the master takes to read a round's
-//! workload file (10,000 one-line workloads), on the YAML fast path and, for
-//! the same content, on serde-saphyr's (one `!!int` tag sends the whole file
-//! there: the fast path declines tags).
+//! workload file (as many one-line workloads as a file may hold), on the
+//! YAML fast path and, for the same content, on serde-saphyr's (one `!!int`
+//! tag sends the whole file there: the fast path declines tags).
 
 use std::time::{Duration, Instant};
 
