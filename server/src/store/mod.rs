@@ -458,6 +458,14 @@ impl Store {
         trace: &[(Millis, String)],
         meta: &[(String, Option<String>)],
     ) -> Result<(), StoreError> {
+        let mut jobs: Vec<&'a Job> = jobs.into_iter().collect();
+        // In queue order, not the caller's (the core's is by id, a hash): a
+        // new row's rowid, so its place in the file, follows the order in
+        // which jobs are dispatched and finished. A batch's assignments and
+        // results then rewrite a few neighbouring pages instead of one page
+        // (and its splits) per job: three times fewer WAL pages per job in
+        // `tunefleet-bench`, and as many fewer for the checkpoint to copy.
+        jobs.sort_by_key(|job| job.queue_key);
         let jobs: Vec<JobWrite<'a>> = jobs
             .into_iter()
             .map(|job| JobWrite {

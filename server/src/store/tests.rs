@@ -40,6 +40,26 @@ fn a_job_comes_back_as_it_was_stored() {
 }
 
 #[test]
+fn new_rows_take_their_place_in_the_file_in_queue_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let jobs = some_jobs();
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    // Handed over last first, as the core's id order may.
+    store.commit(jobs.iter().rev(), [], &[], &[]).unwrap();
+    let by_rowid: Vec<String> = Connection::open(&path)
+        .unwrap()
+        .prepare("SELECT job_id FROM jobs ORDER BY rowid")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let queue_order: Vec<String> = jobs.iter().map(|j| j.id().to_string()).collect();
+    assert_eq!(by_rowid, queue_order);
+}
+
+#[test]
 fn the_workload_is_written_once_and_not_in_the_row() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fleet.db");
