@@ -1,5 +1,6 @@
-//! A `fleet.db` written by an earlier release (schema 1 and schema 2, checked
-//! in as `tests/fixtures/fleet-v1.db` and `fleet-v2.db`: the same fleet)
+//! A `fleet.db` written by an earlier release (schemas 1, 2 and 3, checked
+//! in as `tests/fixtures/fleet-v1.db`, `fleet-v2.db` and `fleet-v3.db`: the
+//! same fleet)
 //! opens in today's master, is migrated in place with a backup beside it, and
 //! the fleet resumes: finished jobs keep their results, the job that was in
 //! flight goes back to the queue, and a worker finishes the rest, each
@@ -18,6 +19,11 @@ async fn a_schema_1_database_migrates_and_resumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_2_database_migrates_and_resumes() {
     an_earlier_database_migrates_and_resumes(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_3_database_migrates_and_resumes() {
+    an_earlier_database_migrates_and_resumes(3).await;
 }
 
 async fn an_earlier_database_migrates_and_resumes(schema: u32) {

@@ -14,7 +14,7 @@ use rusqlite::{params, Connection};
 use serde_json::Value;
 
 use super::sqlite::create_tables;
-use super::{row, StoreError, ARCHIVED_INDEX, SCHEMA_VERSION};
+use super::{row, StoreError, ARCHIVED_INDEX, SCHEMA_VERSION, WORKLOADS_TABLE};
 
 /// One migration from schema `from`: the backup beside the file first (kept
 /// if it is already there: an earlier try wrote it from the same file),
@@ -58,7 +58,7 @@ fn migrate(
 
 /// Schema 1 → 2 (and on to the current schema, whose tables it creates):
 /// each `jobs.data` (the scheduler's `Job` as JSON, workload
-/// included) becomes a schema-2 row plus a `workload` column.
+/// included) becomes a schema-2 row plus its workload (in `workloads`).
 pub(super) fn from_1(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
     migrate(conn, path, path_text, 1, |fail| {
         let sql = |e: rusqlite::Error| fail(e.to_string());
@@ -76,35 +76,58 @@ pub(super) fn from_1(conn: &Connection, path: &Path, path_text: &str) -> Result<
             rows.collect::<Result<_, _>>().map_err(sql)?
         };
         let mut insert = conn
-            .prepare(
-                "INSERT INTO jobs (job_id, state, queue_key, data, workload)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
+            .prepare("INSERT INTO jobs (job_id, state, queue_key, data) VALUES (?1, ?2, ?3, ?4)")
+            .map_err(sql)?;
+        let mut insert_workload = conn
+            .prepare("INSERT INTO workloads (job_id, workload) VALUES (?1, ?2)")
             .map_err(sql)?;
         for (job_id, state, queue_key, data) in rows {
             let (row, workload) = job_row_from_1(&data)
                 .map_err(|reason| fail(format!("job row {job_id}: {reason}")))?;
             insert
-                .execute(params![job_id, state, queue_key, row, workload])
+                .execute(params![job_id, state, queue_key, row])
+                .map_err(sql)?;
+            insert_workload
+                .execute(params![job_id, workload])
                 .map_err(sql)?;
         }
         drop(insert);
+        drop(insert_workload);
         conn.execute_batch("DROP TABLE jobs_v1").map_err(sql)
     })
 }
 
-/// Schema 2 → 3: two new columns of `jobs` for archived jobs (`NULL` in every
-/// existing row: nothing is archived yet) and their index. No row changes.
+/// Schema 2 → 3 (and on): two new columns of `jobs` for archived jobs
+/// (`NULL` in every existing row: nothing is archived yet) and their index.
 pub(super) fn from_2(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
     migrate(conn, path, path_text, 2, |fail| {
         conn.execute_batch(&format!(
             "ALTER TABLE jobs ADD COLUMN archived_at INTEGER;
              ALTER TABLE jobs ADD COLUMN content_key TEXT;
-             {ARCHIVED_INDEX};
-             UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
+             {ARCHIVED_INDEX};"
         ))
+        .and_then(|()| workloads_apart(conn))
         .map_err(|e| fail(e.to_string()))
     })
+}
+
+/// Schema 3 → 4 (and on).
+pub(super) fn from_3(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
+    migrate(conn, path, path_text, 3, |fail| {
+        workloads_apart(conn).map_err(|e| fail(e.to_string()))
+    })
+}
+
+/// Schema 3 → 4: each job's workload moves from `jobs.workload` to the
+/// `workloads` table, in the jobs' order in the file (their rowid), and the
+/// column goes (`DROP COLUMN` rewrites `jobs` without it). No value changes.
+fn workloads_apart(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "{WORKLOADS_TABLE};
+         INSERT INTO workloads (job_id, workload) SELECT job_id, workload FROM jobs ORDER BY rowid;
+         ALTER TABLE jobs DROP COLUMN workload;
+         UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
+    ))
 }
 
 /// `jobs.data` of schema 1 → (schema-2 `data`, `workload`).

@@ -9,8 +9,10 @@
 //! transaction per batch of events, not per event (group commit).
 //!
 //! Both stores hold the same tables with the same columns: `jobs` holds each
-//! job's latest state (a [`row`] of its own, not the wire view) and, in a
-//! column written once, its workload; `models` and `artifacts` the model runs
+//! job's latest state (a [`row`] of its own, not the wire view);
+//! `workloads` its workload, written once, in a table of its own so that a
+//! change of state never rewrites it (SQLite rewrites a whole row on any
+//! update, a MiB of TVMScript included); `models` and `artifacts` the model runs
 //! and their compiled libraries; `trace` is the append-only log of state
 //! changes (what `tunefleet export-trace` prints: lifecycle lines, not whole
 //! views; progress is never stored); `meta` holds the schema version. The
@@ -41,8 +43,9 @@ pub use row::TraceJob;
 /// 1: jobs rows were the scheduler's `Job` whole. 2: [`row::JobRowOut`] plus
 /// a `workload` column; compact trace lines. 3: `jobs.archived_at` and
 /// `jobs.content_key` (`--job-retention`: finished jobs kept in the database
-/// only, found again by id or by computation).
-pub const SCHEMA_VERSION: i64 = 3;
+/// only, found again by id or by computation). 4: the workload moves from
+/// `jobs.workload` to a `workloads` table.
+pub const SCHEMA_VERSION: i64 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -218,7 +221,9 @@ pub(super) struct JobRead {
     job_id: String,
     queue_key: i64,
     data: String,
-    workload: String,
+    /// `None` when `workloads` has no row for the job (a damaged file):
+    /// reported with the job's id, not skipped.
+    workload: Option<String>,
 }
 
 /// Which archived jobs to read back.
@@ -234,6 +239,20 @@ pub enum Archived<'a> {
     /// Every archived job (`results --archived`, `export`).
     All,
 }
+
+/// Each job's workload, apart from its state: written when the job is first
+/// stored and never updated (an id is the workload's content hash). The same
+/// statement in both backends, for a new database and in the migration from
+/// schema 3.
+pub(super) const WORKLOADS_TABLE: &str = "CREATE TABLE IF NOT EXISTS workloads (
+     job_id TEXT PRIMARY KEY,
+     workload TEXT NOT NULL
+ )";
+
+/// A job's columns as [`JobRead`] takes them, its workload joined in. Left
+/// joined: a job without its workload is an error that names it.
+pub(super) const JOB_COLUMNS: &str = "SELECT job_id, queue_key, data, workload
+     FROM jobs LEFT JOIN workloads USING (job_id)";
 
 /// The cache's lookup of archived entries by computation; partial, so the
 /// live jobs (the hot rows) pay nothing for it. The same statement in both
@@ -406,8 +425,14 @@ impl Store {
             };
             let row: row::JobRowIn =
                 serde_json::from_str(&raw.data).map_err(|e| corrupt("data", e))?;
-            let workload =
-                serde_json::from_str(&raw.workload).map_err(|e| corrupt("workload", e))?;
+            let Some(workload) = &raw.workload else {
+                return Err(StoreError::CorruptJob {
+                    path: self.backend.path().to_string(),
+                    job_id: raw.job_id.clone(),
+                    message: "no row in `workloads`".into(),
+                });
+            };
+            let workload = serde_json::from_str(workload).map_err(|e| corrupt("workload", e))?;
             jobs.push(row.into_job(raw.job_id.clone(), raw.queue_key, workload));
         }
         Ok(jobs)

@@ -27,7 +27,8 @@ use tunefleet_shared::protocol::Millis;
 
 use super::{
     check_version, redact, Archived, Backend, Durability, Found, JobRead, JobWrite, RowBatch,
-    Standby, StoreError, ARCHIVED_INDEX, MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION,
+    Standby, StoreError, ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION,
+    WORKLOADS_TABLE,
 };
 
 /// The advisory lock key masters contend for ("tunefleet" in ASCII, cut to 8
@@ -52,6 +53,7 @@ pub(super) struct PgStore {
 struct Statements {
     update_jobs: Statement,
     insert_jobs: Statement,
+    insert_workloads: Statement,
     upsert_model: Statement,
     put_artifact: Statement,
     append_trace: Statement,
@@ -181,11 +183,11 @@ impl PgStore {
                          state TEXT NOT NULL,
                          queue_key BIGINT NOT NULL,
                          data TEXT NOT NULL,
-                         workload TEXT NOT NULL,
                          archived_at BIGINT,
                          content_key TEXT
                      );
                      {ARCHIVED_INDEX};
+                     {WORKLOADS_TABLE};
                      CREATE TABLE models (
                          name TEXT PRIMARY KEY,
                          state TEXT NOT NULL,
@@ -211,17 +213,28 @@ impl PgStore {
                 .map_err(err)?;
             }
             Found::Current => {}
-            Found::Older(2) => {
+            Found::Older(from @ (2 | 3)) => {
                 // In the same transaction as the version check: a standby
                 // that takes over later finds it done.
                 tracing::info!(
                     state = %path,
-                    "migrating the state database from schema 2 to {SCHEMA_VERSION}"
+                    "migrating the state database from schema {from} to {SCHEMA_VERSION}"
                 );
+                // 2 → 3: the archive's columns and index (NULL: nothing is
+                // archived yet).
+                if from == 2 {
+                    tx.batch_execute(&format!(
+                        "ALTER TABLE jobs ADD COLUMN archived_at BIGINT;
+                         ALTER TABLE jobs ADD COLUMN content_key TEXT;
+                         {ARCHIVED_INDEX};"
+                    ))
+                    .map_err(err)?;
+                }
+                // 3 → 4: the workloads to a table of their own.
                 tx.batch_execute(&format!(
-                    "ALTER TABLE jobs ADD COLUMN archived_at BIGINT;
-                     ALTER TABLE jobs ADD COLUMN content_key TEXT;
-                     {ARCHIVED_INDEX};
+                    "{WORKLOADS_TABLE};
+                     INSERT INTO workloads (job_id, workload) SELECT job_id, workload FROM jobs;
+                     ALTER TABLE jobs DROP COLUMN workload;
                      UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
                 ))
                 .map_err(err)?;
@@ -257,11 +270,19 @@ impl PgStore {
                 .map_err(err)?,
             insert_jobs: c
                 .prepare(
-                    "INSERT INTO jobs (job_id, state, queue_key, data, workload)
-                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[])
+                    "INSERT INTO jobs (job_id, state, queue_key, data)
+                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[])
                      ON CONFLICT (job_id) DO UPDATE
                      SET state = EXCLUDED.state, queue_key = EXCLUDED.queue_key,
                          data = EXCLUDED.data, archived_at = NULL",
+                )
+                .map_err(err)?,
+            // Kept if there: the same id is the same workload.
+            insert_workloads: c
+                .prepare(
+                    "INSERT INTO workloads (job_id, workload)
+                     SELECT * FROM UNNEST($1::text[], $2::text[])
+                     ON CONFLICT (job_id) DO NOTHING",
                 )
                 .map_err(err)?,
             upsert_model: c
@@ -318,8 +339,7 @@ impl Backend for PgStore {
         let rows = self
             .client
             .query(
-                "SELECT job_id, queue_key, data, workload FROM jobs
-                 WHERE archived_at IS NULL ORDER BY queue_key",
+                &format!("{JOB_COLUMNS} WHERE archived_at IS NULL ORDER BY queue_key"),
                 &[],
             )
             .map_err(|cause| StoreError::Postgres {
@@ -330,21 +350,20 @@ impl Backend for PgStore {
     }
 
     fn load_archived_rows(&mut self, which: Archived<'_>) -> Result<Vec<JobRead>, StoreError> {
-        const COLUMNS: &str = "SELECT job_id, queue_key, data, workload FROM jobs";
         let rows = match which {
             Archived::Ids(ids) => self.client.query(
-                &format!("{COLUMNS} WHERE job_id = ANY($1) AND archived_at IS NOT NULL"),
+                &format!("{JOB_COLUMNS} WHERE job_id = ANY($1) AND archived_at IS NOT NULL"),
                 &[&ids],
             ),
             Archived::Done { content_key } => self.client.query(
                 &format!(
-                    "{COLUMNS} WHERE content_key = $1 AND archived_at IS NOT NULL
+                    "{JOB_COLUMNS} WHERE content_key = $1 AND archived_at IS NOT NULL
                      AND state = 'done' ORDER BY archived_at DESC LIMIT $2"
                 ),
                 &[&content_key, &MAX_ARCHIVED_PER_KEY],
             ),
             Archived::All => self.client.query(
-                &format!("{COLUMNS} WHERE archived_at IS NOT NULL ORDER BY queue_key"),
+                &format!("{JOB_COLUMNS} WHERE archived_at IS NOT NULL ORDER BY queue_key"),
                 &[],
             ),
         }
@@ -464,7 +483,9 @@ impl Backend for PgStore {
                 .iter()
                 .map(|j| j.workload.as_deref().unwrap_or_default())
                 .collect();
-            tx.execute(&st.insert_jobs, &[&ids, &states, &keys, &data, &workloads])
+            tx.execute(&st.insert_jobs, &[&ids, &states, &keys, &data])
+                .map_err(err)?;
+            tx.execute(&st.insert_workloads, &[&ids, &workloads])
                 .map_err(err)?;
         }
         if !archive.is_empty() {

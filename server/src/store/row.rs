@@ -4,8 +4,10 @@
 //! Why a type of its own: when the row was the scheduler's `Job` serialised
 //! whole, any change to the protocol's `JobView` silently changed the
 //! database format, and every state change rewrote the job's workload (up to
-//! a MiB of TVMScript). Here the workload has a column of its own, written
-//! once when the job is first stored, and [`JobRowOut::of`] destructures the
+//! a MiB of TVMScript). Here the workload is in a table of its own
+//! (`workloads`, schema 4; a column of `jobs` before, which SQLite still
+//! rewrote with every update of the row), written once when the job is first
+//! stored, and [`JobRowOut::of`] destructures the
 //! view without `..`: a field added to `JobView` does not compile until
 //! someone decides whether and how it is stored (and whether that needs a
 //! migration).

@@ -23,7 +23,7 @@ use tunefleet_shared::protocol::Millis;
 
 use super::{
     check_version, migrate, Archived, Backend, Durability, Found, JobRead, RowBatch, StoreError,
-    ARCHIVED_INDEX, MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION,
+    ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION, WORKLOADS_TABLE,
 };
 
 pub(super) struct SqliteStore {
@@ -215,6 +215,7 @@ impl SqliteStore {
             Found::Current => {}
             Found::Older(1) => migrate::from_1(&conn, path, &path_text)?,
             Found::Older(2) => migrate::from_2(&conn, path, &path_text)?,
+            Found::Older(3) => migrate::from_3(&conn, path, &path_text)?,
             Found::Older(v) => {
                 return Err(StoreError::UnknownSchema {
                     path: path_text,
@@ -264,10 +265,9 @@ impl Backend for SqliteStore {
     fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT job_id, queue_key, data, workload FROM jobs
-                 WHERE archived_at IS NULL ORDER BY queue_key",
-            )
+            .prepare(&format!(
+                "{JOB_COLUMNS} WHERE archived_at IS NULL ORDER BY queue_key"
+            ))
             .map_err(|e| self.sql_err(e))?;
         let rows = stmt.query_map([], job_read).map_err(|e| self.sql_err(e))?;
         let rows: Result<Vec<_>, _> = rows.collect();
@@ -275,13 +275,12 @@ impl Backend for SqliteStore {
     }
 
     fn load_archived_rows(&mut self, which: Archived<'_>) -> Result<Vec<JobRead>, StoreError> {
-        const COLUMNS: &str = "SELECT job_id, queue_key, data, workload FROM jobs";
         let rows: rusqlite::Result<Vec<JobRead>> = match which {
             Archived::Ids(ids) => {
                 let mut stmt = self
                     .conn
                     .prepare_cached(&format!(
-                        "{COLUMNS} WHERE job_id = ?1 AND archived_at IS NOT NULL"
+                        "{JOB_COLUMNS} WHERE job_id = ?1 AND archived_at IS NOT NULL"
                     ))
                     .map_err(|e| self.sql_err(e))?;
                 let mut rows = Vec::new();
@@ -298,7 +297,7 @@ impl Backend for SqliteStore {
                 let mut stmt = self
                     .conn
                     .prepare_cached(&format!(
-                        "{COLUMNS} WHERE content_key = ?1 AND archived_at IS NOT NULL
+                        "{JOB_COLUMNS} WHERE content_key = ?1 AND archived_at IS NOT NULL
                          AND state = 'done' ORDER BY archived_at DESC LIMIT ?2"
                     ))
                     .map_err(|e| self.sql_err(e))?;
@@ -311,7 +310,7 @@ impl Backend for SqliteStore {
                 let mut stmt = self
                     .conn
                     .prepare(&format!(
-                        "{COLUMNS} WHERE archived_at IS NOT NULL ORDER BY queue_key"
+                        "{JOB_COLUMNS} WHERE archived_at IS NOT NULL ORDER BY queue_key"
                     ))
                     .map_err(|e| self.sql_err(e))?;
                 let rows = stmt.query_map([], job_read).map_err(|e| self.sql_err(e))?;
@@ -398,10 +397,17 @@ impl Backend for SqliteStore {
             // (resubmitted, retried, a cache entry) loses its mark.
             let mut insert = tx
                 .prepare_cached(
-                    "INSERT INTO jobs (job_id, state, queue_key, data, workload)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
+                    "INSERT INTO jobs (job_id, state, queue_key, data)
+                     VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT(job_id) DO UPDATE
                      SET state = ?2, queue_key = ?3, data = ?4, archived_at = NULL",
+                )
+                .map_err(err)?;
+            // Kept if there: the same id is the same workload.
+            let mut insert_workload = tx
+                .prepare_cached(
+                    "INSERT INTO workloads (job_id, workload) VALUES (?1, ?2)
+                     ON CONFLICT(job_id) DO NOTHING",
                 )
                 .map_err(err)?;
             for job in jobs {
@@ -409,15 +415,14 @@ impl Backend for SqliteStore {
                     None => update
                         .execute(params![job.job_id, job.state, job.queue_key, job.data])
                         .map_err(err)?,
-                    Some(workload) => insert
-                        .execute(params![
-                            job.job_id,
-                            job.state,
-                            job.queue_key,
-                            job.data,
-                            workload
-                        ])
-                        .map_err(err)?,
+                    Some(workload) => {
+                        insert
+                            .execute(params![job.job_id, job.state, job.queue_key, job.data])
+                            .map_err(err)?;
+                        insert_workload
+                            .execute(params![job.job_id, workload])
+                            .map_err(err)?
+                    }
                 };
             }
             let mut mark = tx
@@ -541,11 +546,11 @@ pub(super) fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
              state TEXT NOT NULL,
              queue_key INTEGER NOT NULL,
              data TEXT NOT NULL,
-             workload TEXT NOT NULL,
              archived_at INTEGER,
              content_key TEXT
          );
          {ARCHIVED_INDEX};
+         {WORKLOADS_TABLE};
          CREATE TABLE IF NOT EXISTS models (
              name TEXT PRIMARY KEY,
              state TEXT NOT NULL,

@@ -68,12 +68,19 @@ fn the_workload_is_written_once_and_not_in_the_row() {
     store.commit(&jobs, [], &[], &[]).unwrap();
     jobs[0].view_mut().attempts = 2;
     store.commit(&jobs[..1], [], &[], &[]).unwrap();
-    let (data, workload): (String, String) = Connection::open(&path)
-        .unwrap()
+    let db = Connection::open(&path).unwrap();
+    let data: String = db
         .query_row(
-            "SELECT data, workload FROM jobs WHERE job_id = ?1",
+            "SELECT data FROM jobs WHERE job_id = ?1",
             params![jobs[0].id()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| r.get(0),
+        )
+        .unwrap();
+    let workload: String = db
+        .query_row(
+            "SELECT workload FROM workloads WHERE job_id = ?1",
+            params![jobs[0].id()],
+            |r| r.get(0),
         )
         .unwrap();
     assert!(!data.contains("\"op\""), "no workload in the row: {data}");
@@ -81,6 +88,74 @@ fn the_workload_is_written_once_and_not_in_the_row() {
     assert_eq!(
         serde_json::from_str::<tunefleet_shared::workload::Workload>(&workload).unwrap(),
         jobs[0].view.workload
+    );
+}
+
+/// What the table of its own is for: SQLite rewrites a whole row on any
+/// update, so a workload in the job's row was written again (and its old
+/// pages freed) on every change of state.
+#[test]
+fn a_change_of_state_does_not_rewrite_a_large_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    // ~256 KiB of TVMScript: 64 pages.
+    let body = "        # a long comment, as generated TVMScript has long bodies\n".repeat(4500);
+    let yaml = format!(
+        "target: {{kind: llvm}}\ntrials: 8\nworkloads:\n  - name: big\n    tvmscript: |\n      @T.prim_func\n      def main():\n{body}        T.evaluate(0)\n"
+    );
+    let workloads = parse_workload_file(&yaml, "big.yaml").unwrap();
+    let config = SchedulerConfig {
+        max_attempts: 3,
+        job_timeout_ms: None,
+        nbest: 5,
+    };
+    let mut scheduler = Scheduler::recover(config, Vec::new(), 1, &mut Vec::new());
+    scheduler.submit(workloads, 2, &mut Vec::new());
+    let mut jobs: Vec<Job> = scheduler.jobs().cloned().collect();
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    store.commit(&jobs, [], &[], &[]).unwrap();
+    let wal = dir.path().join("fleet.db-wal");
+    let db = Connection::open(&path).unwrap();
+    db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0);
+
+    // The row grows (another length, so no in-place overwrite).
+    jobs[0].view_mut().attempts = 2;
+    jobs[0].view_mut().worker = Some("a-worker-with-a-name".into());
+    store.commit(&jobs, [], &[], &[]).unwrap();
+    let pages = std::fs::metadata(&wal).unwrap().len() / 4096;
+    assert!(
+        pages < 8,
+        "a change of state wrote {pages} pages to the WAL: the workload was rewritten"
+    );
+    drop(store);
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    assert_eq!(store.load_jobs().unwrap(), jobs);
+}
+
+/// A job whose workload is missing (a damaged file) is an error that names
+/// it, not a job silently left out.
+#[test]
+fn a_job_without_its_workload_is_refused_with_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let jobs = some_jobs();
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    store.commit(&jobs, [], &[], &[]).unwrap();
+    drop(store);
+    Connection::open(&path)
+        .unwrap()
+        .execute(
+            "DELETE FROM workloads WHERE job_id = ?1",
+            params![jobs[1].id()],
+        )
+        .unwrap();
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    let err = store.load_jobs().unwrap_err().to_string();
+    assert!(
+        err.contains(jobs[1].id().as_str()) && err.contains("workloads"),
+        "{err}"
     );
 }
 
@@ -94,7 +169,12 @@ fn a_schema_2_database_is_backed_up_migrated_and_loads() {
     an_older_database_is_backed_up_migrated_and_loads(2);
 }
 
-/// Both fixtures hold the same fleet (tests/fixtures/README.md).
+#[test]
+fn a_schema_3_database_is_backed_up_migrated_and_loads() {
+    an_older_database_is_backed_up_migrated_and_loads(3);
+}
+
+/// The fixtures hold the same fleet (tests/fixtures/README.md).
 fn an_older_database_is_backed_up_migrated_and_loads(from: i64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fleet.db");
