@@ -241,7 +241,7 @@ pub enum Archived<'a> {
 }
 
 /// Each job's workload, apart from its state: written when the job is first
-/// stored and never updated (an id is the workload's content hash). The same
+/// stored and never updated (an id is the computation's content hash). The same
 /// statement in both backends, for a new database and in the migration from
 /// schema 3.
 pub(super) const WORKLOADS_TABLE: &str = "CREATE TABLE IF NOT EXISTS workloads (

@@ -277,7 +277,8 @@ impl PgStore {
                          data = EXCLUDED.data, archived_at = NULL",
                 )
                 .map_err(err)?,
-            // Kept if there: the same id is the same workload.
+            // Kept if there: the same id is the same computation (the first
+            // workload written, its name included, stays, as before schema 4).
             insert_workloads: c
                 .prepare(
                     "INSERT INTO workloads (job_id, workload)

@@ -403,7 +403,8 @@ impl Backend for SqliteStore {
                      SET state = ?2, queue_key = ?3, data = ?4, archived_at = NULL",
                 )
                 .map_err(err)?;
-            // Kept if there: the same id is the same workload.
+            // Kept if there: the same id is the same computation (the first
+            // workload written, its name included, stays, as before schema 4).
             let mut insert_workload = tx
                 .prepare_cached(
                     "INSERT INTO workloads (job_id, workload) VALUES (?1, ?2)
