@@ -1081,10 +1081,7 @@ impl Core {
                     // The whole view for subscribers, the lifecycle for the
                     // trace (the row holds the rest); neither clones the view.
                     batch.events.push(job_updated_event(&job.view));
-                    let line = serde_json::to_string(&TraceJob::of(job)).unwrap_or_default();
-                    batch
-                        .trace
-                        .push((now, format!(r#"{{"kind":"job_updated","job":{line}}}"#)));
+                    batch.trace.push((now, job_trace_line(job)));
                     batch.dirty.push(id);
                     continue;
                 }
@@ -1379,6 +1376,21 @@ fn job_updated_event(view: &JobView) -> String {
 /// A job's event is ~0.3–1.5 KB; the envelope adds a few dozen bytes.
 const EVENT_CAPACITY: usize = 2048;
 
+/// A job's trace line, `{"kind":"job_updated","job":TraceJob}`, written into
+/// one buffer (not serialised, then copied into its envelope).
+fn job_trace_line(job: &crate::scheduler::Job) -> String {
+    let mut text = Vec::with_capacity(TRACE_LINE_CAPACITY);
+    text.extend_from_slice(br#"{"kind":"job_updated","job":"#);
+    if let Err(e) = serde_json::to_writer(&mut text, &TraceJob::of(job)) {
+        warn!(job = %job.id(), "trace line not serialisable: {e}");
+    }
+    text.push(b'}');
+    String::from_utf8(text).unwrap_or_default()
+}
+
+/// A trace line is ~100–250 bytes (ids, names, state, an error's text).
+const TRACE_LINE_CAPACITY: usize = 256;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1394,6 +1406,26 @@ mod tests {
                 job: Box::new(view)
             }
         );
+    }
+
+    #[test]
+    fn a_job_trace_line_is_its_kind_and_lifecycle() {
+        let yaml = "target: {kind: llvm}\ntrials: 8\nworkloads:\n  - {name: a, op: matmul, shape: {m: 8, n: 8, k: 8}}\n";
+        let workloads = tunefleet_shared::workload::parse_workload_file(yaml, "t.yaml").unwrap();
+        let config = crate::scheduler::SchedulerConfig {
+            max_attempts: 3,
+            job_timeout_ms: None,
+            nbest: 5,
+        };
+        let mut scheduler = Scheduler::recover(config, Vec::new(), 1, &mut Vec::new());
+        scheduler.submit(workloads, 2, &mut Vec::new());
+        let job = scheduler.jobs().next().unwrap();
+        let line: serde_json::Value = serde_json::from_str(&job_trace_line(job)).unwrap();
+        assert_eq!(line["kind"], "job_updated");
+        assert_eq!(line["job"]["job_id"], job.id().as_str());
+        assert_eq!(line["job"]["name"], "a");
+        assert_eq!(line["job"]["state"], "queued");
+        assert!(line["job"].get("workload").is_none(), "{line}");
     }
 
     fn some_worker(name: &str, connected_at: u64) -> WorkerView {
