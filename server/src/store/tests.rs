@@ -11,7 +11,11 @@ fn fixture(version: i64) -> std::path::PathBuf {
 
 /// Jobs as the scheduler makes them, in queue order.
 fn some_jobs() -> Vec<Job> {
-    let yaml = "target: {kind: llvm}\ntrials: 8\nworkloads:\n  - {name: a, op: matmul, shape: {m: 8, n: 8, k: 8}}\n  - {name: b, op: matmul, shape: {m: 16, n: 16, k: 16}}\n";
+    jobs_of("target: {kind: llvm}\ntrials: 8\nworkloads:\n  - {name: a, op: matmul, shape: {m: 8, n: 8, k: 8}}\n  - {name: b, op: matmul, shape: {m: 16, n: 16, k: 16}}\n")
+}
+
+/// The jobs of a workload file, as the scheduler makes them, in queue order.
+fn jobs_of(yaml: &str) -> Vec<Job> {
     let workloads = parse_workload_file(yaml, "t.yaml").unwrap();
     let config = SchedulerConfig {
         max_attempts: 3,
@@ -103,15 +107,7 @@ fn a_change_of_state_does_not_rewrite_a_large_workload() {
     let yaml = format!(
         "target: {{kind: llvm}}\ntrials: 8\nworkloads:\n  - name: big\n    tvmscript: |\n      @T.prim_func\n      def main():\n{body}        T.evaluate(0)\n"
     );
-    let workloads = parse_workload_file(&yaml, "big.yaml").unwrap();
-    let config = SchedulerConfig {
-        max_attempts: 3,
-        job_timeout_ms: None,
-        nbest: 5,
-    };
-    let mut scheduler = Scheduler::recover(config, Vec::new(), 1, &mut Vec::new());
-    scheduler.submit(workloads, 2, &mut Vec::new());
-    let mut jobs: Vec<Job> = scheduler.jobs().cloned().collect();
+    let mut jobs = jobs_of(&yaml);
     let mut store = Store::open(&path, Durability::Normal).unwrap();
     store.commit(&jobs, [], &[], &[]).unwrap();
     let wal = dir.path().join("fleet.db-wal");
