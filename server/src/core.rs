@@ -1371,13 +1371,7 @@ fn error_msg(rejection: &Rejection) -> Outbound {
 /// string from empty and then copying it into the envelope was most of the
 /// ~9% of the core's time that went into formatting events.
 fn job_updated_event(view: &JobView) -> String {
-    let mut text = Vec::with_capacity(EVENT_CAPACITY);
-    text.extend_from_slice(br#"{"kind":"job_updated","job":"#);
-    if let Err(e) = serde_json::to_writer(&mut text, view) {
-        warn!(job = %view.job_id, "job view not serialisable: {e}");
-    }
-    text.push(b'}');
-    String::from_utf8(text).unwrap_or_default()
+    job_updated_json(view, EVENT_CAPACITY, &view.job_id)
 }
 
 /// A job's event is ~0.3–1.5 KB; the envelope adds a few dozen bytes.
@@ -1386,10 +1380,16 @@ const EVENT_CAPACITY: usize = 2048;
 /// A job's trace line, `{"kind":"job_updated","job":TraceJob}`, written into
 /// one buffer (not serialised, then copied into its envelope).
 fn job_trace_line(job: &crate::scheduler::Job) -> String {
-    let mut text = Vec::with_capacity(TRACE_LINE_CAPACITY);
+    job_updated_json(&TraceJob::of(job), TRACE_LINE_CAPACITY, job.id())
+}
+
+/// `{"kind":"job_updated","job":JOB}`, `JOB` written straight into the one
+/// buffer: the event's (a view) and the trace's (a lifecycle) alike.
+fn job_updated_json(job: &impl serde::Serialize, capacity: usize, job_id: &str) -> String {
+    let mut text = Vec::with_capacity(capacity);
     text.extend_from_slice(br#"{"kind":"job_updated","job":"#);
-    if let Err(e) = serde_json::to_writer(&mut text, &TraceJob::of(job)) {
-        warn!(job = %job.id(), "trace line not serialisable: {e}");
+    if let Err(e) = serde_json::to_writer(&mut text, job) {
+        warn!(job = %job_id, "job not serialisable: {e}");
     }
     text.push(b'}');
     String::from_utf8(text).unwrap_or_default()
