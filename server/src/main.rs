@@ -6,6 +6,9 @@ use clap::{Parser, Subcommand};
 use tunefleet_server::commands::{self, ClientCli};
 use tunefleet_server::{export_trace, launch, serve};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "tunefleet",
