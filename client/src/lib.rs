@@ -41,6 +41,7 @@
 //! snapshot and the events and tells the caller when it missed events.
 
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 #[cfg(feature = "logging")]
 pub mod logging;

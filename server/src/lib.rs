@@ -8,6 +8,9 @@
 //! - [`serve`]: start-up and graceful shutdown;
 //! - [`client`] and [`commands`]: the CLI's side of the protocol.
 
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
 /// The client lives in its own crate (`tunefleet-client`); re-exported so
 /// that `tunefleet_server::client::Client` keeps working.
 pub use tunefleet_client as client;

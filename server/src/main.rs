@@ -1,5 +1,8 @@
 //! `tunefleet`: the master (`serve`) and the client commands for automation.
 
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

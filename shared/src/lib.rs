@@ -2,6 +2,9 @@
 //! format and targets. Compiled for the native master and worker and for the
 //! wasm32 web app, so it must stay free of I/O, threads and clocks.
 
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
 // So that `#[derive(FromTree)]` output (paths `::tunefleet_shared::tree`) also
 // compiles inside this crate.
 #[cfg(feature = "tree")]

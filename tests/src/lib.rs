@@ -4,6 +4,9 @@
 //! The binaries are built once per test process with the same cargo that runs
 //! the tests (`$CARGO build --bins`), so a test never runs a stale binary.
 
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -26,6 +26,9 @@
 //! `scripts/build-web.sh` (bundle in `web/dist/`, packed by `web/pack` with
 //! content-hashed names and brotli/gzip copies).
 
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
 pub mod action;
 pub mod chart;
 pub mod format;

@@ -12,6 +12,13 @@
 //! - [`backoff`]: reconnect delays.
 //! - [`affinity`]: `--cpus`, pinning the process to its own cores.
 
+// Unsafe code only where the worker calls C: pinning (`affinity`), and TVM
+// through tvm-ffi and dlopen (`backend::tvm`, `backend::verify`), each
+// allowed at its module.
+#![deny(unsafe_code)]
+#![warn(unreachable_pub)]
+
+#[allow(unsafe_code)]
 pub mod affinity;
 pub mod backend;
 pub mod backoff;

@@ -1,5 +1,8 @@
 //! `tunefleet-worker`: the command-line front of [`tunefleet_worker::run_worker`].
 
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
 use anyhow::bail;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;

@@ -5,7 +5,7 @@ use crate::backend::JobSpec;
 use tunefleet_shared::workload::Workload;
 
 /// An `n`×`n`×`n` matmul workload with `n` trials.
-pub fn workload(name: &str, n: u32) -> Workload {
+pub(crate) fn workload(name: &str, n: u32) -> Workload {
     let wire = serde_json::json!({
         "name": name,
         "op": "matmul",
@@ -17,7 +17,7 @@ pub fn workload(name: &str, n: u32) -> Workload {
     serde_json::from_value(wire).expect("test workload matches the wire format")
 }
 
-pub fn job(workload: Workload, nbest: u32) -> JobSpec {
+pub(crate) fn job(workload: Workload, nbest: u32) -> JobSpec {
     JobSpec {
         job_id: workload.job_id(),
         lease: 1,

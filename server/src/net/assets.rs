@@ -26,12 +26,12 @@ use tower::ServiceExt;
 use tower_http::services::{ServeDir, ServeFile};
 
 /// `Cache-Control` of content-hashed assets.
-pub const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+pub(super) const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 /// `Cache-Control` of everything else: use the cache only after revalidating.
-pub const REVALIDATE: &str = "no-cache";
+pub(super) const REVALIDATE: &str = "no-cache";
 
 /// Serves `dir` (which holds `index.html`) at every path the master does not route.
-pub fn router(dir: &Path) -> Router {
+pub(super) fn router(dir: &Path) -> Router {
     let index = ServeFile::new(dir.join("index.html"))
         .precompressed_br()
         .precompressed_gzip();
@@ -76,7 +76,7 @@ fn is_file_path(path: &str) -> bool {
 }
 
 /// `…/name-<16 lowercase hex>.ext`, as `web/pack` names assets.
-pub fn is_hashed_asset(path: &str) -> bool {
+pub(super) fn is_hashed_asset(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     let Some((stem, _ext)) = name.rsplit_once('.') else {
         return false;

@@ -45,7 +45,7 @@ const MAX_BAD_MESSAGES: u32 = 16;
 /// Events written before the socket is flushed and requests are read again.
 const MAX_EVENTS_PER_WRITE: usize = 256;
 
-pub async fn run(mut conn: Connection, state: AppState) {
+pub(super) async fn run(mut conn: Connection, state: AppState) {
     let _alive = state.alive.clone();
     let Some((role, client_name, who)) = handshake(&mut conn, &state).await else {
         return;

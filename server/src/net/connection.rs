@@ -16,7 +16,7 @@ use super::upgrade::Socket;
 /// Messages longer than this go out as fragments this long (RFC 6455 §5.4),
 /// so the socket's write buffer never grows past one fragment: tungstenite
 /// keeps the largest capacity it ever needed for the life of the connection.
-pub const FRAGMENT_BYTES: usize = 16 * 1024;
+pub(super) const FRAGMENT_BYTES: usize = 16 * 1024;
 
 /// Why a send failed; the connection is no longer usable.
 #[derive(Debug, thiserror::Error)]

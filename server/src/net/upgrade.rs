@@ -29,16 +29,16 @@ use tokio_tungstenite::WebSocketStream;
 use tracing::debug;
 
 /// The socket a connection task owns.
-pub type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+pub(super) type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// A request that asked for a WebSocket (HTTP/1.1 `Upgrade: websocket`).
-pub struct WsUpgrade {
+pub(super) struct WsUpgrade {
     key: HeaderValue,
     on_upgrade: hyper::upgrade::OnUpgrade,
 }
 
 /// Why a request could not be upgraded: the status and a plain-text reason.
-pub struct NotUpgradable(StatusCode, &'static str);
+pub(super) struct NotUpgradable(StatusCode, &'static str);
 
 impl IntoResponse for NotUpgradable {
     fn into_response(self) -> Response {
@@ -111,7 +111,7 @@ impl<S: Send + Sync> FromRequestParts<S> for WsUpgrade {
 impl WsUpgrade {
     /// Answers 101 and runs `callback` with the socket on `runtime` once the
     /// client has it.
-    pub fn on_upgrade<C, Fut>(
+    pub(super) fn on_upgrade<C, Fut>(
         self,
         config: WebSocketConfig,
         runtime: &tokio::runtime::Handle,

@@ -31,7 +31,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BAD_MESSAGES: u32 = 16;
 const MAX_NAME_LEN: usize = 128;
 
-pub async fn run(mut conn: Connection, state: AppState) {
+pub(super) async fn run(mut conn: Connection, state: AppState) {
     let _alive = state.alive.clone();
     let Some(hello) = handshake(&mut conn, &state).await else {
         return;

@@ -19,6 +19,7 @@
 //! is a compile error, so a new attribute cannot be silently ignored. `tunefleet_shared::tree`'s tests check the two derives
 //! agree on every message kind.
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as Tokens};

@@ -20,6 +20,9 @@
 //! (`--job-retention DURATION` runs the master with it, to see what archiving
 //! costs a submission).
 
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;

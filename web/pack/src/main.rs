@@ -16,6 +16,7 @@
 //! one, for tests and tools.
 
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -15,7 +15,7 @@ const THEME_KEY: &str = "tunefleet.theme";
 /// those named in the address as `?server=ws://A,ws://B` (a leader and its
 /// standby), so that the page follows the fleet when the master that served
 /// it dies.
-pub fn client_urls() -> Vec<String> {
+pub(super) fn client_urls() -> Vec<String> {
     let location = gloo::utils::window().location();
     let scheme = match location.protocol().as_deref() {
         Ok("https:") => "wss",
@@ -39,7 +39,7 @@ pub fn client_urls() -> Vec<String> {
 }
 
 /// A WebSocket and its event handlers (dropped together).
-pub struct Socket {
+pub(super) struct Socket {
     ws: WebSocket,
     _on_open: Closure<dyn FnMut()>,
     _on_message: Closure<dyn FnMut(MessageEvent)>,
@@ -47,7 +47,7 @@ pub struct Socket {
 }
 
 impl Socket {
-    pub fn open(
+    pub(super) fn open(
         url: &str,
         on_open: impl FnMut() + 'static,
         mut on_text: impl FnMut(String) + 'static,
@@ -75,13 +75,13 @@ impl Socket {
         })
     }
 
-    pub fn send(&self, text: &str) {
+    pub(super) fn send(&self, text: &str) {
         // A send on a closing socket fails; its close event follows.
         let _ = self.ws.send_with_str(text);
     }
 
     /// Closes without telling anyone (the app has moved on to a new socket).
-    pub fn close(self) {
+    pub(super) fn close(self) {
         self.ws.set_onopen(None);
         self.ws.set_onmessage(None);
         self.ws.set_onclose(None);
@@ -107,7 +107,7 @@ fn local_storage() -> Option<web_sys::Storage> {
 }
 
 /// The admin token of this tab (session storage: gone when the tab closes).
-pub fn stored_token() -> Option<String> {
+pub(super) fn stored_token() -> Option<String> {
     session_storage()?
         .get_item(TOKEN_KEY)
         .ok()
@@ -115,7 +115,7 @@ pub fn stored_token() -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
-pub fn store_token(token: Option<&str>) {
+pub(super) fn store_token(token: Option<&str>) {
     if let Some(storage) = session_storage() {
         let _ = match token {
             Some(t) => storage.set_item(TOKEN_KEY, t),
@@ -125,7 +125,7 @@ pub fn store_token(token: Option<&str>) {
 }
 
 /// The theme `boot.js` applied (from `?theme=` or the saved choice).
-pub fn current_theme() -> Theme {
+pub(super) fn current_theme() -> Theme {
     let root = gloo::utils::document().document_element();
     match root.and_then(|r| r.get_attribute("data-theme")).as_deref() {
         Some("dark") => Theme::Dark,
@@ -134,7 +134,7 @@ pub fn current_theme() -> Theme {
     }
 }
 
-pub fn apply_theme(theme: Theme) {
+pub(super) fn apply_theme(theme: Theme) {
     if let Some(root) = gloo::utils::document().document_element() {
         let _ = match theme {
             Theme::Auto => root.remove_attribute("data-theme"),
@@ -147,17 +147,17 @@ pub fn apply_theme(theme: Theme) {
 }
 
 /// Milliseconds since the epoch (the browser's clock).
-pub fn now_ms() -> u64 {
+pub(super) fn now_ms() -> u64 {
     js_sys::Date::now() as u64
 }
 
 /// `Date.getTimezoneOffset()`: UTC minus local time, in minutes.
-pub fn tz_offset_min() -> i64 {
+pub(super) fn tz_offset_min() -> i64 {
     js_sys::Date::new_0().get_timezone_offset() as i64
 }
 
 /// Saves `text` as a file called `name` through a temporary object URL.
-pub fn download(name: &str, mime: &str, text: &str) -> Result<(), String> {
+pub(super) fn download(name: &str, mime: &str, text: &str) -> Result<(), String> {
     let err = |e: JsValue| format!("{e:?}");
     let parts = js_sys::Array::of1(&JsValue::from_str(text));
     let options = web_sys::BlobPropertyBag::new();

@@ -29,7 +29,7 @@ extern "C" {
 }
 
 /// The file checked, or one problem saying that the checker did not load.
-pub async fn check_workloads(text: &str, filename: &str) -> Checked {
+pub(super) async fn check_workloads(text: &str, filename: &str) -> Checked {
     match call(check_workloads_js(text, filename)).await {
         Ok(Ok(checked)) => checked,
         Ok(Err(e)) => Checked::failed(e),
@@ -40,7 +40,7 @@ pub async fn check_workloads(text: &str, filename: &str) -> Checked {
 }
 
 /// The model read and stripped, or why it cannot be used.
-pub async fn load_model(file: &str, bytes: &[u8]) -> Result<LoadedModel, String> {
+pub(super) async fn load_model(file: &str, bytes: &[u8]) -> Result<LoadedModel, String> {
     call(load_model_js(file, bytes)).await.map_err(|e| {
         format!("{file}: the model checker could not be loaded ({e}): reload the page to try again")
     })?
@@ -48,7 +48,10 @@ pub async fn load_model(file: &str, bytes: &[u8]) -> Result<LoadedModel, String>
 
 /// The files to save for `download`, made from the text of the master's
 /// reply to `results`, or why not.
-pub async fn make_downloads(download: Download, results_reply: &str) -> Result<Files, String> {
+pub(super) async fn make_downloads(
+    download: Download,
+    results_reply: &str,
+) -> Result<Files, String> {
     call(make_downloads_js(download.name(), results_reply))
         .await
         .map_err(|e| format!("the download module could not be loaded ({e}): try again"))?

@@ -21,7 +21,7 @@ use wasm_bindgen::JsCast;
 use web_sys::{Element, HtmlInputElement, HtmlTemplateElement, HtmlTextAreaElement, Node};
 
 /// Makes `root`'s children what `markup` describes.
-pub fn patch(root: &Element, markup: &str) {
+pub(super) fn patch(root: &Element, markup: &str) {
     let Ok(template) = gloo::utils::document().create_element("template") else {
         return;
     };

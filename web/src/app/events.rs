@@ -25,7 +25,7 @@ const KINDS: [&str; 8] = [
 ];
 
 /// Listens on `root` for every event the page reacts to, for the page's life.
-pub fn listen(root: &Element) {
+pub(super) fn listen(root: &Element) {
     for kind in KINDS {
         let handler = Closure::<dyn FnMut(Event)>::new(move |e: Event| {
             if let Some(msg) = decode(kind, &e) {

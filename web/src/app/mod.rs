@@ -37,7 +37,7 @@ const PAGE_ROWS: usize = 200;
 const MAX_EDITABLE_BYTES: usize = 512 * 1024;
 
 #[wasm_bindgen(start)]
-pub fn start() {
+pub(crate) fn start() {
     let document = gloo::utils::document();
     if let Some(boot) = document.get_element_by_id("boot") {
         boot.remove();
@@ -72,7 +72,7 @@ thread_local! {
 
 /// Hands `msg` to the app; renders once when the queue is empty, if any
 /// message changed what the page shows.
-pub fn send(msg: Msg) {
+pub(crate) fn send(msg: Msg) {
     QUEUE.with(|q| q.borrow_mut().push_back(msg));
     if BUSY.replace(true) {
         return;
@@ -112,7 +112,7 @@ fn render() {
 
 /// Light, dark, or what the system says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Theme {
+pub(crate) enum Theme {
     Auto,
     Light,
     Dark,
@@ -138,7 +138,7 @@ impl Theme {
 
 /// The result of the last submit, for the upload box.
 #[derive(Clone, Debug, PartialEq)]
-pub enum SubmitOutcome {
+pub(crate) enum SubmitOutcome {
     Accepted {
         summary: String,
         new_names: Vec<String>,
@@ -154,7 +154,7 @@ pub enum SubmitOutcome {
 
 /// An ONNX file in the upload box: the model (or why it cannot be used) and
 /// the form to submit it with.
-pub struct ModelUpload {
+pub(crate) struct ModelUpload {
     file: String,
     size: usize,
     loaded: Result<LoadedModel, String>,
@@ -180,7 +180,7 @@ impl ModelUpload {
     }
 }
 
-pub enum Msg {
+pub(crate) enum Msg {
     // The socket, tagged with its generation so late callbacks of an old one are ignored.
     Opened(u64),
     Frame(u64, String),
@@ -224,13 +224,13 @@ pub enum Msg {
     DismissNotice(u64),
 }
 
-pub struct Notice {
+pub(crate) struct Notice {
     id: u64,
     text: String,
     error: bool,
 }
 
-pub struct App {
+pub(crate) struct App {
     session: Session,
     socket: Option<Socket>,
     generation: u64,

@@ -22,8 +22,10 @@
 
 pub mod sim;
 #[cfg(feature = "tvm")]
+#[allow(unsafe_code)]
 pub mod tvm;
 #[cfg(feature = "tvm")]
+#[allow(unsafe_code)]
 pub mod verify;
 
 use std::future::Future;

@@ -1107,7 +1107,7 @@ pub(crate) mod fixtures {
 
     /// The Python with TVM the tests use: `TUNEFLEET_TEST_PYTHON`, else the
     /// repository's `.venv`.
-    pub fn python() -> PathBuf {
+    pub(crate) fn python() -> PathBuf {
         std::env::var_os("TUNEFLEET_TEST_PYTHON")
             .map(PathBuf::from)
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python"))
@@ -1118,7 +1118,7 @@ pub(crate) mod fixtures {
     /// `<dtype>-tuned.so` (tiled, vectorised, parallel), and for float32 also
     /// `float32-wrong.so` (computes `A·B + 1`). Returns the path of
     /// libtvm_runtime.so.
-    pub fn build_matmuls(dir: &Path, n: u32, dtypes: &[&str]) -> PathBuf {
+    pub(crate) fn build_matmuls(dir: &Path, n: u32, dtypes: &[&str]) -> PathBuf {
         let output = Command::new(python())
             .arg("-c")
             .arg(SCRIPT)

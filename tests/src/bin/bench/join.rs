@@ -11,7 +11,7 @@ use tunefleet_shared::protocol::{WorkerHello, PROTOCOL_VERSION};
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::parse_workload_file;
 
-pub fn run(mut it: impl Iterator<Item = String>) -> anyhow::Result<()> {
+pub(crate) fn run(mut it: impl Iterator<Item = String>) -> anyhow::Result<()> {
     let (mut jobs, mut open, mut joins) = (70_000usize, 10usize, 1_000u64);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));

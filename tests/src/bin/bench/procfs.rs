@@ -1,7 +1,7 @@
 //! What the bench reads about the master process from `/proc` (Linux).
 
 /// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`), 0 if unreadable.
-pub fn status_kib(pid: u32, field: &str) -> u64 {
+pub(crate) fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -13,7 +13,7 @@ pub fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-pub fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmRSS")
 }
 
@@ -21,7 +21,7 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// each thread's `schedstat` run time (nanosecond resolution, where
 /// `/proc/PID/stat` counts 10 ms ticks). Threads that already exited are
 /// not counted, so take differences over a window where none exit.
-pub fn cpu_ns(pid: u32) -> u64 {
+pub(crate) fn cpu_ns(pid: u32) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
@@ -32,6 +32,6 @@ pub fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
-pub fn open_fds(pid: u32) -> usize {
+pub(crate) fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }

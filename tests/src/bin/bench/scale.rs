@@ -40,7 +40,7 @@ use super::procfs::{cpu_ns, open_fds, rss_kib, status_kib};
 use super::subscriber::RawSubscriber;
 use super::{percentile, start_master, KillOnDrop, TOKEN};
 
-pub struct ScaleArgs {
+pub(crate) struct ScaleArgs {
     pub workers: usize,
     pub dashboards: usize,
     pub samples: usize,
@@ -57,7 +57,7 @@ usage: tunefleet-bench scale [FLAGS]   (defaults in brackets)
   --recycle-samples N     recycle samples with all of them connected [10]
   --master-bin PATH       the master [tunefleet next to this binary]";
 
-pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<ScaleArgs> {
+pub(crate) fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<ScaleArgs> {
     let mut args = ScaleArgs {
         workers: 10_000,
         dashboards: 1_000,
@@ -113,13 +113,13 @@ fn llvm() -> Target {
 
 /// Tells the bench when the master handed it a job: the moment a recycled
 /// job reaches a worker is what recycle latency means for the fleet.
-pub struct Stopwatch {
+pub(crate) struct Stopwatch {
     inner: SimBackend,
     handed: mpsc::UnboundedSender<Instant>,
 }
 
 impl Stopwatch {
-    pub fn new(handed: mpsc::UnboundedSender<Instant>) -> Self {
+    pub(crate) fn new(handed: mpsc::UnboundedSender<Instant>) -> Self {
         Stopwatch {
             inner: SimBackend::new(Duration::ZERO),
             handed,
@@ -306,7 +306,11 @@ fn mib(kib: u64) -> String {
     format!("{:.0} MiB", kib as f64 / 1024.0)
 }
 
-pub async fn run(args: ScaleArgs, master_bin: &Path, worker_bin: &Path) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    args: ScaleArgs,
+    master_bin: &Path,
+    worker_bin: &Path,
+) -> anyhow::Result<()> {
     // The in-process workers' own complaints (lost connections, refusals).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(

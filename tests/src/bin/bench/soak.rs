@@ -21,7 +21,7 @@ use tunefleet_shared::protocol::FleetEvent;
 use super::procfs::{open_fds, rss_kib};
 use super::{start_master, KillOnDrop, TOKEN};
 
-pub struct SoakArgs {
+pub(crate) struct SoakArgs {
     pub minutes: u64,
     pub workers: usize,
     pub subscribers: usize,
@@ -38,7 +38,7 @@ usage: tunefleet-bench soak [FLAGS]   (defaults in brackets)
   --jobs-per-second N     submission rate [20]
   --job-retention DUR     run the master with --job-retention DUR";
 
-pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<SoakArgs> {
+pub(crate) fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<SoakArgs> {
     let mut args = SoakArgs {
         minutes: 60,
         workers: 4,
@@ -104,7 +104,11 @@ fn percentile(xs: &mut [u64], p: f64) -> u64 {
     xs[((xs.len() - 1) as f64 * p).round() as usize]
 }
 
-pub async fn run(args: SoakArgs, master_bin: &Path, worker_bin: &Path) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    args: SoakArgs,
+    master_bin: &Path,
+    worker_bin: &Path,
+) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("soak.db");
     // The master's default event ring, as a farm runs it: the bench's deep

@@ -16,7 +16,7 @@ use tunefleet_shared::protocol::{FleetEvent, ServerMessage, WS_READ_BUFFER_BYTES
 
 use super::TOKEN;
 
-pub struct RawSubscriber {
+pub(crate) struct RawSubscriber {
     ws: tokio_tungstenite::WebSocketStream<
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
@@ -24,7 +24,7 @@ pub struct RawSubscriber {
 
 impl RawSubscriber {
     /// Connected and subscribed, the snapshot received (and skipped).
-    pub async fn subscribe(url: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn subscribe(url: &str) -> anyhow::Result<Self> {
         let config = WebSocketConfig::default().read_buffer_size(WS_READ_BUFFER_BYTES);
         let (mut ws, _) = tokio_tungstenite::connect_async_with_config(
             format!("{url}/ws/client"),
@@ -49,7 +49,7 @@ impl RawSubscriber {
     }
 
     /// The next text frame; `None` when the subscription ended.
-    pub async fn next_text(&mut self) -> anyhow::Result<Option<Utf8Bytes>> {
+    pub(crate) async fn next_text(&mut self) -> anyhow::Result<Option<Utf8Bytes>> {
         while let Some(msg) = self.ws.next().await {
             if let Message::Text(text) = msg? {
                 return Ok(Some(text));
@@ -59,7 +59,7 @@ impl RawSubscriber {
     }
 
     /// The next event, decoded.
-    pub async fn next_event(&mut self) -> anyhow::Result<FleetEvent> {
+    pub(crate) async fn next_event(&mut self) -> anyhow::Result<FleetEvent> {
         while let Some(text) = self.next_text().await? {
             if let ServerMessage::Event { event, .. } = serde_json::from_str(&text)? {
                 return Ok(event);
