@@ -4,7 +4,7 @@
 //! ("a worker joined", "a result arrived", "time is now T") and pushes the
 //! consequences into an output list ([`Output`]): which jobs changed (to be
 //! persisted and published), which messages go to which worker session, which
-//! sessions must be closed. The driver (`core.rs`) translates sockets into
+//! sessions must be closed. The driver (`core/`) translates sockets into
 //! these calls and outputs back into I/O; tests and property tests call the
 //! methods directly, which is why the invariants in `ARCHITECTURE.md` can be
 //! checked exhaustively.

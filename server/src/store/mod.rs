@@ -5,7 +5,7 @@
 //! The database is the master's memory across crashes: a `kill -9` loses
 //! nothing that was acknowledged, because the core commits each batch of state
 //! changes here *before* it sends any reply, ack or assignment that depends on
-//! them (see `core.rs`). Batching is what makes that affordable: one
+//! them (see `core/`). Batching is what makes that affordable: one
 //! transaction per batch of events, not per event (group commit).
 //!
 //! Both stores hold the same tables with the same columns: `jobs` holds each

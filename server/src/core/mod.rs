@@ -1,0 +1,669 @@
+//! The core: one thread that owns the scheduler and the store.
+//!
+//! Connection tasks never touch state. They send [`Command`]s over a bounded
+//! channel; the core thread takes them in batches, feeds each to the
+//! [`Scheduler`], then does the I/O the scheduler asked for in a fixed order:
+//!
+//! 1. commit every changed job and trace line in one SQLite transaction,
+//! 2. publish the events to subscribers (a broadcast channel; never blocks),
+//! 3. send worker messages and client replies.
+//!
+//! Because (1) happens before (2) and (3), nothing is acknowledged that is not
+//! durable, and batching turns many small commits into one (group commit).
+//! Having one owner also means no locks and a total order of events, which is
+//! what `seq` numbers on events expose to clients.
+//!
+//! The clock lives here, not in the scheduler: each command is stamped with
+//! the wall time when the core applies it, and a ticker task sends
+//! [`Command::Tick`] so job timeouts fire without any event.
+//!
+//! Here: the commands, the batch loop and `apply`. Beside it, by concern:
+//! `publish` (outputs into events, trace lines and rows; the commit and the
+//! ordered sends), `snapshot` (what a subscribe gets), `archive` (retention
+//! of ended jobs and trace lines), `model_runs` (a run's plans and
+//! artifacts), `queries` (status, metrics, results); tests in `tests.rs`.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tracing::{info, warn};
+use tunefleet_shared::model::{ArtifactFile, ModelArtifactKind, ModelSubmission, ModelView};
+use tunefleet_shared::protocol::{
+    JobCounts, JobId, JobResult, JobView, Lease, MasterMessage, Millis, StatusReport, SubmitReport,
+    TokenInfo, WorkerHello,
+};
+use tunefleet_shared::target::Target;
+use tunefleet_shared::workload::Workload;
+
+use crate::metrics::{CoreCounters, FleetMetrics};
+use crate::models::{ModelError, ModelRuns};
+use crate::scheduler::{
+    CachePolicy, CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection,
+    Scheduler, SchedulerConfig, SessionId,
+};
+use crate::store::Store;
+use crate::tokens::{TokenBook, TokenError, TokenRegistry, META_PREFIX};
+
+/// Commands taken per batch, at most; bounds the latency a batch adds.
+const MAX_BATCH: usize = 1024;
+
+pub fn now_ms() -> Millis {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as Millis)
+        .unwrap_or(0)
+}
+
+/// What the core sends to a worker's connection task.
+#[derive(Debug)]
+pub enum Outbound {
+    Msg(MasterMessage),
+    Close { code: u16, reason: String },
+}
+
+mod archive;
+mod model_runs;
+mod publish;
+mod queries;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+use publish::{job_updated_event, worker_json};
+pub use snapshot::SharedSnapshot;
+use snapshot::SnapshotCache;
+
+/// A published event, serialised once for every subscriber.
+#[derive(Debug)]
+pub struct Published {
+    pub seq: u64,
+    /// Shared by every subscriber's socket without a copy.
+    pub json: tokio_tungstenite::tungstenite::Utf8Bytes,
+}
+
+/// Messages from a registered worker, minus the token (checked by the connection).
+#[derive(Debug)]
+pub enum WorkerInput {
+    RequestJob,
+    Progress(ProgressReport),
+    Result {
+        job_id: JobId,
+        lease: Lease,
+        result: Box<JobResult>,
+    },
+    Failed {
+        job_id: JobId,
+        lease: Lease,
+        error: String,
+    },
+}
+
+pub enum Command {
+    WorkerJoin {
+        hello: Box<WorkerHello>,
+        tx: mpsc::UnboundedSender<Outbound>,
+        reply: oneshot::Sender<Result<(SessionId, usize), JoinRefusal>>,
+    },
+    WorkerLeave {
+        session: SessionId,
+        kind: LeaveKind,
+        reason: String,
+    },
+    Worker {
+        session: SessionId,
+        input: WorkerInput,
+    },
+    Submit {
+        workloads: Vec<Workload>,
+        cache: CachePolicy,
+        /// The admin token's name; `None` for start-up files.
+        by: Option<String>,
+        reply: oneshot::Sender<SubmitReport>,
+    },
+    CreateToken {
+        name: String,
+        /// The new token's text.
+        reply: oneshot::Sender<Result<String, TokenError>>,
+    },
+    RevokeToken {
+        name: String,
+        reply: oneshot::Sender<Result<(), TokenError>>,
+    },
+    ListTokens {
+        reply: oneshot::Sender<Vec<TokenInfo>>,
+    },
+    /// `tunefleet import`: records to seed later jobs; an `Err` names the
+    /// entry that is not valid (nothing is stored then).
+    Import {
+        workloads: Vec<tunefleet_shared::import::ImportedWorkload>,
+        keys: Vec<tunefleet_shared::import::WorkloadKey>,
+        reply: oneshot::Sender<Result<tunefleet_shared::import::ImportReport, String>>,
+    },
+    Status {
+        reply: oneshot::Sender<StatusReport>,
+    },
+    /// The jobs held, or those named (archived ones read back from the
+    /// store), unsorted: the views are shared, and the network layer sorts
+    /// and copies them off this thread (with 30,000 jobs the copy took the
+    /// core ~100 ms). The whole archive is read there too.
+    Results {
+        job_ids: Option<Vec<JobId>>,
+        reply: oneshot::Sender<Vec<Arc<JobView>>>,
+    },
+    Cancel {
+        job_id: JobId,
+        /// The admin token's name.
+        by: String,
+        reply: oneshot::Sender<Result<(), CommandError>>,
+    },
+    Retry {
+        job_id: JobId,
+        by: String,
+        reply: oneshot::Sender<Result<(), CommandError>>,
+    },
+    /// The fleet as a `snapshot` message; subscribers asking at the same
+    /// seq share one.
+    Snapshot {
+        reply: oneshot::Sender<Arc<SharedSnapshot>>,
+    },
+    SubmitModel {
+        submission: Box<ModelSubmission>,
+        reply: oneshot::Sender<Result<JobId, ModelError>>,
+    },
+    Models {
+        name: Option<String>,
+        reply: oneshot::Sender<Result<Vec<ModelView>, ModelError>>,
+    },
+    StopModel {
+        name: String,
+        reply: oneshot::Sender<Result<(), ModelError>>,
+    },
+    ModelArtifact {
+        name: String,
+        artifact: ModelArtifactKind,
+        reply: oneshot::Sender<Result<Vec<ArtifactFile>, String>>,
+    },
+    Metrics {
+        reply: oneshot::Sender<FleetMetrics>,
+    },
+    Tick,
+    Shutdown {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// Cheap handle for connection tasks.
+#[derive(Clone)]
+pub struct CoreHandle {
+    pub commands: mpsc::Sender<Command>,
+    pub events: broadcast::Sender<Arc<Published>>,
+}
+
+impl CoreHandle {
+    /// Sends a command and waits for its reply; `None` when the core is gone.
+    pub async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send(make(tx)).await.ok()?;
+        rx.await.ok()
+    }
+
+    pub async fn send(&self, command: Command) -> bool {
+        self.commands.send(command).await.is_ok()
+    }
+}
+
+type Reply = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct Batch {
+    dirty: Vec<JobId>,
+    dirty_models: Vec<String>,
+    /// (run, kind, bytes): compiled libraries, stored with the batch.
+    artifacts: Vec<(String, &'static str, Vec<u8>)>,
+    trace: Vec<(Millis, String)>,
+    /// `meta` rows (named tokens) to write (`None`: delete).
+    meta: Vec<(String, Option<String>)>,
+    /// Serialised `FleetEvent`s, in order.
+    events: Vec<String>,
+    sends: Vec<(SessionId, Outbound)>,
+    replies: Vec<Reply>,
+    snapshots: Vec<oneshot::Sender<Arc<SharedSnapshot>>>,
+}
+
+pub struct Core {
+    scheduler: Scheduler,
+    models: ModelRuns,
+    store: Store,
+    sessions: HashMap<SessionId, mpsc::UnboundedSender<Outbound>>,
+    next_session: SessionId,
+    seq: u64,
+    events: broadcast::Sender<Arc<Published>>,
+    /// The last snapshot handed out: kept while the fleet does not change
+    /// if it is small (an idle fleet's dashboards reconnect at the cost of a
+    /// socket write), else only while a subscriber still sends it.
+    snapshot_cache: SnapshotCache,
+    /// Every registered worker's view as JSON, by session label.
+    worker_json: HashMap<String, Arc<str>>,
+    server_version: String,
+    counters: CoreCounters,
+    trace_retention_ms: Option<Millis>,
+    trace_pruned_at: Millis,
+    /// `--job-retention`: ended jobs unchanged for this long leave memory.
+    job_retention_ms: Option<Millis>,
+    archive_swept_at: Millis,
+    /// The archived jobs by state (the store's rows, counted at start and
+    /// kept current), so that counts stay whole without holding the jobs.
+    archived: JobCounts,
+    tokens: TokenBook,
+    /// Set while commits fail (full disk, ...): read by the network layer,
+    /// which then refuses new work instead of letting it queue unanswered.
+    storage_failing: Arc<AtomicBool>,
+}
+
+impl Core {
+    /// Loads the persisted jobs, recovers in-flight ones, and persists that.
+    /// The registry the network layer checks named tokens against; kept
+    /// current by this core.
+    pub fn token_registry(&self) -> TokenRegistry {
+        self.tokens.registry()
+    }
+
+    /// True while the store refuses commits (the batch is retried until it
+    /// goes through; nothing of it is acknowledged before).
+    pub fn storage_failing(&self) -> Arc<AtomicBool> {
+        self.storage_failing.clone()
+    }
+
+    pub fn start(
+        config: SchedulerConfig,
+        mut store: Store,
+        events: broadcast::Sender<Arc<Published>>,
+    ) -> Result<Core, crate::store::StoreError> {
+        let jobs = store.load_jobs()?;
+        let models = ModelRuns::recover(store.load_models()?);
+        let mut out = Vec::new();
+        let loaded = jobs.len();
+        let mut scheduler = Scheduler::recover(config, jobs, now_ms(), &mut out);
+        let recovered: Vec<_> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::JobChanged(id) => scheduler.job(id),
+                _ => None,
+            })
+            .collect();
+        if loaded > 0 {
+            info!(
+                jobs = loaded,
+                requeued = recovered.len(),
+                "resumed from the state database"
+            );
+        }
+        store.commit(recovered, std::iter::empty(), &[], &[])?;
+        let mut archived = JobCounts::default();
+        for (state, n) in store.archived_counts()? {
+            archived.count_archived(state, n as isize);
+        }
+        if archived.total > 0 {
+            info!(
+                jobs = archived.total,
+                "archived jobs stay in the state database (found again by id or computation)"
+            );
+        }
+        let tokens = TokenBook::load(store.load_meta(META_PREFIX)?, TokenRegistry::default());
+        let mut imports = store.load_meta(crate::scheduler::IMPORT_PREFIX)?;
+        imports.extend(store.load_meta(crate::scheduler::KEY_PREFIX)?);
+        scheduler.restore_imports(imports);
+        Ok(Core {
+            scheduler,
+            models,
+            store,
+            sessions: HashMap::new(),
+            next_session: 1,
+            snapshot_cache: SnapshotCache::default(),
+            worker_json: HashMap::new(),
+            seq: 0,
+            events,
+            server_version: env!("CARGO_PKG_VERSION").to_string(),
+            counters: CoreCounters::default(),
+            trace_retention_ms: None,
+            trace_pruned_at: 0,
+            job_retention_ms: None,
+            archive_swept_at: 0,
+            archived,
+            tokens,
+            storage_failing: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Runs on its own thread until `Shutdown` or until every handle is gone.
+    pub fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        while let Some(first) = commands.blocking_recv() {
+            let mut batch = Batch::default();
+            let mut shutdown = None;
+            let mut next = Some(first);
+            let mut taken = 0;
+            while let Some(command) = next.take() {
+                taken += 1;
+                match command {
+                    Command::Shutdown { done } => shutdown = Some(done),
+                    other => self.apply(other, &mut batch),
+                }
+                if taken < MAX_BATCH {
+                    next = commands.try_recv().ok();
+                }
+            }
+            self.flush(batch);
+            if let Some(done) = shutdown {
+                info!("core stopped; state is flushed");
+                let _ = done.send(());
+                return;
+            }
+        }
+    }
+
+    fn apply(&mut self, command: Command, batch: &mut Batch) {
+        let now = now_ms();
+        let mut out = Vec::new();
+        match command {
+            Command::WorkerJoin { hello, tx, reply } => {
+                let session = self.next_session;
+                self.next_session += 1;
+                let result = self.scheduler.worker_joined(session, &hello, now, &mut out);
+                match &result {
+                    Ok(matching) => {
+                        info!(session, name = %hello.name, target = %hello.target, matching, "worker joined");
+                        self.sessions.insert(session, tx);
+                        let plan = self.models.refill(now, &self.slots());
+                        self.apply_plan(plan, now, &mut out, batch);
+                    }
+                    Err(e) => warn!(name = %hello.name, "worker refused: {e}"),
+                }
+                let result = result.map(|m| (session, m));
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(result);
+                }));
+            }
+            Command::WorkerLeave {
+                session,
+                kind,
+                reason,
+            } => {
+                info!(session, %reason, "worker left");
+                self.scheduler
+                    .worker_left(session, kind, &reason, now, &mut out);
+            }
+            Command::Worker { session, input } => {
+                let (job_id, lease, result) = match input {
+                    WorkerInput::RequestJob => {
+                        self.scheduler.request_job(session, now, &mut out);
+                        (None, 0, Ok(()))
+                    }
+                    WorkerInput::Progress(report) => {
+                        let r = self.scheduler.progress(session, &report, now, &mut out);
+                        if let Err(e) = &r {
+                            warn!(session, "progress rejected: {e}");
+                            self.push_send(batch, session, error_msg(e));
+                        }
+                        (None, 0, Ok(()))
+                    }
+                    WorkerInput::Result {
+                        job_id,
+                        lease,
+                        mut result,
+                    } => {
+                        let library = self.take_library(&job_id, &mut result);
+                        let r = self
+                            .scheduler
+                            .result(session, &job_id, lease, *result, now, &mut out);
+                        if let (Ok(()), Some(artifact)) = (&r, library) {
+                            batch.artifacts.push(artifact);
+                        }
+                        (Some(job_id), lease, r)
+                    }
+                    WorkerInput::Failed {
+                        job_id,
+                        lease,
+                        error,
+                    } => {
+                        let r = self
+                            .scheduler
+                            .job_failed(session, &job_id, lease, &error, now, &mut out);
+                        (Some(job_id), lease, r)
+                    }
+                };
+                if let Some(job_id) = job_id {
+                    if let Err(e) = &result {
+                        warn!(session, job = %job_id, lease, "result rejected, not stored: {e}");
+                    }
+                    let ack = MasterMessage::Ack {
+                        job_id,
+                        lease,
+                        accepted: result.is_ok(),
+                        reason: result.err().map(|e| e.to_string()),
+                    };
+                    // The ack goes after the scheduler's own outputs so that it is
+                    // sent only once the change is committed.
+                    self.follow_models(&mut out, now, batch);
+                    self.collect(out, batch);
+                    self.push_send(batch, session, Outbound::Msg(ack));
+                    return;
+                }
+            }
+            Command::Submit {
+                workloads,
+                cache,
+                by,
+                reply,
+            } => {
+                self.bring_back(workloads.iter().map(Workload::job_id), batch);
+                if cache == CachePolicy::Use {
+                    self.bring_back_entries(&workloads, batch);
+                }
+                let (new_jobs, duplicates) =
+                    self.scheduler.submit_as(workloads, cache, now, &mut out);
+                if let Some(by) = &by {
+                    for id in &new_jobs {
+                        self.scheduler.note_action(id, "submit", by, now);
+                    }
+                }
+                let (mut cache_hits, mut warm_started, mut seeded) =
+                    (Vec::new(), Vec::new(), Vec::new());
+                for id in &new_jobs {
+                    let Some(job) = self.scheduler.job(id) else {
+                        continue;
+                    };
+                    if job.view.cache_hit {
+                        cache_hits.push(id.clone());
+                    } else if job.view.cached_from.is_some() {
+                        warm_started.push(id.clone());
+                    }
+                    if job.extras.seeded > 0 {
+                        seeded.push(id.clone());
+                    }
+                }
+                info!(
+                    new = new_jobs.len(),
+                    duplicates = duplicates.len(),
+                    cache_hits = cache_hits.len(),
+                    warm_started = warm_started.len(),
+                    seeded = seeded.len(),
+                    "workloads submitted"
+                );
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(SubmitReport {
+                        new_jobs,
+                        duplicates,
+                        cache_hits,
+                        warm_started,
+                        seeded,
+                    });
+                }));
+            }
+            Command::Metrics { reply } => {
+                let metrics = self.metrics();
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(metrics);
+                }));
+            }
+            Command::Status { reply } => {
+                let report = self.status();
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(report);
+                }));
+            }
+            Command::Results { job_ids, reply } => {
+                let mut views = self.results(job_ids.as_deref());
+                if let Some(ids) = &job_ids {
+                    // Read only: an archived job named here stays archived.
+                    let archived = self.read_archived(ids.iter().cloned());
+                    views.extend(archived.into_iter().map(|job| job.view));
+                }
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(views);
+                }));
+            }
+            Command::Cancel { job_id, by, reply } => {
+                self.bring_back(std::iter::once(job_id.clone()), batch);
+                let r = self.scheduler.cancel(&job_id, now, &mut out);
+                if r.is_ok() {
+                    self.scheduler.note_action(&job_id, "cancel", &by, now);
+                }
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::Retry { job_id, by, reply } => {
+                self.bring_back(std::iter::once(job_id.clone()), batch);
+                let r = self.scheduler.retry(&job_id, now, &mut out);
+                if r.is_ok() {
+                    self.scheduler.note_action(&job_id, "retry", &by, now);
+                }
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::CreateToken { name, reply } => {
+                let secret = crate::tokens::new_secret();
+                let r = self.tokens.create(&name, &secret, now).map(|meta| {
+                    info!(token = %name, "named admin token created");
+                    batch.meta.extend(meta);
+                    secret
+                });
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::RevokeToken { name, reply } => {
+                let r = self.tokens.revoke(&name).map(|meta| {
+                    info!(token = %name, "named admin token revoked");
+                    batch.meta.extend(meta);
+                });
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::Import {
+                workloads,
+                keys,
+                reply,
+            } => {
+                let r = self
+                    .scheduler
+                    .import(workloads, keys)
+                    .map(|(report, rows)| {
+                        info!(
+                            workloads = report.workloads_new,
+                            records = report.records_new,
+                            known = report.records_known,
+                            keys = report.keys_new,
+                            "records imported"
+                        );
+                        batch.meta.extend(rows);
+                        report
+                    });
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::ListTokens { reply } => {
+                let list = self.tokens.list();
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(list);
+                }));
+            }
+            Command::Snapshot { reply } => batch.snapshots.push(reply),
+            Command::SubmitModel { submission, reply } => {
+                let default_target = Target::of_kind("llvm");
+                let r = self.models.submit(*submission, default_target, now);
+                let r = r.map(|plan| {
+                    let extract = plan.jobs.first().map(|(w, _)| w.job_id());
+                    self.apply_plan(plan, now, &mut out, batch);
+                    extract.unwrap_or_default()
+                });
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::Models { name, reply } => {
+                let r = match name {
+                    Some(name) => self
+                        .models
+                        .get(&name)
+                        .map(|run| vec![run.view()])
+                        .ok_or(ModelError::Unknown(name)),
+                    None => Ok(self.models.runs().map(|r| r.view()).collect()),
+                };
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::StopModel { name, reply } => {
+                let r = self.models.stop(&name, now, &self.slots());
+                let r = r.map(|plan| self.apply_plan(plan, now, &mut out, batch));
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::ModelArtifact {
+                name,
+                artifact,
+                reply,
+            } => {
+                let r = self.artifact(&name, artifact);
+                batch.replies.push(Box::new(move || {
+                    let _ = reply.send(r);
+                }));
+            }
+            Command::Tick => {
+                self.scheduler.tick(now, &mut out);
+                self.prune_trace(now);
+                self.archive_ended_jobs(now, batch);
+                self.snapshot_cache.trim();
+            }
+            Command::Shutdown { .. } => {}
+        }
+        self.follow_models(&mut out, now, batch);
+        self.collect(out, batch);
+    }
+
+    fn push_send(&self, batch: &mut Batch, session: SessionId, msg: Outbound) {
+        batch.sends.push((session, msg));
+    }
+}
+
+fn error_msg(rejection: &Rejection) -> Outbound {
+    use tunefleet_shared::protocol::ErrorCode;
+    let code = match rejection {
+        Rejection::UnknownJob(_) => ErrorCode::NotFound,
+        Rejection::UnknownSession(_) | Rejection::NotAssigned { .. } => ErrorCode::NotAssigned,
+        Rejection::AlreadyFinished { .. } | Rejection::Superseded { .. } => ErrorCode::InvalidState,
+        Rejection::InvalidResult(_) => ErrorCode::BadRequest,
+    };
+    Outbound::Msg(MasterMessage::Error {
+        code,
+        message: rejection.to_string(),
+    })
+}

@@ -1,0 +1,144 @@
+//! Model runs on the core: their plans applied to the scheduler, their
+//! rounds followed, their artifacts stored and read back.
+
+use tracing::warn;
+use tunefleet_shared::model::{base64, ArtifactFile, ModelArtifactKind, ModelStage};
+use tunefleet_shared::protocol::{JobResult, JobView, Millis};
+use tunefleet_shared::target::Target;
+use tunefleet_shared::workload::Op;
+
+use super::{Batch, Core};
+use crate::models::Plan;
+use crate::scheduler::Output;
+
+impl Core {
+    /// How many connected workers can serve each target (a run's parallelism).
+    pub(super) fn slots(&self) -> impl Fn(&Target) -> usize {
+        let targets: Vec<Target> = self.scheduler.workers().map(|w| w.target.clone()).collect();
+        move |t: &Target| targets.iter().filter(|w| w.serves(t)).count()
+    }
+
+    /// Submits a plan's jobs and marks its runs for the batch's commit.
+    pub(super) fn apply_plan(
+        &mut self,
+        plan: Plan,
+        now: Millis,
+        out: &mut Vec<Output>,
+        batch: &mut Batch,
+    ) {
+        batch.dirty_models.extend(plan.changed);
+        if plan.jobs.is_empty() {
+            return;
+        }
+        self.bring_back(plan.jobs.iter().map(|(w, _)| w.job_id()), batch);
+        let (_, duplicates) = self.scheduler.submit_with(plan.jobs, now, out);
+        // A job another run already finished (a shared task): its result is
+        // news to this run, so report it as a change.
+        for id in duplicates {
+            if self
+                .scheduler
+                .job(&id)
+                .is_some_and(|j| j.state().is_terminal())
+            {
+                out.push(Output::JobChanged(id));
+            }
+        }
+    }
+
+    /// Feeds every model job that ended in `out` to the planner, and the jobs
+    /// it plans back to the scheduler, until nothing new ends.
+    pub(super) fn follow_models(&mut self, out: &mut Vec<Output>, now: Millis, batch: &mut Batch) {
+        let mut seen = 0;
+        let mut told = std::collections::HashSet::new();
+        while seen < out.len() {
+            let ended: Vec<JobView> = out[seen..]
+                .iter()
+                .filter_map(|o| match o {
+                    Output::JobChanged(id) if self.models.runs_of_job(id) => self.scheduler.job(id),
+                    _ => None,
+                })
+                .filter(|j| j.state().is_terminal())
+                .map(|j| JobView::clone(&j.view))
+                .collect();
+            seen = out.len();
+            for view in ended {
+                if !told.insert(view.job_id.clone()) {
+                    continue;
+                }
+                let plan = self.models.job_ended(&view, now, &self.slots());
+                self.apply_plan(plan, now, out, batch);
+            }
+        }
+    }
+
+    /// A compile result carries the library; it is stored apart from the job
+    /// (views go to every subscriber, the library only to who asks for it).
+    pub(super) fn take_library(
+        &self,
+        job_id: &str,
+        result: &mut JobResult,
+    ) -> Option<(String, &'static str, Vec<u8>)> {
+        let job = self.scheduler.job(job_id)?;
+        let Op::Model { model } = &job.view.workload.op else {
+            return None;
+        };
+        let ModelStage::Compile { run, .. } = model.as_ref() else {
+            return None;
+        };
+        let text = result.extra.as_object_mut()?.remove("library_b64")?;
+        match text.as_str().map(base64::decode) {
+            Some(Ok(bytes)) => Some((run.clone(), "library", bytes)),
+            _ => {
+                warn!(job = %job_id, "compile result has an unreadable library; not stored");
+                None
+            }
+        }
+    }
+
+    pub(super) fn artifact(
+        &mut self,
+        name: &str,
+        kind: ModelArtifactKind,
+    ) -> Result<Vec<ArtifactFile>, String> {
+        let run = self
+            .models
+            .get(name)
+            .ok_or_else(|| format!("no model run named `{name}`"))?;
+        match kind {
+            ModelArtifactKind::Database => {
+                let (workloads, records) = run
+                    .database()
+                    .ok_or_else(|| format!("model run `{name}` has no tuning records yet"))?;
+                Ok(vec![
+                    ArtifactFile {
+                        name: "database_workload.json".into(),
+                        text: Some(workloads),
+                        base64: None,
+                    },
+                    ArtifactFile {
+                        name: "database_tuning_record.json".into(),
+                        text: Some(records),
+                        base64: None,
+                    },
+                ])
+            }
+            ModelArtifactKind::Library => {
+                let bytes = self
+                    .store
+                    .load_artifact(name, "library")
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| {
+                        format!(
+                            "model run `{name}` has no compiled library yet (it is {})",
+                            run.state
+                        )
+                    })?;
+                Ok(vec![ArtifactFile {
+                    name: format!("{name}.so"),
+                    text: None,
+                    base64: Some(base64::encode(&bytes)),
+                }])
+            }
+        }
+    }
+}

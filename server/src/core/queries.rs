@@ -1,0 +1,72 @@
+//! Read-only answers: status, metrics and results.
+
+use std::sync::Arc;
+
+use tunefleet_shared::protocol::{JobCounts, JobId, JobState, JobView, StatusReport};
+
+use super::Core;
+use crate::metrics::FleetMetrics;
+
+impl Core {
+    pub(super) fn status(&self) -> StatusReport {
+        let mut jobs = JobCounts::default();
+        for job in self.scheduler.jobs() {
+            jobs.count(job.state(), 1);
+        }
+        let jobs = jobs.plus(&self.archived);
+        let workers: Vec<_> = self.scheduler.workers().collect();
+        StatusReport {
+            jobs,
+            workers: workers.len(),
+            workers_busy: workers.iter().filter(|w| w.current_job.is_some()).count(),
+            server_version: self.server_version.clone(),
+        }
+    }
+
+    pub(super) fn metrics(&self) -> FleetMetrics {
+        let mut metrics = FleetMetrics {
+            jobs: JobState::ALL.iter().map(|s| (*s, 0)).collect(),
+            counters: self.counters.clone(),
+            ..FleetMetrics::default()
+        };
+        for (state, n) in [
+            (JobState::Done, self.archived.done),
+            (JobState::Failed, self.archived.failed),
+            (JobState::Cancelled, self.archived.cancelled),
+        ] {
+            *metrics.jobs.entry(state).or_default() += n as u64;
+        }
+        metrics.jobs_archived = self.archived.total as u64;
+        for job in self.scheduler.jobs() {
+            let state = job.state();
+            *metrics.jobs.entry(state).or_default() += 1;
+            if state == JobState::Queued {
+                let target = job.view.workload.target.to_string();
+                *metrics.queued_by_target.entry(target).or_default() += 1;
+            }
+        }
+        for worker in self.scheduler.workers() {
+            match worker.current_job {
+                Some(_) => metrics.workers_busy += 1,
+                None => metrics.workers_idle += 1,
+            }
+        }
+        metrics.model_runs_active = self
+            .models
+            .runs()
+            .filter(|r| !r.state.is_terminal())
+            .count() as u64;
+        metrics
+    }
+
+    pub(super) fn results(&self, job_ids: Option<&[JobId]>) -> Vec<Arc<JobView>> {
+        match job_ids {
+            Some(ids) => ids
+                .iter()
+                .filter_map(|id| self.scheduler.job(id))
+                .map(|j| Arc::clone(&j.view))
+                .collect(),
+            None => self.scheduler.jobs().map(|j| Arc::clone(&j.view)).collect(),
+        }
+    }
+}
