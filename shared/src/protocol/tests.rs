@@ -1,0 +1,125 @@
+use super::*;
+
+#[test]
+fn client_request_is_flat_json_with_id_and_type() {
+    let req = ClientRequest {
+        id: 7,
+        command: ClientCommand::Cancel {
+            job_id: "abc".into(),
+        },
+    };
+    let json = serde_json::to_value(&req).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"id": 7, "type": "cancel", "job_id": "abc"})
+    );
+    let back: ClientRequest = serde_json::from_str(r#"{"type":"status","id":3}"#).unwrap();
+    assert_eq!(back.id, 3);
+    assert_eq!(back.command, ClientCommand::Status);
+}
+
+#[test]
+fn worker_register_carries_protocol_version() {
+    let json = serde_json::json!({
+        "type": "register", "protocol": 1, "worker_id": "w", "name": "n",
+        "target": {"kind": "llvm", "num-cores": 2}, "backend": "sim"
+    });
+    let msg: WorkerMessage = serde_json::from_value(json).unwrap();
+    match msg {
+        WorkerMessage::Register(hello) => {
+            assert_eq!(hello.protocol, 1);
+            assert_eq!(hello.target.kind(), "llvm");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn debug_output_never_shows_secrets() {
+    let hello = WorkerHello {
+        protocol: 1,
+        worker_id: "w".into(),
+        name: "n".into(),
+        target: Target::of_kind("llvm"),
+        backend: "sim".into(),
+        tvm_version: None,
+        secret: Some("join-secret-1".into()),
+    };
+    let texts = [
+        format!("{hello:?}"),
+        format!("{:?}", WorkerMessage::Register(hello.clone())),
+        format!(
+            "{:?}",
+            WorkerMessage::RequestJob {
+                token: "sess-token-2".into()
+            }
+        ),
+        format!(
+            "{:?}",
+            WorkerMessage::JobFailed {
+                token: "sess-token-2".into(),
+                job_id: "j".into(),
+                lease: 1,
+                error: "e".into()
+            }
+        ),
+        format!(
+            "{:?}",
+            MasterMessage::Registered {
+                token: "sess-token-2".into(),
+                session: "w1".into(),
+                matching_jobs: 0
+            }
+        ),
+        format!(
+            "{:?}",
+            ClientRequest {
+                id: 1,
+                command: ClientCommand::Hello {
+                    protocol: 1,
+                    token: Some("admin-token-3".into()),
+                    client: None
+                }
+            }
+        ),
+    ];
+    for text in texts {
+        assert!(text.contains("<redacted>"), "{text}");
+        for secret in ["join-secret-1", "sess-token-2", "admin-token-3"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+    }
+    let submit = ClientCommand::Submit {
+        yaml: "x".repeat(1000),
+        filename: None,
+        fresh: false,
+    };
+    assert!(format!("{submit:?}").contains("<1000 bytes>"));
+}
+
+#[test]
+fn shutdown_is_an_admin_command_with_a_reply() {
+    let req: ClientRequest = serde_json::from_str(r#"{"id":9,"type":"shutdown"}"#).unwrap();
+    assert_eq!(req.command, ClientCommand::Shutdown);
+    assert!(req.command.needs_admin());
+    assert_eq!(req.command.name(), "shutdown");
+    let reply = ServerMessage::Reply {
+        id: 9,
+        body: ReplyBody::ShuttingDown,
+    };
+    assert_eq!(
+        serde_json::to_value(&reply).unwrap(),
+        serde_json::json!({"type": "reply", "id": 9, "body": {"kind": "shutting_down"}})
+    );
+    assert_eq!(
+        serde_json::to_value(ErrorCode::RateLimited).unwrap(),
+        serde_json::json!("rate_limited")
+    );
+}
+
+#[test]
+fn unknown_message_type_is_an_error_not_a_panic() {
+    assert!(serde_json::from_str::<WorkerMessage>(r#"{"type":"steal_jobs"}"#).is_err());
+    assert!(serde_json::from_str::<ClientRequest>(r#"{"type":"status"}"#).is_err());
+    assert!(serde_json::from_str::<ClientRequest>("\u{0}garbage").is_err());
+}

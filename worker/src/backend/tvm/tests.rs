@@ -1,0 +1,605 @@
+use super::*;
+use crate::backend::verify::fixtures;
+use crate::backend::{progress_channel, ProgressWatch};
+use crate::testutil::job;
+
+// ---- helpers ---------------------------------------------------------
+
+/// A matmul workload from the wire form, with its own trial budget.
+fn matmul(name: &str, n: u32, trials: u32) -> Workload {
+    serde_json::from_value(serde_json::json!({
+        "name": name,
+        "op": "matmul",
+        "shape": {"m": n, "n": n, "k": n},
+        "dtype": "float32",
+        "target": {"kind": "llvm", "num-cores": 2},
+        "trials": trials,
+    }))
+    .unwrap()
+}
+
+fn config(driver: &Path, work_root: &Path) -> TvmConfig {
+    TvmConfig {
+        python: Some(fixtures::python()),
+        driver: Some(driver.to_path_buf()),
+        work_root: Some(work_root.to_path_buf()),
+        verify: VerifyOptions {
+            repeat: 3,
+            min_repeat_ms: 10,
+            ..VerifyOptions::default()
+        },
+        ..TvmConfig::default()
+    }
+}
+
+/// Writes a fake driver that behaves as `mode` says; `libs` are the
+/// fixture libraries it reports in a result.
+fn fake_driver(dir: &Path, mode: &str, fixture_dir: &Path, runtime: &Path) -> PathBuf {
+    let fix = serde_json::json!({
+        "dir": fixture_dir,
+        "runtime": runtime,
+    });
+    let script = format!(
+        "MODE = {mode:?}\nFIX = {fix}\n{FAKE_DRIVER}",
+        fix = serde_json::to_string(&fix.to_string()).unwrap()
+    );
+    let path = dir.join(format!("fake_driver_{mode}.py"));
+    std::fs::write(&path, script).unwrap();
+    path
+}
+
+const FAKE_DRIVER: &str = r#"
+import json, os, subprocess, sys, time
+FIX = json.loads(FIX)
+argv = sys.argv[1:]
+job = json.load(open(argv[argv.index("--job") + 1]))
+work = argv[argv.index("--work-dir") + 1]
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+for i in range(60):
+    print(f"fake driver log line {i}", file=sys.stderr)
+sys.stderr.flush()
+assert os.path.samefile(os.getcwd(), work), (os.getcwd(), work)
+emit({"event": "started", "tvm_version": "fake-0", "trials_total": job["workload"]["trials"]})
+if MODE == "hang":
+    for _ in range(2):
+        subprocess.Popen(["sleep", "1000"])
+    subprocess.Popen([sys.executable, "-c",
+        "import subprocess, time; subprocess.Popen(['sleep', '1000']); time.sleep(1000)"])
+    time.sleep(0.5)
+    emit({"event": "progress", "trials_done": 1, "trials_total": 10, "best_latency_s": None})
+    time.sleep(1000)
+if MODE == "error":
+    print("Traceback: something broke", file=sys.stderr)
+    emit({"event": "error", "message": "no valid measurement in 8 trials"})
+    sys.exit(1)
+if MODE == "crash":
+    print("Segmentation fault (pretend)", file=sys.stderr)
+    sys.exit(3)
+expected = {"nbest": 3, "seed": 0, "num_trials_per_iter": 8, "max_workers": 2, "rpc": None}
+for key, value in expected.items():
+    if job.get(key) != value:
+        emit({"event": "error", "message": f"JOB.json {key} = {job.get(key)!r}, expected {value!r}"})
+        sys.exit(1)
+print("not json, should be tolerated")
+emit({"event": "progress", "trials_done": 4, "trials_total": 8, "best_latency_s": 2e-5})
+sys.stdout.write('{"event":"progress","trials_done":8,"trials_total":8,"best_latency_s":NaN}\n')
+sys.stdout.flush()
+if MODE == "straggler":
+    # Keeps our stdout open after we exit; the worker must not wait for it.
+    subprocess.Popen(["sleep", "1000"])
+tuned = "float32-wrong.so" if MODE == "wrong" else "float32-tuned.so"
+n = job["workload"]["shape"]["m"]
+records = [{"latency_s": 2e-5 * (1 + i), "record": [0, [[], []], [2e-5 * (1 + i)]]} for i in range(3)]
+emit({
+    "event": "result", "best_latency_s": 2e-5, "trials": 8, "wall_time_s": 1.0,
+    "tvm_version": "fake-0", "flops": 2.0 * n ** 3, "records": records,
+    "workload": ["0x1234", "b64"],
+    "tuned_lib": os.path.join(FIX["dir"], tuned),
+    "reference_lib": os.path.join(FIX["dir"], "float32-reference.so"),
+    "entry": "main",
+    "args": [{"shape": [n, n], "dtype": "float32"}] * 3,
+    "outputs": [2],
+    "tvm_runtime_lib": FIX["runtime"],
+})
+"#;
+
+/// Collects progress until the watch ends.
+async fn collect(mut watch: ProgressWatch) -> Vec<ProgressUpdate> {
+    let mut seen = Vec::new();
+    while let Some(update) = watch.next().await {
+        seen.push(update);
+    }
+    seen
+}
+
+/// (pid, state) of every process in process group `pgid`.
+fn group_members(pgid: i32) -> Vec<(i32, char)> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...; comm may contain spaces.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[2].parse::<i32>() == Ok(pgid) {
+            members.push((pid, fields[0].chars().next().unwrap_or('?')));
+        }
+    }
+    members
+}
+
+/// The pid of the driver whose command line mentions `needle`.
+fn driver_pid(needle: &Path) -> Option<i32> {
+    let needle = needle.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .find_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<i32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (cmdline.contains("--job") && cmdline.contains(&needle)).then_some(pid)
+        })
+}
+
+/// Waits until no live (non-zombie) process is left in the group.
+async fn assert_group_dies(pgid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let live: Vec<_> = group_members(pgid)
+            .into_iter()
+            .filter(|(_, state)| *state != 'Z')
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "processes of group {pgid} survived: {live:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Drives `tune` until a progress update with at least one trial done.
+async fn until_first_trial(tune: &mut TuneFuture<'_>, watch: &mut ProgressWatch) {
+    loop {
+        tokio::select! {
+            result = &mut *tune => panic!("the job ended before any progress: {result:?}"),
+            update = watch.next() => {
+                if update.expect("progress").trials_done >= 1 {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn real_driver() -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tunefleet_tune.py");
+    path.is_file().then_some(path)
+}
+
+// ---- fake driver -----------------------------------------------------
+
+#[tokio::test]
+async fn result_is_verified_and_timed_here() {
+    let fix = tempfile::tempdir().unwrap();
+    let runtime = fixtures::build_matmuls(fix.path(), 64, &["float32"]);
+    let root = tempfile::tempdir().unwrap();
+    let driver = fake_driver(root.path(), "result", fix.path(), &runtime);
+    let work_root = root.path().join("work");
+    let backend = TvmBackend::new(config(&driver, &work_root)).unwrap();
+    assert_eq!(backend.name(), "tvm");
+    assert!(
+        backend.tvm_version().unwrap().starts_with("0."),
+        "{backend:?}"
+    );
+
+    let (sink, watch) = progress_channel();
+    let seen = tokio::spawn(collect(watch));
+    let spec = job(matmul("mm64", 64, 8), 3);
+    let result = backend.tune(spec, sink).await.unwrap();
+    let seen = seen.await.unwrap();
+
+    assert_eq!(result.backend, "tvm");
+    assert_eq!(result.tvm_version.as_deref(), Some("fake-0"));
+    assert_eq!(result.trials, 8);
+    assert_eq!(result.records.len(), 3);
+    // Measured here, not the driver's 2e-5.
+    assert_ne!(result.best_latency_s, 2e-5);
+    assert!(result.best_latency_s > 0.0 && result.best_latency_s < 0.1);
+    let gflops = result.gflops.unwrap();
+    assert!((gflops - 2.0 * 64f64.powi(3) / result.best_latency_s / 1e9).abs() < 1e-6);
+    let extra = &result.extra;
+    assert_eq!(extra["verified"], true);
+    assert_eq!(extra["workload"], serde_json::json!(["0x1234", "b64"]));
+    assert_eq!(extra["metaschedule_best_latency_s"], 2e-5);
+    let untuned = extra["untuned_latency_s"].as_f64().unwrap();
+    let speedup = extra["speedup_vs_untuned"].as_f64().unwrap();
+    assert!((speedup - untuned / result.best_latency_s).abs() < 1e-9);
+    assert!(extra["max_abs_error"].as_f64().unwrap() < 1e-3);
+    assert!(result.wall_time_s > 0.0);
+    eprintln!(
+        "fake-driver job: tuned {:.3e} s, untuned {untuned:.3e} s, speedup {speedup:.2}",
+        result.best_latency_s
+    );
+
+    // The sink keeps only the latest update, so intermediate ones may be
+    // coalesced; the last is the driver's last line, whose NaN latency
+    // reads as none.
+    let last = seen.last().unwrap();
+    assert_eq!((last.trials_done, last.trials_total), (8, 8), "{seen:?}");
+    assert_eq!(last.best_latency_s, None);
+
+    // The job's directory is gone.
+    assert_eq!(std::fs::read_dir(&work_root).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn a_straggler_holding_stdout_does_not_hang_the_job() {
+    let fix = tempfile::tempdir().unwrap();
+    let runtime = fixtures::build_matmuls(fix.path(), 16, &["float32"]);
+    let root = tempfile::tempdir().unwrap();
+    let driver = fake_driver(root.path(), "straggler", fix.path(), &runtime);
+    let mut cfg = config(&driver, &root.path().join("work"));
+    cfg.keep_work_dirs = true;
+    let backend = TvmBackend::new(cfg).unwrap();
+    let (sink, _watch) = progress_channel();
+    let result = tokio::time::timeout(
+        Duration::from_secs(60),
+        backend.tune(job(matmul("mm16", 16, 8), 3), sink),
+    )
+    .await
+    .expect("the job hung on the straggler")
+    .unwrap();
+    assert_eq!(result.extra["verified"], true);
+    // Kept: JOB.json is still there, and names the workload.
+    let dirs: Vec<_> = std::fs::read_dir(root.path().join("work"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(dirs.len(), 1);
+    let job_json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dirs[0].path().join("JOB.json")).unwrap()).unwrap();
+    assert_eq!(job_json["workload"]["name"], "mm16");
+    assert_eq!(job_json["workload"]["op"], "matmul");
+}
+
+#[tokio::test]
+async fn a_wrong_kernel_fails_the_job() {
+    let fix = tempfile::tempdir().unwrap();
+    let runtime = fixtures::build_matmuls(fix.path(), 32, &["float32"]);
+    let root = tempfile::tempdir().unwrap();
+    let driver = fake_driver(root.path(), "wrong", fix.path(), &runtime);
+    let backend = TvmBackend::new(config(&driver, &root.path().join("w"))).unwrap();
+    let (sink, _watch) = progress_channel();
+    let err = backend
+        .tune(job(matmul("mm32", 32, 8), 3), sink)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("verification of the tuned kernel failed"),
+        "{text}"
+    );
+    assert!(text.contains("different result"), "{text}");
+}
+
+#[tokio::test]
+async fn driver_errors_carry_the_message_and_the_stderr_tail() {
+    let root = tempfile::tempdir().unwrap();
+    let nowhere = root.path().join("none");
+    for (mode, expected) in [
+        ("error", "no valid measurement in 8 trials"),
+        ("crash", "exit status: 3"),
+    ] {
+        let driver = fake_driver(root.path(), mode, &nowhere, &nowhere);
+        let backend = TvmBackend::new(config(&driver, &root.path().join("w"))).unwrap();
+        let (sink, _watch) = progress_channel();
+        let err = backend
+            .tune(job(matmul("mm8", 8, 8), 3), sink)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("tuning driver failed: "), "{text}");
+        assert!(text.contains(expected), "{mode}: {text}");
+        assert!(
+            text.contains("--- driver stderr (last 50 lines) ---"),
+            "{text}"
+        );
+        // Only the tail: the first log lines are gone, the last are there.
+        assert!(!text.contains("log line 5\n"), "{text}");
+        assert!(text.contains("log line 59"), "{text}");
+        if mode == "crash" {
+            assert!(text.contains("Segmentation fault (pretend)"), "{text}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn cancelling_kills_the_whole_process_group() {
+    let root = tempfile::tempdir().unwrap();
+    let nowhere = root.path().join("none");
+    let driver = fake_driver(root.path(), "hang", &nowhere, &nowhere);
+    let work_root = root.path().join("work");
+    let backend = TvmBackend::new(config(&driver, &work_root)).unwrap();
+    let (sink, mut watch) = progress_channel();
+    let mut tune = backend.tune(job(matmul("hang", 8, 10), 3), sink);
+    until_first_trial(&mut tune, &mut watch).await;
+
+    let pgid = driver_pid(&work_root).expect("the driver is running");
+    let before = group_members(pgid);
+    // driver, 2 sleeps, a python child and its sleep
+    assert!(before.len() >= 5, "{before:?}");
+    drop(tune);
+    assert_group_dies(pgid).await;
+    // The work directory goes too.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_dir(&work_root).unwrap().count() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the work directory was left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---- set-up ----------------------------------------------------------
+
+#[test]
+fn setup_errors_are_clear() {
+    let root = tempfile::tempdir().unwrap();
+    let driver = root.path().join("driver.py");
+    std::fs::write(&driver, "").unwrap();
+
+    let missing = TvmConfig {
+        python: Some(root.path().join("no-python")),
+        driver: Some(driver.clone()),
+        ..TvmConfig::default()
+    };
+    let err = TvmBackend::new(missing).unwrap_err();
+    assert!(matches!(err, TvmSetupError::Python { .. }), "{err:?}");
+    assert!(err.to_string().contains("pass --python"), "{err}");
+
+    // An interpreter without TVM: a shell script pretending to be one.
+    let fake_python = root.path().join("python");
+    std::fs::write(
+        &fake_python,
+        "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n\
+             echo \"ModuleNotFoundError: No module named 'tvm'\" >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake_python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let no_tvm = TvmConfig {
+        python: Some(fake_python.clone()),
+        driver: Some(driver.clone()),
+        ..TvmConfig::default()
+    };
+    let text = TvmBackend::new(no_tvm).unwrap_err().to_string();
+    assert!(
+        text.starts_with(&format!(
+            "TVM is not importable by {}: ModuleNotFoundError",
+            fake_python.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("run scripts/setup-tvm.sh or pass --python"),
+        "{text}"
+    );
+
+    let no_driver = TvmConfig {
+        python: Some(fixtures::python()),
+        driver: Some(root.path().join("nope.py")),
+        ..TvmConfig::default()
+    };
+    let err = TvmBackend::new(no_driver).unwrap_err();
+    assert!(matches!(err, TvmSetupError::DriverMissing(_)), "{err:?}");
+
+    let zero = TvmConfig {
+        trials_per_round: 0,
+        ..TvmConfig::default()
+    };
+    assert!(matches!(
+        TvmBackend::new(zero),
+        Err(TvmSetupError::Invalid(_))
+    ));
+}
+
+#[test]
+fn rpc_tracker_parsing() {
+    let t = RpcTracker::parse("127.0.0.1:9190", "rasp").unwrap();
+    assert_eq!(
+        (t.host.as_str(), t.port, t.key.as_str()),
+        ("127.0.0.1", 9190, "rasp")
+    );
+    assert_eq!(t.session_timeout_s, 60);
+    assert_eq!(RpcTracker::parse("[::1]:9190", "k").unwrap().host, "::1");
+    assert!(RpcTracker::parse("host", "k").is_err());
+    assert!(RpcTracker::parse(":9190", "k").is_err());
+    assert!(RpcTracker::parse("host:99999", "k").is_err());
+    assert!(RpcTracker::parse("host:9190", "").is_err());
+}
+
+#[test]
+fn driver_lines_and_reduction_lengths() {
+    assert_eq!(parse_json_line("hello"), None);
+    let v = parse_json_line(r#"{"a":NaN,"b":Infinity,"c":-Infinity,"d":1}"#).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"a": null, "b": null, "c": null, "d": 1})
+    );
+
+    assert_eq!(reduction_len(&matmul("m", 64, 1)), Some(64));
+    let conv: Workload = serde_json::from_value(serde_json::json!({
+        "name": "c", "op": "conv2d_nchw",
+        "shape": {"batch": 1, "in_channels": 16, "height": 8, "width": 8,
+                  "out_channels": 8, "kernel": [3, 3], "stride": [1, 1],
+                  "padding": [1, 1], "dilation": [1, 1]},
+        "dtype": "float32", "target": {"kind": "llvm"}, "trials": 1,
+    }))
+    .unwrap();
+    assert_eq!(reduction_len(&conv), Some(144));
+
+    let mut tail = Tail::new(2);
+    for line in ["a", "b", "c"] {
+        tail.push(line.to_string());
+    }
+    assert_eq!(tail.text(), "b\nc");
+}
+
+// ---- the real driver -------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_driver_tunes_and_verifies_a_small_matmul() {
+    let Some(driver) = real_driver() else {
+        eprintln!("skipped: worker/python/tunefleet_tune.py does not exist yet");
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let mut cfg = config(&driver, root.path());
+    cfg.trials_per_round = 4;
+    cfg.verify = VerifyOptions::default();
+    let backend = TvmBackend::new(cfg).unwrap();
+    let (sink, watch) = progress_channel();
+    let seen = tokio::spawn(collect(watch));
+    let started = Instant::now();
+    let result = backend
+        .tune(job(matmul("mm64", 64, 8), 5), sink)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let seen = seen.await.unwrap();
+    eprintln!(
+        "real driver, matmul 64^3, 8 trials, {:.1} s: tuned {:.3e} s ({:.2} GFLOP/s), \
+             untuned {:.3e} s, MetaSchedule {:.3e} s, speedup {:.2}, max abs err {:e}",
+        started.elapsed().as_secs_f64(),
+        result.best_latency_s,
+        result.gflops.unwrap_or(0.0),
+        result.extra["untuned_latency_s"].as_f64().unwrap(),
+        result.extra["metaschedule_best_latency_s"]
+            .as_f64()
+            .unwrap(),
+        result.extra["speedup_vs_untuned"].as_f64().unwrap(),
+        result.extra["max_abs_error"].as_f64().unwrap(),
+    );
+    assert!(seen.iter().any(|u| u.trials_done > 0), "{seen:?}");
+    assert!(!result.records.is_empty());
+    assert!(result.records.len() <= 5);
+    assert!(result.best_latency_s > 0.0);
+    assert_eq!(result.extra["verified"], true);
+    assert!(result.extra["workload"].is_array(), "{}", result.extra);
+    assert_eq!(result.tvm_version, backend.tvm_version());
+    assert!(result.trials >= 1);
+    assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_driver_without_a_compiler_says_so() {
+    let Some(driver) = real_driver() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    // The venv's python, with a PATH on which no compiler is found.
+    let real_python = fixtures::python();
+    let venv_bin = real_python.parent().unwrap().to_path_buf();
+    let wrapper = root.path().join("python-without-cc");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nunset CC CXX\nPATH='{}' exec '{}' \"$@\"\n",
+            venv_bin.display(),
+            real_python.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let work_root = root.path().join("work");
+    let mut cfg = config(&driver, &work_root);
+    cfg.python = Some(wrapper);
+    let backend = TvmBackend::new(cfg).unwrap();
+    let (sink, _watch) = progress_channel();
+    let err = backend
+        .tune(job(matmul("nocc", 16, 8), 3), sink)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no C/C++ compiler on this worker"), "{err}");
+    assert!(err.contains("install g++"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&work_root).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_work_disk_is_named() {
+    let Some(driver) = real_driver() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let disk = root.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&disk)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs (needs root)");
+        return;
+    }
+    let _ = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=4k"])
+        .arg(format!("of={}", disk.join("filler").display()))
+        .output();
+    let backend = TvmBackend::new(config(&driver, &disk)).unwrap();
+    let (sink, _watch) = progress_channel();
+    let err = backend
+        .tune(job(matmul("full", 16, 8), 3), sink)
+        .await
+        .unwrap_err()
+        .to_string();
+    let _ = std::process::Command::new("umount")
+        .arg("-l")
+        .arg(&disk)
+        .status();
+    assert!(
+        err.contains("cannot write the job's work directory"),
+        "{err}"
+    );
+    assert!(err.contains("the disk is full"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_driver_cancel_leaves_no_orphans() {
+    let Some(driver) = real_driver() else {
+        eprintln!("skipped: worker/python/tunefleet_tune.py does not exist yet");
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let backend = TvmBackend::new(config(&driver, root.path())).unwrap();
+    let (sink, mut watch) = progress_channel();
+    let mut tune = backend.tune(job(matmul("mm64c", 64, 64), 5), sink);
+    until_first_trial(&mut tune, &mut watch).await;
+    let pgid = driver_pid(root.path()).expect("the driver is running");
+    let before = group_members(pgid);
+    eprintln!("driver group {pgid} before cancel: {before:?}");
+    assert!(!before.is_empty());
+    drop(tune);
+    assert_group_dies(pgid).await;
+}
