@@ -79,10 +79,10 @@
 //! nothing here panics or does I/O: this module is compiled to wasm32 too.
 
 use crate::target::Target;
-use crate::workload::{path_key, quote_at_most, Ctx as Errors};
+use crate::workload::{check_range, escape_controls, path_key, quote_at_most, Ctx as Errors};
 use crate::workload::{
     BatchMatmulShape, Conv2dShape, DenseShape, DepthwiseConv2dShape, Op, Workload, WorkloadErrors,
-    DEFAULT_DTYPE, DTYPES, MAX_DIM, MAX_TRIALS, MAX_WORKLOADS_PER_FILE, MAX_WORKLOAD_FILE_BYTES,
+    DEFAULT_DTYPE, DTYPES, MAX_TRIALS, MAX_WORKLOADS_PER_FILE, MAX_WORKLOAD_FILE_BYTES,
     MAX_YAML_DEPTH,
 };
 use crate::yaml_tree::{Node, Yaml};
@@ -687,7 +687,7 @@ impl Args<'_, '_> {
         }
         let mut out = Vec::with_capacity(rank);
         for (i, v) in dims.iter().enumerate() {
-            match in_range(*v, 1) {
+            match check_range(*v, 1) {
                 Ok(v) => out.push(v),
                 Err(m) => {
                     self.fail(index, format!("the {what}'s dimension {i} {m}"));
@@ -725,7 +725,7 @@ impl Args<'_, '_> {
         let mut out = Vec::with_capacity(values.len());
         for v in values {
             let checked = match v.value {
-                Yaml::Int(i) => in_range(i, min),
+                Yaml::Int(i) => check_range(i, min),
                 _ => Err(format!("must be an integer, got {}", describe(v))),
             };
             match checked {
@@ -1075,21 +1075,6 @@ impl Args<'_, '_> {
     }
 }
 
-fn in_range(value: i128, min: u32) -> Result<u32, String> {
-    if value < i128::from(min) {
-        let what = if min == 0 {
-            "a non-negative integer"
-        } else {
-            "a positive integer"
-        };
-        return Err(format!("must be {what}, got {value}"));
-    }
-    u32::try_from(value)
-        .ok()
-        .filter(|v| *v <= MAX_DIM)
-        .ok_or_else(|| format!("must be at most {MAX_DIM}, got {value}"))
-}
-
 /// `1` for `[1, 1]`, `2x1` for `[2, 1]`.
 fn pair_text([a, b]: [u32; 2]) -> String {
     if a == b {
@@ -1191,17 +1176,7 @@ fn yaml_error_message(err: &serde_saphyr::Error) -> YamlProblem {
             _ => break,
         }
     }
-    let message: String = serde_saphyr::DefaultMessageFormatter
-        .format_message(inner)
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_debug().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect();
+    let message = escape_controls(&serde_saphyr::DefaultMessageFormatter.format_message(inner));
     match inner {
         E::Budget { .. }
         | E::AliasReplayLimitExceeded { .. }

@@ -1,0 +1,1087 @@
+//! Reading a workload file: the YAML tree walked, every problem collected
+//! with its position, defaults per document, ops and shapes.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::checks::{
+    check_dtype, check_name, check_range, check_tvmscript, describe, did_you_mean, escape_controls,
+    geometry_problems, join_field, key_for_path, normalise_tvmscript, quote_text, suggest,
+};
+use super::{
+    BatchMatmulShape, Conv2dShape, DenseShape, DepthwiseConv2dShape, MatmulShape, Op, Workload,
+    WorkloadError, WorkloadErrors, DEFAULT_DTYPE, DEFAULT_TRIALS, DTYPES, MAX_REPORTED_ERRORS,
+    MAX_TRIALS, MAX_WORKLOADS_PER_FILE, MAX_WORKLOAD_FILE_BYTES, MAX_YAML_DEPTH, OPS, TOP_KEYS,
+    WORKLOAD_KEYS,
+};
+use crate::model::{TunerSettings, TUNER_KEYS};
+use crate::target::Target;
+use crate::yaml_tree::{Node, Yaml};
+
+/// Collects located errors for one file, up to [`MAX_REPORTED_ERRORS`], and
+/// reports them in file order. Shared by every reader of YAML input.
+pub(crate) struct Ctx<'f> {
+    file: &'f str,
+    errors: Vec<WorkloadError>,
+    dropped: usize,
+}
+
+impl<'f> Ctx<'f> {
+    pub(crate) fn new(file: &'f str) -> Self {
+        Ctx {
+            file,
+            errors: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.errors.is_empty() && self.dropped == 0
+    }
+
+    pub(crate) fn push(
+        &mut self,
+        line: Option<usize>,
+        column: Option<usize>,
+        field: Option<String>,
+        message: String,
+    ) {
+        if self.errors.len() >= MAX_REPORTED_ERRORS {
+            self.dropped += 1;
+            return;
+        }
+        self.errors.push(WorkloadError {
+            file: self.file.to_string(),
+            line,
+            column,
+            field,
+            message,
+        });
+    }
+
+    /// An error located at `node`.
+    pub(crate) fn at(&mut self, node: &Node, field: &str, message: String) {
+        let field = (!field.is_empty()).then(|| field.to_string());
+        self.push(node.line(), node.column(), field, message);
+    }
+
+    fn count(&self) -> usize {
+        self.errors.len() + self.dropped
+    }
+
+    pub(crate) fn finish<T>(mut self, value: T) -> Result<T, WorkloadErrors> {
+        if self.is_empty() {
+            return Ok(value);
+        }
+        // Report in file order (checks run field by field, not line by line).
+        self.errors
+            .sort_by_key(|e| (e.line.unwrap_or(usize::MAX), e.column.unwrap_or(0)));
+        if self.dropped > 0 {
+            self.errors.push(WorkloadError {
+                file: self.file.to_string(),
+                line: None,
+                column: None,
+                field: None,
+                message: format!(
+                    "{} more error(s) not shown (only the first {MAX_REPORTED_ERRORS} are reported)",
+                    self.dropped
+                ),
+            });
+        }
+        Err(WorkloadErrors {
+            errors: self.errors,
+        })
+    }
+}
+
+/// The known keys of one mapping, after unknown keys were reported.
+pub(super) struct Fields<'a> {
+    known: Vec<(&'static str, &'a Node, &'a Node)>,
+    /// Known keys that an unknown key looked like (so "missing" is not reported too).
+    suggested: Vec<&'static str>,
+}
+
+impl<'a> Fields<'a> {
+    fn get(&self, key: &str) -> Option<&'a Node> {
+        self.known
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, _, v)| *v)
+    }
+
+    fn key_node(&self, key: &str) -> Option<&'a Node> {
+        self.known
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, k, _)| *k)
+    }
+
+    fn was_suggested(&self, key: &str) -> bool {
+        self.suggested.contains(&key)
+    }
+}
+
+pub(super) fn read_fields<'a>(
+    ctx: &mut Ctx<'_>,
+    entries: &'a [(Node, Node)],
+    path: &str,
+    allowed: &[&'static str],
+) -> Fields<'a> {
+    let mut fields = Fields {
+        known: Vec::new(),
+        suggested: Vec::new(),
+    };
+    for (key_node, value) in entries {
+        let Some(key) = key_node.as_str() else {
+            let msg = format!("keys must be strings, got {}", describe(key_node));
+            ctx.at(key_node, path, msg);
+            continue;
+        };
+        if let Some(&known) = allowed.iter().find(|a| **a == key) {
+            if fields.known.iter().any(|(k, _, _)| *k == known) {
+                ctx.at(key_node, &join_field(path, known), "duplicate key".into());
+            } else {
+                fields.known.push((known, key_node, value));
+            }
+            continue;
+        }
+        if let Some(s) = suggest(key, allowed) {
+            fields.suggested.push(s);
+        }
+        let hint = did_you_mean(key, allowed);
+        ctx.at(
+            key_node,
+            &join_field(path, &key_for_path(key)),
+            format!(
+                "unknown key {}{hint} (expected one of: {})",
+                quote_text(key),
+                allowed.join(", ")
+            ),
+        );
+    }
+    fields
+}
+
+/// A file-level default as seen by the workloads.
+pub(super) enum Inherited<T> {
+    Missing,
+    /// Present but invalid (already reported): do not report it again per workload.
+    Invalid,
+    Value(T),
+}
+
+impl<T> Inherited<T> {
+    fn from(result: Option<Option<T>>) -> Self {
+        match result {
+            None => Inherited::Missing,
+            Some(None) => Inherited::Invalid,
+            Some(Some(v)) => Inherited::Value(v),
+        }
+    }
+}
+
+pub(super) struct Defaults {
+    target: Inherited<Target>,
+    trials: Inherited<u32>,
+    dtype: Inherited<String>,
+    tuner: Inherited<TunerSettings>,
+}
+
+#[derive(Default)]
+pub(super) struct FileState {
+    workloads: Vec<Workload>,
+    names: HashMap<String, Option<usize>>,
+    count: usize,
+    stop: bool,
+}
+
+/// Parses and validates a workload file (see the module docs for the format).
+/// `filename` is only used in error messages. Returns every workload in file
+/// order, or every problem found.
+pub fn parse_workload_file(text: &str, filename: &str) -> Result<Vec<Workload>, WorkloadErrors> {
+    let mut ctx = Ctx::new(filename);
+    if text.len() > MAX_WORKLOAD_FILE_BYTES {
+        ctx.push(
+            None,
+            None,
+            None,
+            format!(
+                "the file is {} bytes; workload files may be at most {} bytes (16 MiB)",
+                text.len(),
+                MAX_WORKLOAD_FILE_BYTES
+            ),
+        );
+        return ctx.finish(Vec::new());
+    }
+    let documents = match crate::yaml_tree::parse_documents(text, MAX_YAML_DOCUMENTS) {
+        Ok(docs) => docs,
+        Err(err) => {
+            report_yaml_error(&mut ctx, &err);
+            return ctx.finish(Vec::new());
+        }
+    };
+    if documents.is_empty() {
+        ctx.push(
+            None,
+            None,
+            None,
+            "the file is empty: expected a mapping with `workloads:` (a list of workloads)".into(),
+        );
+        return ctx.finish(Vec::new());
+    }
+    let mut state = FileState::default();
+    for doc in &documents {
+        if state.stop {
+            break;
+        }
+        parse_document(&mut ctx, &mut state, doc);
+    }
+    ctx.finish(state.workloads)
+}
+
+/// Most `---` documents one workload file may hold.
+pub(crate) const MAX_YAML_DOCUMENTS: usize = 256;
+
+pub(super) fn report_yaml_error(ctx: &mut Ctx<'_>, err: &serde_saphyr::Error) {
+    let inner = err.without_snippet();
+    let (line, column) = match err.location() {
+        Some(loc) => (
+            usize::try_from(loc.line()).ok().filter(|l| *l > 0),
+            usize::try_from(loc.column()).ok().filter(|c| *c > 0),
+        ),
+        None => (None, None),
+    };
+    if let Some(limit) = yaml_limit_message(inner) {
+        ctx.push(line, column, None, format!("YAML refused: {limit}"));
+        return;
+    }
+    let mut message = escape_controls(&default_message(inner));
+    if message.trim().is_empty() {
+        message = "syntax error".into();
+    }
+    let message = match column {
+        Some(c) => format!("invalid YAML: {message} (column {c})"),
+        None => format!("invalid YAML: {message}"),
+    };
+    ctx.push(line, column, None, message);
+}
+
+/// A readable message for the parser's resource limits (see [`crate::yaml_tree::options`]).
+pub(super) fn yaml_limit_message(mut err: &serde_saphyr::Error) -> Option<String> {
+    use serde_saphyr::budget::BudgetBreach as B;
+    use serde_saphyr::Error as E;
+    for _ in 0..8 {
+        match err {
+            E::AliasError { error, .. } | E::WithSnippet { error, .. } => err = error,
+            _ => break,
+        }
+    }
+    Some(match err {
+        E::Budget { breach, .. } => match breach {
+            B::Depth { .. } => format!("it is nested more than {MAX_YAML_DEPTH} levels deep"),
+            B::Nodes { .. } | B::Events { .. } => {
+                "it has too many values for one workload file; split it".into()
+            }
+            B::Aliases { .. }
+            | B::Anchors { .. }
+            | B::AliasAnchorRatio { .. }
+            | B::MergeKeys { .. }
+            | B::RecordedAnchorEvents { .. }
+            | B::RecordedAnchorBytes { .. } => {
+                "it uses too many anchors, aliases or merge keys".into()
+            }
+            B::Documents { .. } => "it has too many YAML documents (`---`)".into(),
+            B::ScalarBytes { .. } => "its text values are too large".into(),
+            other => format!("it exceeds a parser limit ({other:?})"),
+        },
+        E::AliasReplayLimitExceeded { .. }
+        | E::AliasExpansionLimitExceeded { .. }
+        | E::AliasReplayStackDepthExceeded { .. } => {
+            "its aliases (`*name`) expand to too much data".into()
+        }
+        // The parser's own flow-nesting guard (granit-parser) has no typed error.
+        other if default_message(other).contains("recursion limit exceeded") => {
+            format!("it is nested more than {MAX_YAML_DEPTH} levels deep")
+        }
+        _ => return None,
+    })
+}
+
+/// serde-saphyr's message text, without its "at line X, column Y" suffix.
+pub(super) fn default_message(err: &serde_saphyr::Error) -> String {
+    use serde_saphyr::MessageFormatter;
+    serde_saphyr::DefaultMessageFormatter
+        .format_message(err)
+        .into_owned()
+}
+
+pub(super) fn parse_document(ctx: &mut Ctx<'_>, state: &mut FileState, doc: &Node) {
+    let entries = match &doc.value {
+        Yaml::Map(entries) => entries,
+        Yaml::Seq(_) => {
+            ctx.at(
+                doc,
+                "",
+                "the top level must be a mapping with `workloads:`, got a list \
+                 (put the list under `workloads:`)"
+                    .into(),
+            );
+            return;
+        }
+        _ => {
+            let msg = format!(
+                "the top level must be a mapping with `workloads:`, got {}",
+                describe(doc)
+            );
+            ctx.at(doc, "", msg);
+            return;
+        }
+    };
+    let fields = read_fields(ctx, entries, "", &TOP_KEYS);
+    let defaults = Defaults {
+        target: Inherited::from(fields.get("target").map(|n| parse_target(ctx, n, "target"))),
+        trials: Inherited::from(fields.get("trials").map(|n| parse_trials(ctx, n, "trials"))),
+        dtype: Inherited::from(fields.get("dtype").map(|n| parse_dtype(ctx, n, "dtype"))),
+        tuner: Inherited::from(fields.get("tuner").map(|n| parse_tuner(ctx, n, "tuner"))),
+    };
+    let Some(list) = fields.get("workloads") else {
+        if !fields.was_suggested("workloads") {
+            ctx.at(
+                doc,
+                "workloads",
+                "missing `workloads:` (the list of workloads to tune)".into(),
+            );
+        }
+        return;
+    };
+    let items = match &list.value {
+        Yaml::Seq(items) if !items.is_empty() => items,
+        Yaml::Seq(_) | Yaml::Null => {
+            ctx.at(
+                list,
+                "workloads",
+                "is empty: list at least one workload".into(),
+            );
+            return;
+        }
+        _ => {
+            let msg = format!("must be a list of workloads, got {}", describe(list));
+            ctx.at(list, "workloads", msg);
+            return;
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("workloads[{i}]");
+        if state.count >= MAX_WORKLOADS_PER_FILE {
+            ctx.at(
+                item,
+                &path,
+                format!(
+                    "too many workloads: a file may hold at most {MAX_WORKLOADS_PER_FILE} \
+                     (split it into several files)"
+                ),
+            );
+            state.stop = true;
+            return;
+        }
+        state.count += 1;
+        if let Some(w) = parse_workload(ctx, state, &defaults, &path, item) {
+            state.workloads.push(w);
+        }
+    }
+}
+
+pub(super) fn parse_workload(
+    ctx: &mut Ctx<'_>,
+    state: &mut FileState,
+    defaults: &Defaults,
+    path: &str,
+    item: &Node,
+) -> Option<Workload> {
+    let entries = match &item.value {
+        Yaml::Map(entries) => entries,
+        _ => {
+            let msg = format!(
+                "each workload must be a mapping with `name`, `op` and `shape` \
+                 (or `tvmscript`), got {}",
+                describe(item)
+            );
+            ctx.at(item, path, msg);
+            return None;
+        }
+    };
+    let errors_before = ctx.count();
+    let fields = read_fields(ctx, entries, path, &WORKLOAD_KEYS);
+    let f = |key: &str| join_field(path, key);
+
+    let name = match fields.get("name") {
+        Some(node) => parse_name(ctx, node, &f("name")),
+        None => {
+            if !fields.was_suggested("name") {
+                ctx.at(item, &f("name"), "missing `name`".into());
+            }
+            None
+        }
+    };
+    let dtype = match (fields.get("dtype"), &defaults.dtype) {
+        (Some(node), _) => parse_dtype(ctx, node, &f("dtype")),
+        (None, Inherited::Value(d)) => Some(d.clone()),
+        (None, Inherited::Missing) => Some(DEFAULT_DTYPE.to_string()),
+        (None, Inherited::Invalid) => None,
+    };
+    let trials = match (fields.get("trials"), &defaults.trials) {
+        (Some(node), _) => parse_trials(ctx, node, &f("trials")),
+        (None, Inherited::Value(t)) => Some(*t),
+        (None, Inherited::Missing) => Some(DEFAULT_TRIALS),
+        (None, Inherited::Invalid) => None,
+    };
+    let target = match (fields.get("target"), &defaults.target) {
+        (Some(node), _) => parse_target(ctx, node, &f("target")),
+        (None, Inherited::Value(t)) => Some(t.clone()),
+        (None, Inherited::Invalid) => None,
+        (None, Inherited::Missing) => {
+            if !fields.was_suggested("target") {
+                ctx.at(
+                    item,
+                    &f("target"),
+                    "missing `target`: give one on this workload or at the top of the file \
+                     (e.g. `target: {kind: llvm, num-cores: 2}`)"
+                        .into(),
+                );
+            }
+            None
+        }
+    };
+    let tuner = match (fields.get("tuner"), &defaults.tuner) {
+        (Some(node), Inherited::Value(base)) => {
+            parse_tuner(ctx, node, &f("tuner")).map(|t| t.over(base))
+        }
+        (Some(node), _) => parse_tuner(ctx, node, &f("tuner")),
+        (None, Inherited::Value(base)) => Some(base.clone()),
+        (None, Inherited::Missing) => Some(TunerSettings::default()),
+        (None, Inherited::Invalid) => None,
+    };
+    let op = parse_op(ctx, &fields, path, item);
+
+    // Names are claimed even when the workload has other errors, so a later
+    // duplicate is still reported.
+    let name = name.and_then(|name| match state.names.get(&name) {
+        Some(first) => {
+            let where_ = first
+                .map(|l| format!(" (first used at line {l})"))
+                .unwrap_or_default();
+            let node = fields.get("name").unwrap_or(item);
+            ctx.at(
+                node,
+                &f("name"),
+                format!("duplicate name {}{where_}", quote_text(&name)),
+            );
+            None
+        }
+        None => {
+            let line = fields.key_node("name").and_then(Node::line);
+            state.names.insert(name.clone(), line);
+            Some(name)
+        }
+    });
+
+    if ctx.count() > errors_before {
+        return None;
+    }
+    Some(Workload {
+        name: name?,
+        op: op?,
+        dtype: dtype?,
+        target: target?,
+        trials: trials?,
+        tuner: tuner?,
+    })
+}
+
+/// `tuner: {strategy: evolutionary, cost_model: xgb, trials_per_round: 16,
+/// builder_timeout_s: 30, runner_timeout_s: 30, number: 1, repeat: 3}`.
+pub(super) fn parse_tuner(ctx: &mut Ctx<'_>, node: &Node, field: &str) -> Option<TunerSettings> {
+    let Yaml::Map(entries) = &node.value else {
+        let msg = format!(
+            "must be a mapping of tuner settings ({}), got {}",
+            TUNER_KEYS.join(", "),
+            describe(node)
+        );
+        ctx.at(node, field, msg);
+        return None;
+    };
+    let errors_before = ctx.count();
+    let fields = read_fields(ctx, entries, field, &TUNER_KEYS);
+    let text = |ctx: &mut Ctx<'_>, key: &str| -> Option<String> {
+        let node = fields.get(key)?;
+        match node.as_str() {
+            Some(s) => Some(s.trim().to_string()),
+            None => {
+                let msg = format!("must be a string, got {}", describe(node));
+                ctx.at(node, &join_field(field, key), msg);
+                None
+            }
+        }
+    };
+    let number = |ctx: &mut Ctx<'_>, key: &str| -> Option<u32> {
+        let node = fields.get(key)?;
+        parse_trials(ctx, node, &join_field(field, key))
+    };
+    let tuner = TunerSettings {
+        strategy: text(ctx, "strategy"),
+        cost_model: text(ctx, "cost_model"),
+        trials_per_round: number(ctx, "trials_per_round"),
+        builder_timeout_s: number(ctx, "builder_timeout_s"),
+        runner_timeout_s: number(ctx, "runner_timeout_s"),
+        number: number(ctx, "number"),
+        repeat: number(ctx, "repeat"),
+    };
+    for (key, message) in tuner.problems() {
+        let at = fields.get(key).unwrap_or(node);
+        ctx.at(at, &join_field(field, key), message);
+    }
+    (ctx.count() == errors_before).then_some(tuner)
+}
+
+pub(super) fn parse_name(ctx: &mut Ctx<'_>, node: &Node, field: &str) -> Option<String> {
+    let raw = match &node.value {
+        Yaml::Str(s) => s.trim().to_string(),
+        Yaml::Int(i) => i.to_string(),
+        _ => {
+            let msg = format!("must be a string, got {}", describe(node));
+            ctx.at(node, field, msg);
+            return None;
+        }
+    };
+    match check_name(&raw) {
+        Ok(()) => Some(raw),
+        Err(m) => {
+            ctx.at(node, field, m);
+            None
+        }
+    }
+}
+
+pub(super) fn parse_dtype(ctx: &mut Ctx<'_>, node: &Node, field: &str) -> Option<String> {
+    let Some(s) = node.as_str() else {
+        let msg = format!(
+            "must be a data type such as float32 (supported: {}), got {}",
+            DTYPES.join(", "),
+            describe(node)
+        );
+        ctx.at(node, field, msg);
+        return None;
+    };
+    let s = s.trim();
+    match check_dtype(s) {
+        Ok(()) => Some(s.to_string()),
+        Err(m) => {
+            ctx.at(node, field, m);
+            None
+        }
+    }
+}
+
+pub(super) fn parse_trials(ctx: &mut Ctx<'_>, node: &Node, field: &str) -> Option<u32> {
+    match &node.value {
+        Yaml::Int(v) if (1..=i128::from(MAX_TRIALS)).contains(v) => u32::try_from(*v).ok(),
+        Yaml::Int(v) if *v > i128::from(MAX_TRIALS) => {
+            ctx.at(
+                node,
+                field,
+                format!("must be at most {MAX_TRIALS}, got {v}"),
+            );
+            None
+        }
+        _ => {
+            let msg = format!("must be a positive integer, got {}", describe(node));
+            ctx.at(node, field, msg);
+            None
+        }
+    }
+}
+
+pub(super) fn parse_target(ctx: &mut Ctx<'_>, node: &Node, field: &str) -> Option<Target> {
+    let result = match &node.value {
+        Yaml::Str(s) => Target::parse(s).map_err(|e| format!("invalid target: {e}")),
+        Yaml::Map(_) => match yaml_to_json(node) {
+            Ok(Value::Object(map)) => {
+                Target::try_from(map).map_err(|e| format!("invalid target: {e}"))
+            }
+            Ok(_) => Err("invalid target: expected a mapping".into()),
+            Err(m) => Err(format!("invalid target: {m}")),
+        },
+        _ => Err(format!(
+            "must be a mapping like {{kind: llvm, num-cores: 2}} or a TVM target string like \
+             \"llvm -num-cores=2\", got {}",
+            describe(node)
+        )),
+    };
+    match result {
+        Ok(t) => Some(t),
+        Err(m) => {
+            ctx.at(node, field, m);
+            None
+        }
+    }
+}
+
+pub(super) fn yaml_to_json(node: &Node) -> Result<Value, String> {
+    Ok(match &node.value {
+        Yaml::Null => Value::Null,
+        Yaml::Bool(b) => Value::Bool(*b),
+        Yaml::Int(i) => {
+            if let Ok(v) = i64::try_from(*i) {
+                Value::from(v)
+            } else if let Ok(v) = u64::try_from(*i) {
+                Value::from(v)
+            } else {
+                return Err(format!("the number {i} is too large"));
+            }
+        }
+        Yaml::Float(x) => serde_json::Number::from_f64(*x)
+            .map(Value::Number)
+            .ok_or_else(|| format!("{x} is not a finite number"))?,
+        Yaml::Str(s) => Value::String(s.clone()),
+        Yaml::Seq(items) => Value::Array(items.iter().map(yaml_to_json).collect::<Result<_, _>>()?),
+        Yaml::Map(entries) => {
+            let mut map = Map::new();
+            for (k, v) in entries {
+                let Some(key) = k.as_str() else {
+                    return Err(format!("keys must be strings, got {}", describe(k)));
+                };
+                map.insert(key.to_string(), yaml_to_json(v)?);
+            }
+            Value::Object(map)
+        }
+    })
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum OpKind {
+    Matmul,
+    BatchMatmul,
+    Dense,
+    Conv2dNchw,
+    Conv2dNhwc,
+    DepthwiseConv2dNchw,
+}
+
+impl OpKind {
+    fn name(self) -> &'static str {
+        match self {
+            OpKind::Matmul => "matmul",
+            OpKind::BatchMatmul => "batch_matmul",
+            OpKind::Dense => "dense",
+            OpKind::Conv2dNchw => "conv2d_nchw",
+            OpKind::Conv2dNhwc => "conv2d_nhwc",
+            OpKind::DepthwiseConv2dNchw => "depthwise_conv2d_nchw",
+        }
+    }
+
+    fn parse(name: &str) -> Option<OpKind> {
+        Some(match name {
+            "matmul" => OpKind::Matmul,
+            "batch_matmul" => OpKind::BatchMatmul,
+            "dense" => OpKind::Dense,
+            "conv2d_nchw" => OpKind::Conv2dNchw,
+            "conv2d_nhwc" => OpKind::Conv2dNhwc,
+            "depthwise_conv2d_nchw" => OpKind::DepthwiseConv2dNchw,
+            _ => return None,
+        })
+    }
+
+    fn shape_keys(self) -> &'static [&'static str] {
+        match self {
+            OpKind::Matmul => &["m", "n", "k"],
+            OpKind::BatchMatmul => &["batch", "m", "n", "k"],
+            OpKind::Dense => &["batch", "in_features", "out_features"],
+            OpKind::Conv2dNchw | OpKind::Conv2dNhwc => &[
+                "batch",
+                "in_channels",
+                "height",
+                "width",
+                "out_channels",
+                "kernel",
+                "stride",
+                "padding",
+                "dilation",
+            ],
+            OpKind::DepthwiseConv2dNchw => &[
+                "batch",
+                "channels",
+                "height",
+                "width",
+                "multiplier",
+                "kernel",
+                "stride",
+                "padding",
+                "dilation",
+            ],
+        }
+    }
+
+    fn example(self) -> &'static str {
+        match self {
+            OpKind::Matmul => "{m: 128, n: 128, k: 128}",
+            OpKind::BatchMatmul => "{batch: 8, m: 128, n: 128, k: 64}",
+            OpKind::Dense => "{batch: 1, in_features: 256, out_features: 128}",
+            OpKind::Conv2dNchw | OpKind::Conv2dNhwc => {
+                "{batch: 1, in_channels: 64, height: 56, width: 56, out_channels: 64, kernel: 3, \
+                 stride: 1, padding: 1}"
+            }
+            OpKind::DepthwiseConv2dNchw => {
+                "{batch: 1, channels: 32, height: 112, width: 112, multiplier: 1, kernel: 3, \
+                 stride: 1, padding: 1}"
+            }
+        }
+    }
+}
+
+pub(super) fn parse_op(
+    ctx: &mut Ctx<'_>,
+    fields: &Fields<'_>,
+    path: &str,
+    item: &Node,
+) -> Option<Op> {
+    let op_field = join_field(path, "op");
+    let op_name = match fields.get("op") {
+        None => None,
+        Some(node) => match node.as_str() {
+            Some(s) => Some((s.trim(), node)),
+            None => {
+                let msg = format!(
+                    "must be the name of an operator (one of: {}), got {}",
+                    OPS.join(", "),
+                    describe(node)
+                );
+                ctx.at(node, &op_field, msg);
+                return None;
+            }
+        },
+    };
+    match op_name {
+        None if fields.get("tvmscript").is_some() => parse_tvmscript_op(ctx, fields, path, item),
+        None => {
+            if !fields.was_suggested("op") && !fields.was_suggested("tvmscript") {
+                ctx.at(
+                    item,
+                    &op_field,
+                    format!(
+                        "missing `op` (one of: {}), or give a PrimFunc as `tvmscript:`",
+                        OPS.join(", ")
+                    ),
+                );
+            }
+            None
+        }
+        Some(("tvmscript", _)) => parse_tvmscript_op(ctx, fields, path, item),
+        Some((name, node)) => {
+            let Some(kind) = OpKind::parse(name) else {
+                ctx.at(
+                    node,
+                    &op_field,
+                    format!(
+                        "unknown op {}{} (valid ops: {})",
+                        quote_text(name),
+                        did_you_mean(name, &OPS),
+                        OPS.join(", ")
+                    ),
+                );
+                return None;
+            };
+            if let Some(key) = fields.key_node("tvmscript") {
+                ctx.at(
+                    key,
+                    &join_field(path, "tvmscript"),
+                    format!(
+                        "cannot be combined with `op: {name}`: give either `op` + `shape` \
+                         or `tvmscript`"
+                    ),
+                );
+            }
+            parse_shape(ctx, kind, fields, path, item)
+        }
+    }
+}
+
+pub(super) fn parse_tvmscript_op(
+    ctx: &mut Ctx<'_>,
+    fields: &Fields<'_>,
+    path: &str,
+    item: &Node,
+) -> Option<Op> {
+    let field = join_field(path, "tvmscript");
+    if let Some(key) = fields.key_node("shape") {
+        ctx.at(
+            key,
+            &join_field(path, "shape"),
+            "is not used by a tvmscript workload (the PrimFunc defines its own shapes); \
+             remove it"
+                .into(),
+        );
+    }
+    let Some(node) = fields.get("tvmscript") else {
+        if !fields.was_suggested("tvmscript") {
+            ctx.at(
+                item,
+                &field,
+                "missing `tvmscript:` (the PrimFunc as TVMScript text) for `op: tvmscript`".into(),
+            );
+        }
+        return None;
+    };
+    let text = match &node.value {
+        Yaml::Str(s) => s,
+        Yaml::Null => "",
+        _ => {
+            let msg = format!(
+                "must be TVMScript text (use a block string: `tvmscript: |`), got {}",
+                describe(node)
+            );
+            ctx.at(node, &field, msg);
+            return None;
+        }
+    };
+    match check_tvmscript(text) {
+        Ok(()) => Some(Op::Tvmscript {
+            tvmscript: normalise_tvmscript(text),
+        }),
+        Err(m) => {
+            ctx.at(node, &field, m);
+            None
+        }
+    }
+}
+
+/// Reads the numbers of one `shape:` mapping, reporting every problem.
+pub(super) struct ShapeReader<'r, 'c, 'a> {
+    ctx: &'r mut Ctx<'c>,
+    fields: Fields<'a>,
+    shape: &'a Node,
+    path: String,
+    kind: OpKind,
+}
+
+impl ShapeReader<'_, '_, '_> {
+    fn number(&mut self, node: &Node, field: &str, min: u32) -> Option<u32> {
+        let result = match &node.value {
+            Yaml::Int(v) => check_range(*v, min),
+            _ => Err(format!(
+                "must be {}, got {}",
+                if min == 0 {
+                    "a non-negative integer"
+                } else {
+                    "a positive integer"
+                },
+                describe(node)
+            )),
+        };
+        match result {
+            Ok(v) => Some(v),
+            Err(m) => {
+                self.ctx.at(node, field, m);
+                None
+            }
+        }
+    }
+
+    fn missing(&mut self, key: &str, what: &str) {
+        if self.fields.was_suggested(key) {
+            return;
+        }
+        let field = join_field(&self.path, key);
+        let msg = format!(
+            "missing `{key}` ({what}); op {} needs {}",
+            self.kind.name(),
+            self.kind.example()
+        );
+        self.ctx.at(self.shape, &field, msg);
+    }
+
+    fn dim(&mut self, key: &str) -> Option<u32> {
+        match self.fields.get(key) {
+            Some(node) => self.number(node, &join_field(&self.path, key), 1),
+            None => {
+                self.missing(key, "a positive integer");
+                None
+            }
+        }
+    }
+
+    fn pair(&mut self, key: &str, default: Option<[u32; 2]>, min: u32) -> Option<[u32; 2]> {
+        let field = join_field(&self.path, key);
+        let Some(node) = self.fields.get(key) else {
+            if default.is_none() {
+                self.missing(key, "an integer or [height, width]");
+            }
+            return default;
+        };
+        match &node.value {
+            Yaml::Int(_) => self.number(node, &field, min).map(|v| [v, v]),
+            Yaml::Seq(items) => match items.as_slice() {
+                [h, w] => {
+                    let h = self.number(h, &format!("{field}[0]"), min);
+                    let w = self.number(w, &format!("{field}[1]"), min);
+                    Some([h?, w?])
+                }
+                _ => {
+                    let msg = format!(
+                        "must be one integer or a list of two integers [height, width], got {}",
+                        describe(node)
+                    );
+                    self.ctx.at(node, &field, msg);
+                    None
+                }
+            },
+            _ => {
+                let msg = format!(
+                    "must be one integer or a list of two integers [height, width], got {}",
+                    describe(node)
+                );
+                self.ctx.at(node, &field, msg);
+                None
+            }
+        }
+    }
+
+    fn conv_pairs(&mut self) -> Option<[[u32; 2]; 4]> {
+        let kernel = self.pair("kernel", None, 1);
+        let stride = self.pair("stride", Some([1, 1]), 1);
+        let padding = self.pair("padding", Some([0, 0]), 0);
+        let dilation = self.pair("dilation", Some([1, 1]), 1);
+        Some([kernel?, stride?, padding?, dilation?])
+    }
+}
+
+pub(super) fn parse_shape(
+    ctx: &mut Ctx<'_>,
+    kind: OpKind,
+    fields: &Fields<'_>,
+    path: &str,
+    item: &Node,
+) -> Option<Op> {
+    let shape_path = join_field(path, "shape");
+    let Some(shape) = fields.get("shape") else {
+        if !fields.was_suggested("shape") {
+            ctx.at(
+                item,
+                &shape_path,
+                format!(
+                    "missing `shape` for op {}: e.g. shape: {}",
+                    kind.name(),
+                    kind.example()
+                ),
+            );
+        }
+        return None;
+    };
+    let Yaml::Map(entries) = &shape.value else {
+        let msg = format!(
+            "must be a mapping like {}, got {}",
+            kind.example(),
+            describe(shape)
+        );
+        ctx.at(shape, &shape_path, msg);
+        return None;
+    };
+    let shape_fields = read_fields(ctx, entries, &shape_path, kind.shape_keys());
+    let mut r = ShapeReader {
+        ctx,
+        fields: shape_fields,
+        shape,
+        path: shape_path,
+        kind,
+    };
+    let op = match kind {
+        OpKind::Matmul => {
+            let (m, n, k) = (r.dim("m"), r.dim("n"), r.dim("k"));
+            Op::Matmul {
+                shape: MatmulShape {
+                    m: m?,
+                    n: n?,
+                    k: k?,
+                },
+            }
+        }
+        OpKind::BatchMatmul => {
+            let (batch, m, n, k) = (r.dim("batch"), r.dim("m"), r.dim("n"), r.dim("k"));
+            Op::BatchMatmul {
+                shape: BatchMatmulShape {
+                    batch: batch?,
+                    m: m?,
+                    n: n?,
+                    k: k?,
+                },
+            }
+        }
+        OpKind::Dense => {
+            let batch = r.dim("batch");
+            let in_features = r.dim("in_features");
+            let out_features = r.dim("out_features");
+            Op::Dense {
+                shape: DenseShape {
+                    batch: batch?,
+                    in_features: in_features?,
+                    out_features: out_features?,
+                },
+            }
+        }
+        OpKind::Conv2dNchw | OpKind::Conv2dNhwc => {
+            let batch = r.dim("batch");
+            let in_channels = r.dim("in_channels");
+            let height = r.dim("height");
+            let width = r.dim("width");
+            let out_channels = r.dim("out_channels");
+            let [kernel, stride, padding, dilation] = r.conv_pairs()?;
+            let shape = Conv2dShape {
+                batch: batch?,
+                in_channels: in_channels?,
+                height: height?,
+                width: width?,
+                out_channels: out_channels?,
+                kernel,
+                stride,
+                padding,
+                dilation,
+            };
+            if kind == OpKind::Conv2dNchw {
+                Op::Conv2dNchw { shape }
+            } else {
+                Op::Conv2dNhwc { shape }
+            }
+        }
+        OpKind::DepthwiseConv2dNchw => {
+            let batch = r.dim("batch");
+            let channels = r.dim("channels");
+            let height = r.dim("height");
+            let width = r.dim("width");
+            let multiplier = r.dim("multiplier");
+            let [kernel, stride, padding, dilation] = r.conv_pairs()?;
+            Op::DepthwiseConv2dNchw {
+                shape: DepthwiseConv2dShape {
+                    batch: batch?,
+                    channels: channels?,
+                    height: height?,
+                    width: width?,
+                    multiplier: multiplier?,
+                    kernel,
+                    stride,
+                    padding,
+                    dilation,
+                },
+            }
+        }
+    };
+    let problems = geometry_problems(&op);
+    if problems.is_empty() {
+        return Some(op);
+    }
+    for (sub, message) in problems {
+        let node = sub.and_then(|s| r.fields.get(s)).unwrap_or(shape);
+        r.ctx
+            .at(node, &join_field(&r.path, sub.unwrap_or("")), message);
+    }
+    None
+}
