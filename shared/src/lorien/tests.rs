@@ -1,6 +1,8 @@
 use super::*;
 use crate::workload::{parse_workload_file, WorkloadError, MAX_REPORTED_ERRORS};
+use crate::workload::{BatchMatmulShape, Conv2dShape, DenseShape, DepthwiseConv2dShape, Op};
 use proptest::prelude::*;
+use serde_json::Value;
 
 const SAMPLE: &str = include_str!("../../../examples/lorien/workloads.yaml");
 const BAD_SAMPLE: &str = include_str!("../../../examples/lorien/bad-unknown-task.yaml");
