@@ -1,3 +1,6 @@
+use super::read::read_tensor;
+use super::strip::write_varint;
+use super::wire::{packed_varints, Payload, Reader, WIRE_LEN, WIRE_VARINT};
 use super::*;
 use proptest::prelude::*;
 
