@@ -1,7 +1,10 @@
+use super::driver_output::parse_json_line;
 use super::*;
 use crate::backend::verify::fixtures;
+use crate::backend::ProgressUpdate;
 use crate::backend::{progress_channel, ProgressWatch};
 use crate::testutil::job;
+use tunefleet_shared::workload::Workload;
 
 // ---- helpers ---------------------------------------------------------
 
