@@ -1,4 +1,5 @@
 use super::*;
+use crate::target::Target;
 
 #[test]
 fn client_request_is_flat_json_with_id_and_type() {
