@@ -147,45 +147,4 @@ pub fn to_table(jobs: &[JobView]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tunefleet_shared::protocol::{JobState, TuningRecord};
-    use tunefleet_shared::testing::job;
-
-    fn jobs() -> Vec<JobView> {
-        let mut done = job("aa", JobState::Done);
-        done.name = "mm, \"big\"".into();
-        done.best_latency_s = Some(2.5e-5);
-        done.worker = Some("gpu-1".into());
-        done.trials_done = 16;
-        done.records = vec![TuningRecord {
-            latency_s: 2.5e-5,
-            record: serde_json::json!({"trace": []}),
-        }];
-        vec![done, job("bb", JobState::Queued)]
-    }
-
-    #[test]
-    fn json_is_an_array_of_job_objects() {
-        let value: serde_json::Value = serde_json::from_str(&to_json(&jobs()).unwrap()).unwrap();
-        let arr = value.as_array().unwrap();
-        assert_eq!(arr.len(), 2);
-        assert_eq!(arr[0]["job_id"], "aa");
-        assert_eq!(arr[0]["state"], "done");
-        assert_eq!(arr[0]["best_latency_s"], 2.5e-5);
-        assert_eq!(arr[0]["records"].as_array().unwrap().len(), 1);
-        assert!(arr[1]["best_latency_s"].is_null());
-        assert!(arr[1]["name"].is_string());
-    }
-
-    #[test]
-    fn table_has_one_line_per_job() {
-        let text = to_table(&jobs());
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3);
-        assert!(lines[0].starts_with("JOB_ID"));
-        assert!(lines[1].contains("25.0 µs"), "{text}");
-        assert!(lines[2].contains("0/16"), "{text}");
-        assert_eq!(to_table(&[]), "no jobs\n");
-    }
-}
+mod tests;

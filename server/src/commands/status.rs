@@ -53,43 +53,4 @@ pub fn human(report: &StatusReport, url: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tunefleet_shared::protocol::JobCounts;
-
-    fn report() -> StatusReport {
-        StatusReport {
-            jobs: JobCounts {
-                total: 10,
-                queued: 2,
-                running: 3,
-                done: 4,
-                failed: 1,
-                cancelled: 0,
-                archived: 0,
-            },
-            workers: 3,
-            workers_busy: 3,
-            server_version: "0.1.0".into(),
-        }
-    }
-
-    #[test]
-    fn json_has_the_fields_scripts_read() {
-        let value = serde_json::to_value(report()).unwrap();
-        for key in ["total", "queued", "running", "done", "failed"] {
-            assert!(value["jobs"][key].is_u64(), "jobs.{key}");
-        }
-        assert_eq!(value["workers"], 3);
-    }
-
-    #[test]
-    fn human_summary() {
-        let text = human(&report(), "ws://h:1/ws/client");
-        assert!(text.contains("workers: 3 (3 busy)"), "{text}");
-        assert!(
-            text.contains("10 jobs: 2 queued, 3 running, 4 done, 1 failed\n"),
-            "{text}"
-        );
-    }
-}
+mod tests;

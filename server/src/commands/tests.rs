@@ -1,0 +1,75 @@
+use super::*;
+
+#[test]
+fn table_columns_align_by_chars() {
+    let header = [("NAME", Align::Left), ("BEST", Align::Right)];
+    let rows = vec![
+        vec!["a".to_string(), "12.3 µs".to_string()],
+        vec!["longer".to_string(), "1.000 s".to_string()],
+    ];
+    let text = render_table(&header, &rows);
+    assert_eq!(text, "NAME       BEST\na       12.3 µs\nlonger  1.000 s\n");
+}
+
+#[test]
+fn connect_args_debug_hides_the_token() {
+    let args = ConnectArgs {
+        server: DEFAULT_SERVER.into(),
+        token: Some("hunter2".into()),
+        ca_cert: None,
+    };
+    let text = format!("{args:?}");
+    assert!(!text.contains("hunter2"));
+    assert!(text.contains("redacted"));
+}
+
+#[test]
+fn exit_codes_come_from_exit_errors() {
+    let err: anyhow::Error = Exit::silent(2).into();
+    assert_eq!(exit_code(&err), 2);
+    assert_eq!(exit_code(&anyhow::anyhow!("boom")), 1);
+}
+
+#[test]
+fn client_cli_parses_every_subcommand() {
+    use clap::{FromArgMatches, Subcommand};
+    let cmd = ClientCli::augment_subcommands(clap::Command::new("tunefleet"));
+    cmd.clone().debug_assert();
+    let parse = |args: &[&str]| {
+        let matches = cmd.clone().try_get_matches_from(args).unwrap();
+        ClientCli::from_arg_matches(&matches).unwrap()
+    };
+    match parse(&["tunefleet", "submit", "a.yaml", "b.yaml", "--json"]) {
+        ClientCli::Submit(a) => assert_eq!(a.files.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    match parse(&["tunefleet", "results", "--format", "csv", "--job", "x", "y"]) {
+        ClientCli::Results(a) => assert_eq!(a.jobs, ["x", "y"]),
+        other => panic!("{other:?}"),
+    }
+    match parse(&["tunefleet", "watch", "--follow"]) {
+        ClientCli::Watch(a) => assert!(a.follow),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        parse(&["tunefleet", "export", "--format", "csv", "--out", "r.csv"]),
+        ClientCli::Export(_)
+    ));
+    assert!(matches!(
+        parse(&["tunefleet", "status", "--json", "--server", "ws://h:1"]),
+        ClientCli::Status(_)
+    ));
+    match parse(&[
+        "tunefleet",
+        "shutdown",
+        "--server",
+        "wss://h:1",
+        "--ca-cert",
+        "ca.pem",
+    ]) {
+        ClientCli::Shutdown(a) => {
+            assert_eq!(a.connect.ca_cert.as_deref(), Some("ca.pem".as_ref()))
+        }
+        other => panic!("{other:?}"),
+    }
+}

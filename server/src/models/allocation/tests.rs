@@ -1,0 +1,71 @@
+use super::*;
+
+fn live<'a>(weight: f64, history: &'a [f64]) -> TaskStats<'a> {
+    TaskStats {
+        weight,
+        history,
+        live: true,
+        busy: false,
+    }
+}
+
+#[test]
+fn warm_up_goes_in_task_order_before_any_second_round() {
+    let tasks = [live(100.0, &[1.0]), live(1.0, &[]), live(1.0, &[])];
+    assert_eq!(next_task(&tasks), Some(1));
+    let mut tasks = tasks;
+    tasks[1].busy = true;
+    assert_eq!(next_task(&tasks), Some(2));
+}
+
+#[test]
+fn hand_computed_scores() {
+    // k = 1: g1 = 0, g2 = 2.0 / 1 → score = 3 × 0.8 × 2.0 = 4.8
+    assert!((score(3.0, &[2.0]) - 4.8).abs() < 1e-12);
+    // k = 4, w = 3: g1 = (h[0] - h[3]) / 3 = (10 - 4) / 3 = 2; g2 = 4 / 4 = 1
+    // score = 2 × (0.2 × 2 + 0.8 × 1) = 2.4
+    assert!((score(2.0, &[10.0, 8.0, 6.0, 4.0]) - 2.4).abs() < 1e-12);
+    // k = 3 (not past the window): g1 = 0, g2 = 6 / 3 = 2 → 1 × 0.8 × 2 = 1.6
+    assert!((score(1.0, &[9.0, 7.0, 6.0]) - 1.6).abs() < 1e-12);
+}
+
+#[test]
+fn the_task_with_most_model_time_left_wins() {
+    // a: weight 1, best 1 ms → 0.8e-3; b: weight 4, best 0.5 ms → 1.6e-3
+    let a = [1e-3];
+    let b = [0.5e-3];
+    assert_eq!(next_task(&[live(1.0, &a), live(4.0, &b)]), Some(1));
+    // b has had 2 rounds: g2 = 0.5e-3 / 2 → 4 × 0.8 × 0.25e-3 = 0.8e-3 = a's: tie → a
+    let b2 = [0.5e-3, 0.5e-3];
+    assert_eq!(next_task(&[live(1.0, &a), live(4.0, &b2)]), Some(0));
+}
+
+#[test]
+fn recent_improvement_counts() {
+    // Same best and rounds; the one still improving fast wins.
+    let flat = [5e-3, 5e-3, 5e-3, 4e-3];
+    let steep = [20e-3, 10e-3, 6e-3, 4e-3];
+    assert_eq!(next_task(&[live(1.0, &flat), live(1.0, &steep)]), Some(1));
+}
+
+#[test]
+fn dead_trivial_and_busy_tasks_get_nothing() {
+    let h = [1.0];
+    let mut dead = live(1000.0, &h);
+    dead.live = false;
+    let mut busy = live(1000.0, &h);
+    busy.busy = true;
+    let small = live(1.0, &h);
+    assert_eq!(next_task(&[dead.clone(), busy.clone(), small]), Some(2));
+    assert_eq!(next_task(&[dead, busy]), None);
+    assert_eq!(next_task(&[]), None);
+}
+
+#[test]
+fn exact_ties_go_to_the_earlier_task() {
+    let h = [2e-3, 1e-3];
+    assert_eq!(
+        next_task(&[live(2.0, &h), live(2.0, &h), live(2.0, &h)]),
+        Some(0)
+    );
+}

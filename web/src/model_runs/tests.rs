@@ -1,0 +1,106 @@
+use super::*;
+use tunefleet_shared::model::{ModelLatencies, TunerSettings};
+use tunefleet_shared::target::Target;
+
+pub(crate) fn view(state: ModelState) -> ModelView {
+    ModelView {
+        name: "sq".into(),
+        state,
+        target: Target::parse(r#"{"kind":"llvm"}"#).unwrap(),
+        trials_total: 64,
+        trials_done: 16,
+        trials_per_round: 16,
+        tasks: vec![],
+        estimated_latency_s: None,
+        verified: false,
+        latency_s: ModelLatencies::default(),
+        records_applied: None,
+        functions_tuned: None,
+        error: None,
+        curve: vec![],
+        extract_job: "e".repeat(64),
+        compile_job: None,
+        stop_requested: false,
+        io: serde_json::Value::Null,
+        tuner: TunerSettings::default(),
+        verification: serde_json::Value::Null,
+        created_at: 1,
+        updated_at: 1,
+        finished_at: None,
+    }
+}
+
+#[test]
+fn nothing_measured_before_compiling() {
+    let v = view(ModelState::Tuning);
+    assert_eq!(measured(&v), None);
+    assert_eq!(verified(&v), "–");
+    assert_eq!(applied(&v), "–");
+    assert_eq!(
+        crate::format::trials_percent(v.trials_done, v.trials_total),
+        25.0
+    );
+    assert_eq!(
+        state_hint(&view(ModelState::Extracting)),
+        "waiting for a TVM worker to extract the tasks"
+    );
+}
+
+#[test]
+fn measured_latencies_with_ratios() {
+    let mut v = view(ModelState::Done);
+    v.latency_s = ModelLatencies {
+        untuned: Some(4e-3),
+        tuned: Some(1e-3),
+        onnxruntime: Some(2e-3),
+    };
+    v.verified = true;
+    v.records_applied = Some(12);
+    v.functions_tuned = Some(13);
+    let m = measured(&v).unwrap();
+    assert_eq!(m.tuned, "1.000 ms");
+    assert_eq!(m.untuned, "4.000 ms");
+    assert_eq!(m.onnxruntime, "2.000 ms");
+    assert_eq!(m.speedup.as_deref(), Some("4.0× faster than untuned"));
+    assert_eq!(
+        m.vs_onnxruntime.as_deref(),
+        Some("0.50× onnxruntime's time")
+    );
+    assert!(m.beats_onnxruntime);
+    assert_eq!(verified(&v), "yes");
+    assert_eq!(applied(&v), "12/13");
+
+    v.latency_s.onnxruntime = None;
+    v.verified = false;
+    let m = measured(&v).unwrap();
+    assert_eq!(m.onnxruntime, "–");
+    assert_eq!(m.vs_onnxruntime, None);
+    assert!(!m.beats_onnxruntime);
+    assert_eq!(verified(&v), "no");
+}
+
+#[test]
+fn task_notes_and_shares() {
+    let mut t = ModelTaskView {
+        job_id: None,
+        name: "fused_conv2d".into(),
+        weight: 2,
+        trials: 32,
+        best_latency_s: Some(1e-4),
+        share: Some(0.4123),
+        flops: None,
+        trivial: false,
+        dead: false,
+        rounds: vec![],
+    };
+    assert_eq!(share(&t), "41.2%");
+    assert_eq!(task_note(&t), "");
+    t.dead = true;
+    assert_eq!(task_note(&t), "no valid candidate");
+    t.trivial = true;
+    t.share = None;
+    assert_eq!(task_note(&t), "trivial: default schedule");
+    assert_eq!(share(&t), "–");
+    assert_eq!(latency(None), "–");
+    assert_eq!(latency(Some(f64::NAN)), "–");
+}
