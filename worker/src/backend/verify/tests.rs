@@ -1,3 +1,6 @@
+use super::kernel::Elem;
+use super::numeric::{f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, SplitMix64};
+use super::timing::median;
 use super::*;
 
 fn matmul_args(n: i64, dtype: &str) -> Vec<ArgSpec> {
