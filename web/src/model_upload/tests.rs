@@ -1,7 +1,7 @@
 use super::*;
 use tunefleet_shared::model::{base64, MAX_MODEL_BYTES};
 
-// A hand-built ModelProto, as in `shared/src/onnx.rs`'s tests: one Relu,
+// A hand-built ModelProto, as in `shared/src/onnx/tests.rs`: one Relu,
 // input `x` of shape [first, 4] (float), one float initializer `w` of
 // `init` elements.
 fn field(out: &mut Vec<u8>, number: u32, payload: &[u8]) {
