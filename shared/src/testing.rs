@@ -2,7 +2,7 @@
 //! place they build a workload or a job view, so a new field is added once;
 //! and the YAML fast path's check against serde-saphyr, for the fuzzer.
 
-use crate::protocol::{JobState, JobView};
+use crate::protocol::{JobState, JobView, TuningRecord};
 use crate::workload::Workload;
 
 /// A 64³ float32 matmul for plain `llvm`, 16 trials.
@@ -38,6 +38,21 @@ pub fn job(id: &str, state: JobState) -> JobView {
         cached_from: None,
         actions: Vec::new(),
     }
+}
+
+/// Two jobs for export and table tests: `aa` done by `gpu-1` at 25 µs with
+/// one record and a name that needs quoting (`mm, "big"`), and `bb` queued.
+pub fn done_and_queued_jobs() -> Vec<JobView> {
+    let mut done = job("aa", JobState::Done);
+    done.name = "mm, \"big\"".into();
+    done.best_latency_s = Some(2.5e-5);
+    done.worker = Some("gpu-1".into());
+    done.trials_done = 16;
+    done.records = vec![TuningRecord {
+        latency_s: 2.5e-5,
+        record: serde_json::json!({"trace": []}),
+    }];
+    vec![done, job("bb", JobState::Queued)]
 }
 
 /// Whether the YAML fast path read `text` (`Ok(false)`: it declined, and

@@ -1,20 +1,6 @@
 use super::*;
 use crate::protocol::{JobState, ResultMeta, TuningRecord};
-
-use crate::testing::job;
-
-fn jobs() -> Vec<JobView> {
-    let mut done = job("aa", JobState::Done);
-    done.name = "mm, \"big\"".into();
-    done.best_latency_s = Some(2.5e-5);
-    done.worker = Some("gpu-1".into());
-    done.trials_done = 16;
-    done.records = vec![TuningRecord {
-        latency_s: 2.5e-5,
-        record: serde_json::json!({"trace": []}),
-    }];
-    vec![done, job("bb", JobState::Queued)]
-}
+use crate::testing::{done_and_queued_jobs as jobs, job};
 
 #[test]
 fn latency_uses_a_readable_unit() {

@@ -1,19 +1,5 @@
 use super::*;
-use tunefleet_shared::protocol::{JobState, TuningRecord};
-use tunefleet_shared::testing::job;
-
-fn jobs() -> Vec<JobView> {
-    let mut done = job("aa", JobState::Done);
-    done.name = "mm, \"big\"".into();
-    done.best_latency_s = Some(2.5e-5);
-    done.worker = Some("gpu-1".into());
-    done.trials_done = 16;
-    done.records = vec![TuningRecord {
-        latency_s: 2.5e-5,
-        record: serde_json::json!({"trace": []}),
-    }];
-    vec![done, job("bb", JobState::Queued)]
-}
+use tunefleet_shared::testing::done_and_queued_jobs as jobs;
 
 #[test]
 fn json_is_an_array_of_job_objects() {
