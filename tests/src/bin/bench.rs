@@ -57,6 +57,7 @@ usage: tunefleet-bench [FLAGS]            fleet throughput, recycle latency and 
        tunefleet-bench soak [FLAGS]       a long run's memory and database size (soak --help)
        tunefleet-bench chaos              kills and restarts under load
        tunefleet-bench parse              reading a round's workload file, fast path and serde-saphyr
+       tunefleet-bench frames [FLAGS]     the echo with 1 to 16 messages per frame (frames --help)
        tunefleet-bench join ...           helper process of the scale run
 
 flags of the fleet run (defaults in brackets):
@@ -134,6 +135,8 @@ impl MasterProcess {
     }
 }
 
+#[path = "bench/frames.rs"]
+mod frames;
 #[path = "bench/join.rs"]
 mod join;
 #[path = "bench/parse.rs"]
@@ -473,64 +476,13 @@ async fn recycle_sample(
 
 /// Round trips per second through a bare tokio-tungstenite echo server on
 /// loopback: `connections` clients, each with one ~200-byte message in flight.
+/// The wire's ceiling: one ~200-byte message per frame, not decoded.
 async fn echo_ceiling(connections: usize, run_for: Duration) -> anyhow::Result<f64> {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let server = tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let _ = tcp.set_nodelay(true);
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
-                    return;
-                };
-                while let Some(Ok(msg)) = ws.next().await {
-                    if msg.is_text() && ws.send(msg).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    let payload = format!(r#"{{"type":"progress","pad":"{}"}}"#, "x".repeat(170));
-    let mut sockets = Vec::new();
-    for _ in 0..connections {
-        sockets.push(
-            tokio_tungstenite::connect_async(format!("ws://{addr}"))
-                .await?
-                .0,
-        );
-    }
-    let started = Instant::now();
-    let deadline = started + run_for;
-    let mut clients = Vec::new();
-    for mut ws in sockets {
-        let payload = payload.clone();
-        clients.push(tokio::spawn(async move {
-            let mut trips = 0u64;
-            while Instant::now() < deadline {
-                if ws
-                    .send(Message::Text(payload.clone().into()))
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-                match ws.next().await {
-                    Some(Ok(_)) => trips += 1,
-                    _ => break,
-                }
-            }
-            trips
-        }));
-    }
-    let mut total = 0;
-    for client in clients {
-        total += client.await.unwrap_or(0);
-    }
-    server.abort();
-    Ok(total as f64 / started.elapsed().as_secs_f64().max(1e-9))
+    Ok(
+        frames::echo(connections, run_for, 1, frames::Burst::OneFrame, false)
+            .await?
+            .bursts_per_s,
+    )
 }
 
 fn llvm() -> Target {
@@ -611,6 +563,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if std::env::args().nth(1).as_deref() == Some("chaos") {
         return chaos_main().await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("frames") {
+        return frames::run(std::env::args().skip(2)).await;
     }
     if std::env::args().nth(1).as_deref() == Some("parse") {
         return parse::run(MAX_WORKLOADS_PER_FILE);
