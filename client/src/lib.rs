@@ -438,8 +438,21 @@ impl Client {
 
     /// Subscribes and returns the snapshot that follows the `subscribed` reply,
     /// with its seq. Updates read before that snapshot are stale and dropped.
+    /// Every change of a job comes as a whole `job_updated` view.
     pub async fn subscribe(&mut self) -> Result<(u64, FleetSnapshot), ClientError> {
-        match self.request(ClientCommand::Subscribe).await? {
+        self.subscribe_with(false).await
+    }
+
+    /// [`Client::subscribe`], for a [`FleetView`] mirror: a job the mirror
+    /// already has is updated by `job_changed` deltas (no name, workload or
+    /// creation time), which [`FleetView::apply_event`] applies. A master
+    /// from before deltas ignores the request and sends whole views.
+    pub async fn subscribe_with_deltas(&mut self) -> Result<(u64, FleetSnapshot), ClientError> {
+        self.subscribe_with(true).await
+    }
+
+    async fn subscribe_with(&mut self, deltas: bool) -> Result<(u64, FleetSnapshot), ClientError> {
+        match self.request(ClientCommand::Subscribe { deltas }).await? {
             ReplyBody::Subscribed => {}
             other => return Err(unexpected("subscribed", &other)),
         }

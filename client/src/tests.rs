@@ -136,7 +136,7 @@ async fn handshake_then_request_with_interleaved_events() {
             other => panic!("{other:?}"),
         }
         let sub = read_request(&mut ws).await;
-        assert_eq!(sub.command, ClientCommand::Subscribe);
+        assert_eq!(sub.command, ClientCommand::Subscribe { deltas: false });
         assert!(sub.id > hello.id);
         send(
             &mut ws,

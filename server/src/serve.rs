@@ -272,6 +272,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     core.set_job_retention(args.job_retention);
     let tokens = core.token_registry();
     let storage_failing = core.storage_failing();
+    let whole_view_subscribers = core.whole_view_subscribers();
     let (command_tx, command_rx) = mpsc::channel(65536);
     let core_thread = std::thread::Builder::new()
         .name("tunefleet-core".into())
@@ -280,6 +281,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let handle = CoreHandle {
         commands: command_tx,
         events,
+        whole_view_subscribers,
     };
 
     for (path, workloads) in initial {

@@ -15,13 +15,14 @@
 //!
 //! `job_updated` carries a whole job; `job_progress` is a delta applied to the
 //! job it names ([`JobProgress::apply_to`], the master's own rule, so the
-//! mirror's curve is the master's).
+//! mirror's curve is the master's), and so is `job_changed` (subscribed with
+//! deltas: a job's change of state without its name and workload).
 
 use std::collections::HashMap;
 
 use crate::model::ModelView;
 use crate::protocol::{
-    FleetEvent, FleetSnapshot, JobCounts, JobId, JobProgress, JobView, WorkerView,
+    FleetEvent, FleetSnapshot, JobChange, JobCounts, JobId, JobProgress, JobView, WorkerView,
 };
 
 /// What [`Fleet::apply_event`] made of an event.
@@ -147,6 +148,7 @@ impl Fleet {
         match event {
             FleetEvent::JobUpdated { job } => self.upsert_job(*job),
             FleetEvent::JobProgress { progress } => self.apply_progress(&progress),
+            FleetEvent::JobChanged { change } => self.apply_change(*change),
             FleetEvent::WorkerJoined { worker } | FleetEvent::WorkerUpdated { worker } => {
                 self.upsert_worker(*worker)
             }
@@ -174,6 +176,14 @@ impl Fleet {
     fn apply_progress(&mut self, progress: &JobProgress) {
         if let Some(&i) = self.index.get(&progress.job_id) {
             progress.apply_to(&mut self.jobs[i]);
+        }
+    }
+
+    /// As for progress: the master sends `job_updated` for a job before any
+    /// `job_changed`, so an unknown job means a missed event (a gap).
+    fn apply_change(&mut self, change: JobChange) {
+        if let Some(&i) = self.index.get(&change.job_id) {
+            change.apply_to(&mut self.jobs[i]);
         }
     }
 

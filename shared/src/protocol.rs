@@ -33,8 +33,9 @@ pub use client::{
     StatusReport, SubmitReport, TokenInfo,
 };
 pub use views::{
-    record_progress_point, FleetEvent, FleetSnapshot, JobAction, JobCounts, JobError, JobProgress,
-    JobView, ProgressPoint, ResultMeta, WorkerView, MAX_HISTORY_POINTS, MAX_JOB_ACTIONS,
+    record_progress_point, FleetEvent, FleetSnapshot, JobAction, JobChange, JobChangeOf, JobCounts,
+    JobError, JobProgress, JobView, ProgressPoint, ResultMeta, WorkerView, MAX_HISTORY_POINTS,
+    MAX_JOB_ACTIONS,
 };
 pub use worker::{JobResult, MasterMessage, TuningRecord, WorkerHello, WorkerMessage};
 

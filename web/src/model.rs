@@ -481,7 +481,7 @@ impl Session {
             ClientCommand::Submit { .. } | ClientCommand::SubmitModel { .. } => Pending::Submit,
             ClientCommand::Cancel { job_id } => Pending::Cancel(job_id.clone()),
             ClientCommand::Retry { job_id } => Pending::Retry(job_id.clone()),
-            ClientCommand::Subscribe => Pending::Subscribe,
+            ClientCommand::Subscribe { .. } => Pending::Subscribe,
             _ => return None,
         };
         Some(self.frame(command, pending))
@@ -527,7 +527,10 @@ impl Session {
                 if self.pending.remove(&id) == Some(Pending::Hello) {
                     self.failures = 0;
                     self.link = Some(Link::Live { role });
-                    let frame = self.frame(ClientCommand::Subscribe, Pending::Subscribe);
+                    let frame = self.frame(
+                        ClientCommand::Subscribe { deltas: true },
+                        Pending::Subscribe,
+                    );
                     effects.push(Effect::Send(frame));
                 }
             }
@@ -602,7 +605,10 @@ impl Session {
             }
             Incoming::Event { seq, event } => {
                 if matches!(self.fleet.apply_event(seq, event), EventOutcome::Gap { .. }) {
-                    let frame = self.frame(ClientCommand::Subscribe, Pending::Subscribe);
+                    let frame = self.frame(
+                        ClientCommand::Subscribe { deltas: true },
+                        Pending::Subscribe,
+                    );
                     effects.push(Effect::Send(frame));
                 }
             }

@@ -128,7 +128,7 @@ async fn follow(
     display: &mut Display,
     exit_when_done: bool,
 ) -> Ended {
-    match client.subscribe().await {
+    match client.subscribe_with_deltas().await {
         Ok((seq, snapshot)) => {
             view.apply_snapshot(seq, snapshot);
             display.resync(view);

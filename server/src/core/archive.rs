@@ -7,7 +7,7 @@ use tracing::{debug, info, warn};
 use tunefleet_shared::protocol::{FleetEvent, JobId, Millis};
 use tunefleet_shared::workload::Workload;
 
-use super::{job_updated_event, Batch, Core};
+use super::{job_updated_event, Batch, Core, EventText};
 use crate::scheduler::Job;
 use crate::store::Archived;
 
@@ -57,6 +57,7 @@ impl Core {
         for job in gone {
             self.archived.count_archived(job.state(), 1);
             rows.push((job.id().clone(), job.content_key().to_owned()));
+            self.known_jobs.remove(job.id());
             job_ids.push(job.id().clone());
         }
         self.store.archive(rows, now);
@@ -72,7 +73,7 @@ impl Core {
         };
         let json = serde_json::to_string(&event).unwrap_or_default();
         batch.trace.push((now, json.clone()));
-        batch.events.push(json);
+        batch.events.push(EventText::Same(json));
     }
 
     /// The archived rows among `ids` that memory does not hold (none, and
@@ -140,12 +141,15 @@ impl Core {
             job_ids: Vec::new(),
             archived: self.archived.clone(),
         };
-        batch
-            .events
-            .push(serde_json::to_string(&event).unwrap_or_default());
+        batch.events.push(EventText::Same(
+            serde_json::to_string(&event).unwrap_or_default(),
+        ));
         for id in back {
             if let Some(job) = self.scheduler.job(&id) {
-                batch.events.push(job_updated_event(&job.view));
+                batch
+                    .events
+                    .push(EventText::Same(job_updated_event(&job.view)));
+                self.known_jobs.insert(id.clone());
             }
             batch.dirty.push(id);
         }

@@ -23,8 +23,8 @@
 //! of ended jobs and trace lines), `model_runs` (a run's plans and
 //! artifacts), `queries` (status, metrics, results); tests in `tests.rs`.
 
-use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -80,8 +80,27 @@ use snapshot::SnapshotCache;
 #[derive(Debug)]
 pub struct Published {
     pub seq: u64,
-    /// Shared by every subscriber's socket without a copy.
-    pub json: tokio_tungstenite::tungstenite::Utf8Bytes,
+    /// The frame every subscriber gets, shared by their sockets without a
+    /// copy. `None` for a job's change when no subscriber without deltas
+    /// was connected as it was written ([`Published::delta`] is then set):
+    /// one that subscribes just after gets a fresh snapshot instead.
+    pub json: Option<tokio_tungstenite::tungstenite::Utf8Bytes>,
+    /// For subscribers with deltas, when theirs differs: `job_changed` in
+    /// place of `job_updated`.
+    pub delta: Option<tokio_tungstenite::tungstenite::Utf8Bytes>,
+}
+
+/// An event of a batch, serialised: the same for every subscriber, or a
+/// job's change in two forms.
+#[derive(Debug)]
+enum EventText {
+    Same(String),
+    /// `job_updated` (when a subscriber without deltas may need it) and
+    /// `job_changed`.
+    JobChange {
+        full: Option<String>,
+        delta: String,
+    },
 }
 
 /// Messages from a registered worker, minus the token (checked by the connection).
@@ -200,6 +219,9 @@ pub enum Command {
 pub struct CoreHandle {
     pub commands: mpsc::Sender<Command>,
     pub events: broadcast::Sender<Arc<Published>>,
+    /// Subscribers that asked for whole views (no `deltas`): while there is
+    /// none, the core writes a known job's change as a delta only.
+    pub whole_view_subscribers: Arc<AtomicUsize>,
 }
 
 impl CoreHandle {
@@ -227,7 +249,7 @@ struct Batch {
     /// `meta` rows (named tokens) to write (`None`: delete).
     meta: Vec<(String, Option<String>)>,
     /// Serialised `FleetEvent`s, in order.
-    events: Vec<String>,
+    events: Vec<EventText>,
     sends: Vec<(SessionId, Outbound)>,
     replies: Vec<Reply>,
     snapshots: Vec<oneshot::Sender<Arc<SharedSnapshot>>>,
@@ -247,6 +269,11 @@ pub struct Core {
     snapshot_cache: SnapshotCache,
     /// Every registered worker's view as JSON, by session label.
     worker_json: HashMap<String, Arc<str>>,
+    /// Jobs every subscriber has (in its snapshot or from a `job_updated`):
+    /// their changes may go as deltas. A job's first event is whole.
+    known_jobs: HashSet<JobId>,
+    /// See [`CoreHandle::whole_view_subscribers`].
+    whole_view_subscribers: Arc<AtomicUsize>,
     server_version: String,
     counters: CoreCounters,
     trace_retention_ms: Option<Millis>,
@@ -275,6 +302,12 @@ impl Core {
     /// goes through; nothing of it is acknowledged before).
     pub fn storage_failing(&self) -> Arc<AtomicBool> {
         self.storage_failing.clone()
+    }
+
+    /// The count the client connections keep of subscribers without deltas
+    /// ([`CoreHandle::whole_view_subscribers`]).
+    pub fn whole_view_subscribers(&self) -> Arc<AtomicUsize> {
+        self.whole_view_subscribers.clone()
     }
 
     pub fn start(
@@ -316,6 +349,7 @@ impl Core {
         let mut imports = store.load_meta(crate::scheduler::IMPORT_PREFIX)?;
         imports.extend(store.load_meta(crate::scheduler::KEY_PREFIX)?);
         scheduler.restore_imports(imports);
+        let known_jobs = scheduler.jobs().map(|job| job.id().clone()).collect();
         Ok(Core {
             scheduler,
             models,
@@ -324,6 +358,8 @@ impl Core {
             next_session: 1,
             snapshot_cache: SnapshotCache::default(),
             worker_json: HashMap::new(),
+            known_jobs,
+            whole_view_subscribers: Arc::new(AtomicUsize::new(0)),
             seq: 0,
             events,
             server_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -8,9 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
-use tunefleet_shared::protocol::{FleetEvent, JobProgress, JobView, MasterMessage, WorkerView};
+use tunefleet_shared::protocol::{
+    FleetEvent, JobChangeOf, JobProgress, JobView, MasterMessage, WorkerView,
+};
 
-use super::{now_ms, Batch, Core, Outbound, Published};
+use super::{now_ms, Batch, Core, EventText, Outbound, Published};
 use crate::scheduler::Output;
 use crate::store::TraceJob;
 
@@ -56,9 +58,21 @@ impl Core {
                     if !jobs_seen.insert(job.id()) {
                         continue;
                     }
-                    // The whole view for subscribers, the lifecycle for the
-                    // trace (the row holds the rest); neither clones the view.
-                    batch.events.push(job_updated_event(&job.view));
+                    // The whole view for subscribers that do not have the
+                    // job (or asked for whole views), a delta for the others,
+                    // the lifecycle for the trace (the row holds the rest);
+                    // none clones the view.
+                    let event = if self.known_jobs.contains(job.id()) {
+                        let whole = self.whole_view_subscribers.load(Ordering::Relaxed) > 0;
+                        EventText::JobChange {
+                            full: whole.then(|| job_updated_event(&job.view)),
+                            delta: job_changed_event(&job.view),
+                        }
+                    } else {
+                        self.known_jobs.insert(job.id().clone());
+                        EventText::Same(job_updated_event(&job.view))
+                    };
+                    batch.events.push(event);
                     batch.trace.push((now, job_trace_line(job)));
                     batch.dirty.push(id);
                     continue;
@@ -88,7 +102,7 @@ impl Core {
                             .insert(view.session.clone(), worker.clone());
                         let json = worker_event_json("worker_joined", &worker);
                         batch.trace.push((now, json.clone()));
-                        batch.events.push(json);
+                        batch.events.push(EventText::Same(json));
                         continue;
                     }
                     None => continue,
@@ -99,9 +113,10 @@ impl Core {
                         let worker = worker_json(view);
                         self.worker_json
                             .insert(view.session.clone(), worker.clone());
-                        batch
-                            .events
-                            .push(worker_event_json("worker_updated", &worker));
+                        batch.events.push(EventText::Same(worker_event_json(
+                            "worker_updated",
+                            &worker,
+                        )));
                         continue;
                     }
                     None => continue,
@@ -130,7 +145,7 @@ impl Core {
             if traced {
                 batch.trace.push((now, json.clone()));
             }
-            batch.events.push(json);
+            batch.events.push(EventText::Same(json));
         }
     }
 
@@ -147,7 +162,7 @@ impl Core {
                 };
                 let json = serde_json::to_string(&event).unwrap_or_default();
                 batch.trace.push((now, json.clone()));
-                batch.events.push(json);
+                batch.events.push(EventText::Same(json));
             }
         }
         if !batch.dirty.is_empty()
@@ -208,15 +223,20 @@ impl Core {
         self.counters.events += batch.events.len() as u64;
         for event in batch.events {
             self.seq += 1;
-            // Same shape as `ServerMessage::Event { seq, event }` (tested in `core/tests.rs`).
-            let mut json = String::with_capacity(event.len() + 48);
-            let _ = write!(json, r#"{{"type":"event","seq":{},"event":"#, self.seq);
-            json.push_str(&event);
-            json.push('}');
-            let _ = self.events.send(Arc::new(Published {
-                seq: self.seq,
-                json: json.into(),
-            }));
+            let seq = self.seq;
+            let published = match event {
+                EventText::Same(event) => Published {
+                    seq,
+                    json: Some(event_frame(seq, &event).into()),
+                    delta: None,
+                },
+                EventText::JobChange { full, delta } => Published {
+                    seq,
+                    json: full.map(|full| event_frame(seq, &full).into()),
+                    delta: Some(event_frame(seq, &delta).into()),
+                },
+            };
+            let _ = self.events.send(Arc::new(published));
         }
         for reply in batch.replies {
             reply();
@@ -225,6 +245,28 @@ impl Core {
             let _ = reply.send(self.shared_snapshot());
         }
     }
+}
+
+/// `ServerMessage::Event { seq, event }` around a serialised event (same
+/// shape; tested in `core/tests.rs`).
+pub(super) fn event_frame(seq: u64, event: &str) -> String {
+    let mut json = String::with_capacity(event.len() + 48);
+    let _ = write!(json, r#"{{"type":"event","seq":{seq},"event":"#);
+    json.push_str(event);
+    json.push('}');
+    json
+}
+
+/// `FleetEvent::JobChanged` as JSON, written from the borrowed view into one
+/// buffer (as [`job_updated_event`]).
+pub(super) fn job_changed_event(view: &JobView) -> String {
+    let mut text = Vec::with_capacity(EVENT_CAPACITY);
+    text.extend_from_slice(br#"{"kind":"job_changed","change":"#);
+    if let Err(e) = serde_json::to_writer(&mut text, &JobChangeOf::new(view)) {
+        warn!(job = %view.job_id, "job change not serialisable: {e}");
+    }
+    text.push(b'}');
+    String::from_utf8(text).unwrap_or_default()
 }
 
 /// `FleetEvent::JobUpdated` as JSON, serialised from the borrowed view (the

@@ -1,7 +1,11 @@
-use super::publish::{job_trace_line, job_updated_event, worker_event_json};
+use super::publish::{
+    event_frame, job_changed_event, job_trace_line, job_updated_event, worker_event_json,
+};
 use super::snapshot::{snapshot_message, SnapshotParts};
 use super::*;
-use tunefleet_shared::protocol::{FleetEvent, FleetSnapshot, JobState, ServerMessage, WorkerView};
+use tunefleet_shared::protocol::{
+    FleetEvent, FleetSnapshot, JobChange, JobState, ServerMessage, WorkerView,
+};
 
 #[test]
 fn hand_built_job_event_is_the_protocol_event() {
@@ -11,6 +15,21 @@ fn hand_built_job_event_is_the_protocol_event() {
         parsed,
         FleetEvent::JobUpdated {
             job: Box::new(view)
+        }
+    );
+}
+
+#[test]
+fn hand_built_job_change_is_the_protocol_event() {
+    let mut view = tunefleet_shared::testing::job("j1", JobState::Done);
+    view.worker = Some("w".into());
+    let text = job_changed_event(&view);
+    assert!(!text.contains("workload"), "{text}");
+    let parsed: FleetEvent = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        parsed,
+        FleetEvent::JobChanged {
+            change: Box::new(JobChange::of(&view))
         }
     );
 }
@@ -107,11 +126,7 @@ fn hand_built_event_frame_parses_as_server_message() {
         session: "w1".into(),
         reason: "gone".into(),
     };
-    let json = format!(
-        r#"{{"type":"event","seq":{},"event":{}}}"#,
-        7,
-        serde_json::to_string(&event).unwrap()
-    );
+    let json = event_frame(7, &serde_json::to_string(&event).unwrap());
     let parsed: ServerMessage = serde_json::from_str(&json).unwrap();
     assert_eq!(parsed, ServerMessage::Event { seq: 7, event });
 }

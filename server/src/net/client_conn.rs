@@ -12,6 +12,7 @@
 //! 1008. `shutdown` (admin) notifies `serve`, which stops the master as on
 //! SIGTERM after the reply has gone out.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
     };
     let mut shutdown = state.shutdown.clone();
     let mut events: Option<broadcast::Receiver<Arc<Published>>> = None;
+    let mut whole_views = WholeViews::new(&state);
     let mut last_seq = 0u64;
     let mut bad_messages = 0;
     let mut ping = tokio::time::interval(state.config.heartbeat_interval);
@@ -96,8 +98,16 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                         }
                         Ok(request) => {
                             bad_messages = 0;
-                            let subscribe = matches!(request.command, ClientCommand::Subscribe);
-                            if subscribe && events.is_none() {
+                            let subscribe = match request.command {
+                                ClientCommand::Subscribe { deltas } => Some(deltas),
+                                _ => None,
+                            };
+                            if let Some(deltas) = subscribe {
+                                // Counted before the snapshot is asked for, so every
+                                // event after it is written whole if this one needs it.
+                                whole_views.set(!deltas);
+                            }
+                            if subscribe.is_some() && events.is_none() {
                                 // Subscribe before taking the snapshot so no event falls between them.
                                 events = Some(state.core.events.subscribe());
                             }
@@ -105,7 +115,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                             if conn.send(&reply).await.is_err() {
                                 return;
                             }
-                            if subscribe && matches!(reply, ServerMessage::Reply { .. }) {
+                            if subscribe.is_some() && matches!(reply, ServerMessage::Reply { .. }) {
                                 match send_snapshot(&mut conn, &state).await {
                                     Some(seq) => last_seq = seq,
                                     None => return,
@@ -141,7 +151,23 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                         Ok(published) => {
                             if published.seq > last_seq {
                                 last_seq = published.seq;
-                                if conn.feed_text(published.json.clone()).await.is_err() {
+                                let text = if whole_views.counted {
+                                    published.json.as_ref()
+                                } else {
+                                    published.delta.as_ref().or(published.json.as_ref())
+                                };
+                                let Some(text) = text else {
+                                    // Written as a delta only, before this subscriber
+                                    // was counted: resync instead of guessing.
+                                    match send_snapshot(&mut conn, &state).await {
+                                        Some(seq) => last_seq = seq,
+                                        None => return,
+                                    }
+                                    fed = 0;
+                                    next = try_next_event(&mut events);
+                                    continue;
+                                };
+                                if conn.feed_text(text.clone()).await.is_err() {
                                     return;
                                 }
                                 fed += 1;
@@ -186,6 +212,40 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                 return;
             }
         }
+    }
+}
+
+/// Counts this connection among the subscribers that want whole views
+/// (`subscribe` without `deltas`) while it is one: the core writes a whole
+/// `job_updated` for a known job's change only while someone counts.
+struct WholeViews {
+    count: Arc<AtomicUsize>,
+    counted: bool,
+}
+
+impl WholeViews {
+    fn new(state: &AppState) -> WholeViews {
+        WholeViews {
+            count: state.core.whole_view_subscribers.clone(),
+            counted: false,
+        }
+    }
+
+    fn set(&mut self, whole: bool) {
+        if whole != self.counted {
+            if whole {
+                self.count.fetch_add(1, Ordering::SeqCst);
+            } else {
+                self.count.fetch_sub(1, Ordering::SeqCst);
+            }
+            self.counted = whole;
+        }
+    }
+}
+
+impl Drop for WholeViews {
+    fn drop(&mut self) {
+        self.set(false);
     }
 }
 
@@ -461,7 +521,7 @@ async fn handle(
                 "already said hello on this connection".into(),
             )
         }
-        ClientCommand::Subscribe => ReplyBody::Subscribed,
+        ClientCommand::Subscribe { .. } => ReplyBody::Subscribed,
         ClientCommand::Status => match core.ask(|reply| Command::Status { reply }).await {
             Some(report) => ReplyBody::Status(report),
             None => return gone(),

@@ -255,3 +255,34 @@ fn archived_jobs_leave_the_rows_and_stay_in_the_counts() {
     assert_eq!(fleet.counts().total, 7);
     assert_eq!(fleet.archived().done, 5);
 }
+
+#[test]
+fn a_job_change_updates_the_job_it_names_and_keeps_its_workload() {
+    let mut fleet = Fleet::new();
+    fleet.apply_snapshot(0, snapshot());
+    let mut done = job("b", JobState::Done);
+    done.workload = crate::testing::workload("other");
+    done.trials_done = 16;
+    done.updated_at = 7;
+    let change = FleetEvent::JobChanged {
+        change: Box::new(JobChange::of(&done)),
+    };
+    assert_eq!(fleet.apply_event(1, change), EventOutcome::Applied);
+    let b = fleet.job("b").unwrap();
+    assert_eq!(
+        (b.state, b.trials_done, b.updated_at),
+        (JobState::Done, 16, 7)
+    );
+    assert_eq!(
+        b.workload,
+        snapshot().jobs[1].workload,
+        "the workload is the one the mirror had"
+    );
+    // A change for a job the mirror has never seen changes nothing.
+    let before = fleet.clone();
+    let unknown = FleetEvent::JobChanged {
+        change: Box::new(JobChange::of(&job("zz", JobState::Done))),
+    };
+    assert_eq!(fleet.apply_event(2, unknown), EventOutcome::Applied);
+    assert_eq!(fleet.jobs(), before.jobs());
+}

@@ -40,8 +40,13 @@ pub enum ClientCommand {
         #[serde(default)]
         client: Option<String>,
     },
-    /// Snapshot now, events after.
-    Subscribe,
+    /// Snapshot now, events after. With `deltas`, a job the subscriber
+    /// already has is updated by `job_changed` (no name, workload or
+    /// creation time) instead of a whole `job_updated` view.
+    Subscribe {
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        deltas: bool,
+    },
     Submit {
         yaml: String,
         #[serde(default)]
@@ -141,7 +146,7 @@ impl ClientCommand {
     pub fn name(&self) -> &'static str {
         match self {
             ClientCommand::Hello { .. } => "hello",
-            ClientCommand::Subscribe => "subscribe",
+            ClientCommand::Subscribe { .. } => "subscribe",
             ClientCommand::Submit { .. } => "submit",
             ClientCommand::Status => "status",
             ClientCommand::Results { .. } => "results",
@@ -356,7 +361,9 @@ impl std::fmt::Debug for ClientCommand {
                 .field("token", &redact(token))
                 .field("client", client)
                 .finish(),
-            ClientCommand::Subscribe => f.write_str("Subscribe"),
+            ClientCommand::Subscribe { deltas } => {
+                f.debug_struct("Subscribe").field("deltas", deltas).finish()
+            }
             ClientCommand::Submit {
                 yaml,
                 filename,

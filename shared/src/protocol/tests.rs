@@ -124,3 +124,97 @@ fn unknown_message_type_is_an_error_not_a_panic() {
     assert!(serde_json::from_str::<ClientRequest>(r#"{"type":"status"}"#).is_err());
     assert!(serde_json::from_str::<ClientRequest>("\u{0}garbage").is_err());
 }
+
+/// A job with every field that may change set, as after a retry and a done.
+fn a_busy_job() -> JobView {
+    let mut view = crate::testing::done_and_queued_jobs().remove(0);
+    view.attempts = 2;
+    view.history = vec![ProgressPoint {
+        trials: 8,
+        best_latency_s: 3e-5,
+    }];
+    view.errors = vec![JobError {
+        attempt: 1,
+        worker: Some("gone".into()),
+        at: 5,
+        message: "connection lost".into(),
+    }];
+    view.result = Some(ResultMeta {
+        trials: 16,
+        wall_time_s: 1.5,
+        worker: "gpu-1".into(),
+        backend: "sim".into(),
+        tvm_version: None,
+        gflops: Some(3.0),
+        extra: serde_json::Value::Null,
+        target: None,
+    });
+    view.updated_at = 9;
+    view.started_at = Some(6);
+    view.finished_at = Some(9);
+    view.cached_from = Some("earlier".into());
+    view.actions = vec![JobAction {
+        action: "retry".into(),
+        by: "admin".into(),
+        at: 4,
+    }];
+    view
+}
+
+#[test]
+fn a_job_change_is_the_view_without_name_workload_and_creation_time() {
+    let view = a_busy_job();
+    let change = serde_json::to_value(JobChangeOf::new(&view)).unwrap();
+    let mut whole = serde_json::to_value(&view).unwrap();
+    let whole = whole.as_object_mut().unwrap();
+    for immutable in ["name", "workload", "created_at"] {
+        assert!(whole.remove(immutable).is_some(), "{immutable}");
+    }
+    assert_eq!(
+        change,
+        serde_json::Value::Object(whole.clone()),
+        "every other field of the view, as the view writes it"
+    );
+    // The borrowed writer and the owned type agree, both ways.
+    assert_eq!(change, serde_json::to_value(JobChange::of(&view)).unwrap());
+    let read: JobChange = serde_json::from_value(change).unwrap();
+    assert_eq!(read, JobChange::of(&view));
+}
+
+#[test]
+fn a_job_change_applied_to_an_older_copy_gives_the_new_view() {
+    let new = a_busy_job();
+    let mut old = crate::testing::job(&new.job_id, JobState::Queued);
+    old.name = new.name.clone();
+    old.workload = new.workload.clone();
+    old.created_at = new.created_at;
+    assert_ne!(old, new);
+    JobChange::of(&new).apply_to(&mut old);
+    assert_eq!(old, new);
+
+    let event: FleetEvent = serde_json::from_str(&format!(
+        r#"{{"kind":"job_changed","change":{}}}"#,
+        serde_json::to_string(&JobChangeOf::new(&new)).unwrap()
+    ))
+    .unwrap();
+    assert_eq!(
+        event,
+        FleetEvent::JobChanged {
+            change: Box::new(JobChange::of(&new))
+        }
+    );
+}
+
+#[test]
+fn subscribe_asks_for_deltas_only_when_told() {
+    let plain: ClientRequest = serde_json::from_str(r#"{"id":2,"type":"subscribe"}"#).unwrap();
+    assert_eq!(plain.command, ClientCommand::Subscribe { deltas: false });
+    assert_eq!(
+        serde_json::to_value(&plain).unwrap(),
+        serde_json::json!({"id": 2, "type": "subscribe"}),
+        "written as before when off"
+    );
+    let deltas: ClientRequest =
+        serde_json::from_str(r#"{"id":2,"type":"subscribe","deltas":true}"#).unwrap();
+    assert_eq!(deltas.command, ClientCommand::Subscribe { deltas: true });
+}

@@ -231,6 +231,132 @@ pub struct JobView {
     pub actions: Vec<JobAction>,
 }
 
+/// What may change in a job after it was first published: its view without
+/// `name`, `workload` and `created_at`, which never change. The event a
+/// subscriber that asked for deltas (`subscribe` with `deltas: true`) gets
+/// for a job it already has, instead of the whole view: a workload (up to
+/// 1 MiB of TVMScript) is then sent once, not with every change of state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct JobChange {
+    pub job_id: JobId,
+    pub state: JobState,
+    pub attempts: u32,
+    pub worker: Option<String>,
+    pub trials_done: u32,
+    pub trials_total: u32,
+    pub best_latency_s: Option<f64>,
+    pub records: Vec<TuningRecord>,
+    #[serde(default)]
+    pub history: Vec<ProgressPoint>,
+    pub errors: Vec<JobError>,
+    pub result: Option<ResultMeta>,
+    pub updated_at: Millis,
+    pub started_at: Option<Millis>,
+    pub finished_at: Option<Millis>,
+    #[serde(default)]
+    pub cache_hit: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_from: Option<JobId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<JobAction>,
+}
+
+impl JobChange {
+    /// The change that makes a subscriber's copy of the job equal `view`.
+    pub fn of(view: &JobView) -> JobChange {
+        JobChange {
+            job_id: view.job_id.clone(),
+            state: view.state,
+            attempts: view.attempts,
+            worker: view.worker.clone(),
+            trials_done: view.trials_done,
+            trials_total: view.trials_total,
+            best_latency_s: view.best_latency_s,
+            records: view.records.clone(),
+            history: view.history.clone(),
+            errors: view.errors.clone(),
+            result: view.result.clone(),
+            updated_at: view.updated_at,
+            started_at: view.started_at,
+            finished_at: view.finished_at,
+            cache_hit: view.cache_hit,
+            cached_from: view.cached_from.clone(),
+            actions: view.actions.clone(),
+        }
+    }
+
+    /// Applies the change to the job's view: what a subscriber does with it.
+    pub fn apply_to(self, job: &mut JobView) {
+        job.state = self.state;
+        job.attempts = self.attempts;
+        job.worker = self.worker;
+        job.trials_done = self.trials_done;
+        job.trials_total = self.trials_total;
+        job.best_latency_s = self.best_latency_s;
+        job.records = self.records;
+        job.history = self.history;
+        job.errors = self.errors;
+        job.result = self.result;
+        job.updated_at = self.updated_at;
+        job.started_at = self.started_at;
+        job.finished_at = self.finished_at;
+        job.cache_hit = self.cache_hit;
+        job.cached_from = self.cached_from;
+        job.actions = self.actions;
+    }
+}
+
+/// [`JobChange`] written from a borrowed view, without copying it: what the
+/// master serialises for every change (tests hold it to [`JobChange::of`]).
+#[derive(Serialize)]
+pub struct JobChangeOf<'a> {
+    job_id: &'a JobId,
+    state: JobState,
+    attempts: u32,
+    worker: &'a Option<String>,
+    trials_done: u32,
+    trials_total: u32,
+    best_latency_s: Option<f64>,
+    records: &'a [TuningRecord],
+    history: &'a [ProgressPoint],
+    errors: &'a [JobError],
+    result: &'a Option<ResultMeta>,
+    updated_at: Millis,
+    started_at: Option<Millis>,
+    finished_at: Option<Millis>,
+    cache_hit: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cached_from: &'a Option<JobId>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    actions: &'a [JobAction],
+}
+
+impl<'a> JobChangeOf<'a> {
+    pub fn new(view: &'a JobView) -> JobChangeOf<'a> {
+        JobChangeOf {
+            job_id: &view.job_id,
+            state: view.state,
+            attempts: view.attempts,
+            worker: &view.worker,
+            trials_done: view.trials_done,
+            trials_total: view.trials_total,
+            best_latency_s: view.best_latency_s,
+            records: &view.records,
+            history: &view.history,
+            errors: &view.errors,
+            result: &view.result,
+            updated_at: view.updated_at,
+            started_at: view.started_at,
+            finished_at: view.finished_at,
+            cache_hit: view.cache_hit,
+            cached_from: &view.cached_from,
+            actions: &view.actions,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -262,6 +388,14 @@ pub enum FleetEvent {
     },
     JobUpdated {
         job: Box<JobView>,
+    },
+    /// A job the subscriber already has changed: only to subscribers that
+    /// asked for deltas (`subscribe` with `deltas: true`), in place of
+    /// `job_updated` ([`JobChange::apply_to`]). A job new to subscribers
+    /// (submitted, imported, brought back from the archive) still comes as
+    /// `job_updated`.
+    JobChanged {
+        change: Box<JobChange>,
     },
     /// Progress of a job already `running`: a delta to apply to its view
     /// ([`JobProgress::apply_to`]), not a whole view.

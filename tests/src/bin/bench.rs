@@ -254,7 +254,10 @@ struct WatchedFrame {
 #[derive(serde::Deserialize)]
 struct WatchedEvent {
     kind: String,
+    /// `job_updated`'s view.
     job: Option<WatchedJob>,
+    /// `job_changed`'s delta (the watcher subscribes with deltas).
+    change: Option<WatchedJob>,
 }
 
 #[derive(serde::Deserialize)]
@@ -316,12 +319,20 @@ async fn throughput_round(
         match (frame.frame.as_str(), frame.event, frame.snapshot) {
             (
                 "event",
-                Some(WatchedEvent {
-                    kind,
-                    job: Some(job),
-                }),
+                Some(
+                    WatchedEvent {
+                        kind,
+                        job: Some(job),
+                        change: None,
+                    }
+                    | WatchedEvent {
+                        kind,
+                        job: None,
+                        change: Some(job),
+                    },
+                ),
                 _,
-            ) if kind == "job_updated" => match job.state {
+            ) if kind == "job_updated" || kind == "job_changed" => match job.state {
                 JobState::Assigned | JobState::Running => {
                     assigned += 1;
                     last_assigned = Instant::now();
@@ -440,13 +451,17 @@ async fn recycle_sample(
         let event = tokio::time::timeout(Duration::from_secs(30), watcher.next_event())
             .await
             .context("job not recycled")??;
-        if let FleetEvent::JobUpdated { job } = event {
-            if job.job_id == job_id
-                && job.state.is_in_flight()
-                && job.worker.as_deref() == Some(&format!("spare{sample}"))
-            {
-                break killed.elapsed();
-            }
+        // A job the watcher has changes by deltas (it subscribes with them).
+        let (id, state, worker) = match &event {
+            FleetEvent::JobUpdated { job } => (&job.job_id, job.state, &job.worker),
+            FleetEvent::JobChanged { change } => (&change.job_id, change.state, &change.worker),
+            _ => continue,
+        };
+        if *id == job_id
+            && state.is_in_flight()
+            && worker.as_deref() == Some(&format!("spare{sample}"))
+        {
+            break killed.elapsed();
         }
     };
     let handed = tokio::time::timeout(Duration::from_secs(10), handed.recv())

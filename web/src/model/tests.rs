@@ -378,6 +378,7 @@ fn connect(session: &mut Session, token: Option<&str>, role: &str) {
     let frames = sent(&effects);
     assert_eq!(frames.len(), 1);
     assert_eq!(frames[0]["type"], "subscribe");
+    assert_eq!(frames[0]["deltas"], true, "the page's mirror takes deltas");
     let sub_id = frames[0]["id"].as_u64().unwrap();
     assert!(session
         .received(&reply(sub_id, serde_json::json!({"kind": "subscribed"})))

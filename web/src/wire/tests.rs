@@ -3,7 +3,7 @@ use crate::model::tests::job;
 use crate::model_runs::tests::view as model_view;
 use tunefleet_shared::model::ModelState;
 use tunefleet_shared::protocol::{
-    JobCounts, JobProgress, JobState, ReplyBody, ServerMessage, StatusReport, WorkerView,
+    JobChange, JobCounts, JobProgress, JobState, ReplyBody, ServerMessage, StatusReport, WorkerView,
 };
 use tunefleet_shared::target::Target;
 
@@ -123,6 +123,12 @@ fn messages() -> Vec<ServerMessage> {
         },
         event(
             10,
+            FleetEvent::JobChanged {
+                change: Box::new(JobChange::of(&done)),
+            },
+        ),
+        event(
+            10,
             FleetEvent::JobUpdated {
                 job: Box::new(done),
             },
@@ -186,6 +192,7 @@ fn kind_is_covered(event: &FleetEvent) -> bool {
         | FleetEvent::WorkerUpdated { .. }
         | FleetEvent::JobUpdated { .. }
         | FleetEvent::JobProgress { .. }
+        | FleetEvent::JobChanged { .. }
         | FleetEvent::ModelUpdated { .. }
         | FleetEvent::JobsArchived { .. } => true,
     }
@@ -197,7 +204,7 @@ fn every_message_reads_as_the_derived_reader_reads_it() {
         .iter()
         .filter(|m| matches!(m, ServerMessage::Event { event, .. } if kind_is_covered(event)))
         .count();
-    assert_eq!(events, 7, "one sample of every event kind");
+    assert_eq!(events, 8, "one sample of every event kind");
     for msg in messages() {
         let text = serde_json::to_string(&msg).unwrap();
         let derived: ServerMessage = serde_json::from_str(&text).unwrap();

@@ -1,5 +1,6 @@
-//! A subscriber speaking the protocol by hand: hello, subscribe, and the
-//! snapshot's text skipped instead of decoded into views.
+//! A subscriber speaking the protocol by hand: hello, subscribe (with
+//! deltas, as the dashboard does), and the snapshot's text skipped instead of
+//! decoded into views.
 //!
 //! Why: with 30,000 jobs held, decoding the snapshot leaves hundreds of
 //! thousands of freed small blocks, which glibc's allocator consolidates at
@@ -34,8 +35,11 @@ impl RawSubscriber {
         .await?;
         let hello = format!(r#"{{"id":1,"type":"hello","protocol":1,"token":"{TOKEN}"}}"#);
         ws.send(Message::Text(hello.into())).await?;
-        ws.send(Message::Text(r#"{"id":2,"type":"subscribe"}"#.into()))
-            .await?;
+        // With deltas, as the dashboard and `watch` subscribe.
+        ws.send(Message::Text(
+            r#"{"id":2,"type":"subscribe","deltas":true}"#.into(),
+        ))
+        .await?;
         let mut subscriber = RawSubscriber { ws };
         while let Some(text) = subscriber.next_text().await? {
             if text.starts_with(r#"{"type":"snapshot""#) {
