@@ -445,7 +445,8 @@ impl Client {
 
     /// [`Client::subscribe`], for a [`FleetView`] mirror: a job the mirror
     /// already has is updated by `job_changed` deltas (no name, workload or
-    /// creation time), which [`FleetView::apply_event`] applies. A master
+    /// creation time), and a worker by `worker_changed` (its job and count),
+    /// which [`FleetView::apply_event`] applies. A master
     /// from before deltas ignores the request and sends whole views.
     pub async fn subscribe_with_deltas(&mut self) -> Result<(u64, FleetSnapshot), ClientError> {
         self.subscribe_with(true).await

@@ -15,8 +15,9 @@
 //!
 //! `job_updated` carries a whole job; `job_progress` is a delta applied to the
 //! job it names ([`JobProgress::apply_to`], the master's own rule, so the
-//! mirror's curve is the master's), and so is `job_changed` (subscribed with
-//! deltas: a job's change of state without its name and workload).
+//! mirror's curve is the master's), and so are `job_changed` and
+//! `worker_changed` (subscribed with deltas: a job's change of state without
+//! its name and workload, a worker's job and count).
 
 use std::collections::HashMap;
 
@@ -151,6 +152,16 @@ impl Fleet {
             FleetEvent::JobChanged { change } => self.apply_change(*change),
             FleetEvent::WorkerJoined { worker } | FleetEvent::WorkerUpdated { worker } => {
                 self.upsert_worker(*worker)
+            }
+            FleetEvent::WorkerChanged { change } => {
+                // Like a job's: the worker's `worker_joined` (or the snapshot) came first.
+                if let Some(worker) = self
+                    .workers
+                    .iter_mut()
+                    .find(|w| w.session == change.session)
+                {
+                    change.apply_to(worker);
+                }
             }
             FleetEvent::WorkerLeft { session, .. } => self.workers.retain(|w| w.session != session),
             FleetEvent::ModelUpdated { model } => {

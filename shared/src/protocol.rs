@@ -34,8 +34,8 @@ pub use client::{
 };
 pub use views::{
     record_progress_point, FleetEvent, FleetSnapshot, JobAction, JobChange, JobChangeOf, JobCounts,
-    JobError, JobProgress, JobView, ProgressPoint, ResultMeta, WorkerView, MAX_HISTORY_POINTS,
-    MAX_JOB_ACTIONS,
+    JobError, JobProgress, JobView, ProgressPoint, ResultMeta, WorkerChange, WorkerView,
+    MAX_HISTORY_POINTS, MAX_JOB_ACTIONS,
 };
 pub use worker::{JobResult, MasterMessage, TuningRecord, WorkerHello, WorkerMessage};
 

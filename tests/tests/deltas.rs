@@ -1,6 +1,7 @@
 //! `subscribe` with `deltas: true`: a job the subscriber already has is
 //! updated by `job_changed` (no name, workload or creation time) instead of
-//! a whole `job_updated` view; subscribers without it are unaffected. What a
+//! a whole `job_updated` view, and a worker by `worker_changed` (its job and
+//! count); subscribers without it are unaffected. What a
 //! user checks: each kind of subscriber's mirror ends equal to `results`,
 //! the deltas never carry a workload, every job first arrives whole, a
 //! whole-view subscriber that joins mid-run still gets whole views, and a
@@ -121,6 +122,23 @@ async fn delta_and_whole_view_subscribers_end_equal_to_results() {
     whole.until_done(n).await;
     late.until_done(n).await;
 
+    // The workers as a fresh snapshot has them, once the delta mirror has
+    // read every event up to it (the fleet is idle now).
+    let fresh = Watcher::subscribe(&master, None).await;
+    let upto = fresh.fleet.seq().expect("a snapshot");
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while with_deltas.fleet.seq() < Some(upto) {
+            with_deltas.read_one().await;
+        }
+    })
+    .await
+    .expect("the delta mirror catches up with the snapshot");
+    assert_eq!(
+        with_deltas.fleet.workers(),
+        fresh.fleet.workers(),
+        "deltas: the workers equal a fresh snapshot's"
+    );
+
     let results = by_id(client.results(None).await.expect("results"));
     assert_eq!(results.len(), n);
     for (name, watcher) in [
@@ -158,10 +176,15 @@ async fn delta_and_whole_view_subscribers_end_equal_to_results() {
     );
     assert!(created.iter().all(|e| e["job"]["state"] == "queued"));
 
+    // The worker's job and count changed by deltas too.
+    assert!(!with_deltas.events("worker_changed").is_empty());
+    assert!(with_deltas.events("worker_updated").is_empty());
+
     // Whole-view subscribers never see a delta, and were counted before
     // their snapshot: one snapshot each, no resync.
     for watcher in [&whole, &late] {
         assert!(watcher.events("job_changed").is_empty());
+        assert!(watcher.events("worker_changed").is_empty());
         assert!(watcher
             .events("job_updated")
             .iter()

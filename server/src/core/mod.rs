@@ -81,23 +81,24 @@ use snapshot::SnapshotCache;
 pub struct Published {
     pub seq: u64,
     /// The frame every subscriber gets, shared by their sockets without a
-    /// copy. `None` for a job's change when no subscriber without deltas
+    /// copy. `None` for a change when no subscriber without deltas
     /// was connected as it was written ([`Published::delta`] is then set):
     /// one that subscribes just after gets a fresh snapshot instead.
     pub json: Option<tokio_tungstenite::tungstenite::Utf8Bytes>,
-    /// For subscribers with deltas, when theirs differs: `job_changed` in
-    /// place of `job_updated`.
+    /// For subscribers with deltas, when theirs differs: `job_changed` or
+    /// `worker_changed` in place of the whole view.
     pub delta: Option<tokio_tungstenite::tungstenite::Utf8Bytes>,
 }
 
 /// An event of a batch, serialised: the same for every subscriber, or a
-/// job's change in two forms.
+/// job's or worker's change in two forms.
 #[derive(Debug)]
 enum EventText {
     Same(String),
-    /// `job_updated` (when a subscriber without deltas may need it) and
-    /// `job_changed`.
-    JobChange {
+    /// The whole view (`job_updated`, `worker_updated`; only while a
+    /// subscriber without deltas may need it) and the delta (`job_changed`,
+    /// `worker_changed`).
+    Change {
         full: Option<String>,
         delta: String,
     },

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
 use tunefleet_shared::protocol::{
-    FleetEvent, JobChangeOf, JobProgress, JobView, MasterMessage, WorkerView,
+    FleetEvent, JobChangeOf, JobProgress, JobView, MasterMessage, WorkerChange, WorkerView,
 };
 
 use super::{now_ms, Batch, Core, EventText, Outbound, Published};
@@ -63,9 +63,10 @@ impl Core {
                     // the lifecycle for the trace (the row holds the rest);
                     // none clones the view.
                     let event = if self.known_jobs.contains(job.id()) {
-                        let whole = self.whole_view_subscribers.load(Ordering::Relaxed) > 0;
-                        EventText::JobChange {
-                            full: whole.then(|| job_updated_event(&job.view)),
+                        EventText::Change {
+                            full: self
+                                .whole_views_wanted()
+                                .then(|| job_updated_event(&job.view)),
                             delta: job_changed_event(&job.view),
                         }
                     } else {
@@ -110,13 +111,22 @@ impl Core {
                 Output::WorkerChanged(session) => match self.scheduler.worker(session) {
                     Some(_) if !workers_seen.insert(session) => continue,
                     Some(view) => {
+                        // Whole for snapshots (kept as JSON) and for
+                        // subscribers without deltas; the rest get the job
+                        // and the count (a worker's `worker_joined` is
+                        // always published before its first change).
                         let worker = worker_json(view);
                         self.worker_json
                             .insert(view.session.clone(), worker.clone());
-                        batch.events.push(EventText::Same(worker_event_json(
-                            "worker_updated",
-                            &worker,
-                        )));
+                        let change = FleetEvent::WorkerChanged {
+                            change: WorkerChange::of(view),
+                        };
+                        batch.events.push(EventText::Change {
+                            full: self
+                                .whole_views_wanted()
+                                .then(|| worker_event_json("worker_updated", &worker)),
+                            delta: serde_json::to_string(&change).unwrap_or_default(),
+                        });
                         continue;
                     }
                     None => continue,
@@ -147,6 +157,12 @@ impl Core {
             }
             batch.events.push(EventText::Same(json));
         }
+    }
+
+    /// Whether a change must also be written whole: some subscriber did not
+    /// ask for deltas.
+    fn whole_views_wanted(&self) -> bool {
+        self.whole_view_subscribers.load(Ordering::Relaxed) > 0
     }
 
     pub(super) fn flush(&mut self, mut batch: Batch) {
@@ -230,7 +246,7 @@ impl Core {
                     json: Some(event_frame(seq, &event).into()),
                     delta: None,
                 },
-                EventText::JobChange { full, delta } => Published {
+                EventText::Change { full, delta } => Published {
                     seq,
                     json: full.map(|full| event_frame(seq, &full).into()),
                     delta: Some(event_frame(seq, &delta).into()),

@@ -1,5 +1,5 @@
 use super::*;
-use crate::protocol::{JobCounts, JobState, ProgressPoint, MAX_HISTORY_POINTS};
+use crate::protocol::{JobCounts, JobState, ProgressPoint, WorkerChange, MAX_HISTORY_POINTS};
 use crate::target::Target;
 
 use crate::testing::job;
@@ -285,4 +285,27 @@ fn a_job_change_updates_the_job_it_names_and_keeps_its_workload() {
     };
     assert_eq!(fleet.apply_event(2, unknown), EventOutcome::Applied);
     assert_eq!(fleet.jobs(), before.jobs());
+}
+
+#[test]
+fn a_worker_change_updates_its_job_and_count_only() {
+    let mut fleet = Fleet::new();
+    fleet.apply_snapshot(0, snapshot());
+    let mut busy = worker("s1", Some("a"));
+    busy.jobs_done = 5;
+    busy.name = "not sent".into();
+    let change = FleetEvent::WorkerChanged {
+        change: WorkerChange::of(&busy),
+    };
+    assert_eq!(fleet.apply_event(1, change), EventOutcome::Applied);
+    let w = fleet.worker_by_session("s1").unwrap();
+    assert_eq!((w.current_job.as_deref(), w.jobs_done), (Some("a"), 5));
+    assert_eq!(w.name, "w-s1", "the rest is the view the mirror had");
+    // A change for a worker the mirror does not have changes nothing.
+    let before = fleet.clone();
+    let unknown = FleetEvent::WorkerChanged {
+        change: WorkerChange::of(&worker("s9", None)),
+    };
+    assert_eq!(fleet.apply_event(2, unknown), EventOutcome::Applied);
+    assert_eq!(fleet.workers(), before.workers());
 }

@@ -42,7 +42,8 @@ pub enum ClientCommand {
     },
     /// Snapshot now, events after. With `deltas`, a job the subscriber
     /// already has is updated by `job_changed` (no name, workload or
-    /// creation time) instead of a whole `job_updated` view.
+    /// creation time) instead of a whole `job_updated` view, and a worker by
+    /// `worker_changed` (its job and count) instead of `worker_updated`.
     Subscribe {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         deltas: bool,

@@ -95,6 +95,34 @@ pub struct WorkerView {
     pub connected_at: Millis,
 }
 
+/// What changes in a worker after it joined: the job it holds and how many
+/// it has done. The event a subscriber with deltas gets in place of a whole
+/// `worker_updated` view (whose target, name and ids never change).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct WorkerChange {
+    pub session: String,
+    pub current_job: Option<JobId>,
+    pub jobs_done: u64,
+}
+
+impl WorkerChange {
+    pub fn of(view: &WorkerView) -> WorkerChange {
+        WorkerChange {
+            session: view.session.clone(),
+            current_job: view.current_job.clone(),
+            jobs_done: view.jobs_done,
+        }
+    }
+
+    /// Applies the change to the worker's view: what a subscriber does with it.
+    pub fn apply_to(self, worker: &mut WorkerView) {
+        worker.current_job = self.current_job;
+        worker.jobs_done = self.jobs_done;
+    }
+}
+
 /// One entry of a job's error history.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
@@ -385,6 +413,11 @@ pub enum FleetEvent {
     },
     WorkerUpdated {
         worker: Box<WorkerView>,
+    },
+    /// A worker's job or count changed: only to subscribers that asked for
+    /// deltas, in place of `worker_updated` ([`WorkerChange::apply_to`]).
+    WorkerChanged {
+        change: WorkerChange,
     },
     JobUpdated {
         job: Box<JobView>,

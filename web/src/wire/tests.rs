@@ -3,7 +3,8 @@ use crate::model::tests::job;
 use crate::model_runs::tests::view as model_view;
 use tunefleet_shared::model::ModelState;
 use tunefleet_shared::protocol::{
-    JobChange, JobCounts, JobProgress, JobState, ReplyBody, ServerMessage, StatusReport, WorkerView,
+    JobChange, JobCounts, JobProgress, JobState, ReplyBody, ServerMessage, StatusReport,
+    WorkerChange, WorkerView,
 };
 use tunefleet_shared::target::Target;
 
@@ -158,6 +159,12 @@ fn messages() -> Vec<ServerMessage> {
             },
         ),
         event(
+            13,
+            FleetEvent::WorkerChanged {
+                change: WorkerChange::of(&worker()),
+            },
+        ),
+        event(
             14,
             FleetEvent::WorkerLeft {
                 session: "s1".into(),
@@ -190,6 +197,7 @@ fn kind_is_covered(event: &FleetEvent) -> bool {
         FleetEvent::WorkerJoined { .. }
         | FleetEvent::WorkerLeft { .. }
         | FleetEvent::WorkerUpdated { .. }
+        | FleetEvent::WorkerChanged { .. }
         | FleetEvent::JobUpdated { .. }
         | FleetEvent::JobProgress { .. }
         | FleetEvent::JobChanged { .. }
@@ -204,7 +212,7 @@ fn every_message_reads_as_the_derived_reader_reads_it() {
         .iter()
         .filter(|m| matches!(m, ServerMessage::Event { event, .. } if kind_is_covered(event)))
         .count();
-    assert_eq!(events, 8, "one sample of every event kind");
+    assert_eq!(events, 9, "one sample of every event kind");
     for msg in messages() {
         let text = serde_json::to_string(&msg).unwrap();
         let derived: ServerMessage = serde_json::from_str(&text).unwrap();
