@@ -256,8 +256,14 @@ struct WatchedEvent {
     kind: String,
     /// `job_updated`'s view.
     job: Option<WatchedJob>,
-    /// `job_changed`'s delta (the watcher subscribes with deltas).
-    change: Option<WatchedJob>,
+    /// `job_changed`'s delta (the watcher subscribes with deltas);
+    /// `worker_changed` has one too, without a state.
+    change: Option<WatchedChange>,
+}
+
+#[derive(serde::Deserialize)]
+struct WatchedChange {
+    state: Option<JobState>,
 }
 
 #[derive(serde::Deserialize)]
@@ -317,32 +323,26 @@ async fn throughput_round(
             .context("stream ended")?;
         let frame: WatchedFrame = serde_json::from_str(&text)?;
         match (frame.frame.as_str(), frame.event, frame.snapshot) {
-            (
-                "event",
-                Some(
-                    WatchedEvent {
-                        kind,
-                        job: Some(job),
-                        change: None,
+            ("event", Some(event), _)
+                if event.kind == "job_updated" || event.kind == "job_changed" =>
+            {
+                let state = match (event.job, event.change) {
+                    (Some(job), _) => Some(job.state),
+                    (None, Some(change)) => change.state,
+                    (None, None) => None,
+                };
+                match state {
+                    Some(JobState::Assigned | JobState::Running) => {
+                        assigned += 1;
+                        last_assigned = Instant::now();
                     }
-                    | WatchedEvent {
-                        kind,
-                        job: None,
-                        change: Some(job),
-                    },
-                ),
-                _,
-            ) if kind == "job_updated" || kind == "job_changed" => match job.state {
-                JobState::Assigned | JobState::Running => {
-                    assigned += 1;
-                    last_assigned = Instant::now();
+                    Some(JobState::Done) => {
+                        done += 1;
+                        last_done = Instant::now();
+                    }
+                    _ => {}
                 }
-                JobState::Done => {
-                    done += 1;
-                    last_done = Instant::now();
-                }
-                _ => {}
-            },
+            }
             ("snapshot", _, Some(snapshot)) => {
                 // We fell behind; recount from the snapshot.
                 let now = Instant::now();
