@@ -185,17 +185,22 @@ impl Fleet {
     /// A delta for a job we do not know cannot be applied; the next snapshot
     /// brings the job (the master sends `job_updated` before any progress).
     fn apply_progress(&mut self, progress: &JobProgress) {
-        if let Some(&i) = self.index.get(&progress.job_id) {
-            progress.apply_to(&mut self.jobs[i]);
+        if let Some(job) = self.job_mut(&progress.job_id) {
+            progress.apply_to(job);
         }
     }
 
     /// As for progress: the master sends `job_updated` for a job before any
     /// `job_changed`, so an unknown job means a missed event (a gap).
     fn apply_change(&mut self, change: JobChange) {
-        if let Some(&i) = self.index.get(&change.job_id) {
-            change.apply_to(&mut self.jobs[i]);
+        if let Some(job) = self.job_mut(&change.job_id) {
+            change.apply_to(job);
         }
+    }
+
+    fn job_mut(&mut self, job_id: &str) -> Option<&mut JobView> {
+        let &i = self.index.get(job_id)?;
+        self.jobs.get_mut(i)
     }
 
     fn upsert_job(&mut self, job: JobView) {

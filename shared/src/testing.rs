@@ -2,7 +2,7 @@
 //! place they build a workload or a job view, so a new field is added once;
 //! and the YAML fast path's check against serde-saphyr, for the fuzzer.
 
-use crate::protocol::{JobState, JobView, TuningRecord};
+use crate::protocol::{JobChange, JobChangeOf, JobState, JobView, TuningRecord};
 use crate::workload::Workload;
 
 /// A 64³ float32 matmul for plain `llvm`, 16 trials.
@@ -38,6 +38,13 @@ pub fn job(id: &str, state: JobState) -> JobView {
         cached_from: None,
         actions: Vec::new(),
     }
+}
+
+/// The `job_changed` delta for `view`, as a subscriber reads what the master
+/// writes ([`JobChangeOf`]).
+pub fn job_change(view: &JobView) -> JobChange {
+    let text = serde_json::to_string(&JobChangeOf::new(view)).expect("a change serialises");
+    serde_json::from_str(&text).expect("a change reads back")
 }
 
 /// Two jobs for export and table tests: `aa` done by `gpu-1` at 25 µs with

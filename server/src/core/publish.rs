@@ -276,13 +276,12 @@ pub(super) fn event_frame(seq: u64, event: &str) -> String {
 /// `FleetEvent::JobChanged` as JSON, written from the borrowed view into one
 /// buffer (as [`job_updated_event`]).
 pub(super) fn job_changed_event(view: &JobView) -> String {
-    let mut text = Vec::with_capacity(EVENT_CAPACITY);
-    text.extend_from_slice(br#"{"kind":"job_changed","change":"#);
-    if let Err(e) = serde_json::to_writer(&mut text, &JobChangeOf::new(view)) {
-        warn!(job = %view.job_id, "job change not serialisable: {e}");
-    }
-    text.push(b'}');
-    String::from_utf8(text).unwrap_or_default()
+    job_event_json(
+        br#"{"kind":"job_changed","change":"#,
+        &JobChangeOf::new(view),
+        EVENT_CAPACITY,
+        &view.job_id,
+    )
 }
 
 /// `FleetEvent::JobUpdated` as JSON, serialised from the borrowed view (the
@@ -293,7 +292,7 @@ pub(super) fn job_changed_event(view: &JobView) -> String {
 /// string from empty and then copying it into the envelope was most of the
 /// ~9% of the core's time that went into formatting events.
 pub(super) fn job_updated_event(view: &JobView) -> String {
-    job_updated_json(view, EVENT_CAPACITY, &view.job_id)
+    job_event_json(JOB_UPDATED, view, EVENT_CAPACITY, &view.job_id)
 }
 
 /// A job's event is ~0.3–1.5 KB; the envelope adds a few dozen bytes.
@@ -302,18 +301,26 @@ pub(super) const EVENT_CAPACITY: usize = 2048;
 /// A job's trace line, `{"kind":"job_updated","job":TraceJob}`, written into
 /// one buffer (not serialised, then copied into its envelope).
 pub(super) fn job_trace_line(job: &crate::scheduler::Job) -> String {
-    job_updated_json(&TraceJob::of(job), TRACE_LINE_CAPACITY, job.id())
+    job_event_json(
+        JOB_UPDATED,
+        &TraceJob::of(job),
+        TRACE_LINE_CAPACITY,
+        job.id(),
+    )
 }
 
-/// `{"kind":"job_updated","job":JOB}`, `JOB` written straight into the one
-/// buffer: the event's (a view) and the trace's (a lifecycle) alike.
-pub(super) fn job_updated_json(
+const JOB_UPDATED: &[u8] = br#"{"kind":"job_updated","job":"#;
+
+/// `HEAD` + `JOB` + `}`, `JOB` written straight into the one buffer: the
+/// event's (a view, or a change) and the trace's (a lifecycle) alike.
+fn job_event_json(
+    head: &[u8],
     job: &impl serde::Serialize,
     capacity: usize,
     job_id: &str,
 ) -> String {
     let mut text = Vec::with_capacity(capacity);
-    text.extend_from_slice(br#"{"kind":"job_updated","job":"#);
+    text.extend_from_slice(head);
     if let Err(e) = serde_json::to_writer(&mut text, job) {
         warn!(job = %job_id, "job not serialisable: {e}");
     }

@@ -3,9 +3,7 @@ use super::publish::{
 };
 use super::snapshot::{snapshot_message, SnapshotParts};
 use super::*;
-use tunefleet_shared::protocol::{
-    FleetEvent, FleetSnapshot, JobChange, JobState, ServerMessage, WorkerView,
-};
+use tunefleet_shared::protocol::{FleetEvent, FleetSnapshot, JobState, ServerMessage, WorkerView};
 
 #[test]
 fn hand_built_job_event_is_the_protocol_event() {
@@ -29,7 +27,7 @@ fn hand_built_job_change_is_the_protocol_event() {
     assert_eq!(
         parsed,
         FleetEvent::JobChanged {
-            change: Box::new(JobChange::of(&view))
+            change: Box::new(tunefleet_shared::testing::job_change(&view))
         }
     );
 }

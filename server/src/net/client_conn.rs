@@ -216,8 +216,8 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
 }
 
 /// Counts this connection among the subscribers that want whole views
-/// (`subscribe` without `deltas`) while it is one: the core writes a whole
-/// `job_updated` for a known job's change only while someone counts.
+/// (`subscribe` without `deltas`) while it is one: the core writes a known
+/// job's or worker's change whole only while someone counts.
 struct WholeViews {
     count: Arc<AtomicUsize>,
     counted: bool,

@@ -265,7 +265,7 @@ fn a_job_change_updates_the_job_it_names_and_keeps_its_workload() {
     done.trials_done = 16;
     done.updated_at = 7;
     let change = FleetEvent::JobChanged {
-        change: Box::new(JobChange::of(&done)),
+        change: Box::new(crate::testing::job_change(&done)),
     };
     assert_eq!(fleet.apply_event(1, change), EventOutcome::Applied);
     let b = fleet.job("b").unwrap();
@@ -281,7 +281,7 @@ fn a_job_change_updates_the_job_it_names_and_keeps_its_workload() {
     // A change for a job the mirror has never seen changes nothing.
     let before = fleet.clone();
     let unknown = FleetEvent::JobChanged {
-        change: Box::new(JobChange::of(&job("zz", JobState::Done))),
+        change: Box::new(crate::testing::job_change(&job("zz", JobState::Done))),
     };
     assert_eq!(fleet.apply_event(2, unknown), EventOutcome::Applied);
     assert_eq!(fleet.jobs(), before.jobs());

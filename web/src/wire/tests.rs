@@ -3,8 +3,8 @@ use crate::model::tests::job;
 use crate::model_runs::tests::view as model_view;
 use tunefleet_shared::model::ModelState;
 use tunefleet_shared::protocol::{
-    JobChange, JobCounts, JobProgress, JobState, ReplyBody, ServerMessage, StatusReport,
-    WorkerChange, WorkerView,
+    JobCounts, JobProgress, JobState, ReplyBody, ServerMessage, StatusReport, WorkerChange,
+    WorkerView,
 };
 use tunefleet_shared::target::Target;
 
@@ -125,7 +125,7 @@ fn messages() -> Vec<ServerMessage> {
         event(
             10,
             FleetEvent::JobChanged {
-                change: Box::new(JobChange::of(&done)),
+                change: Box::new(tunefleet_shared::testing::job_change(&done)),
             },
         ),
         event(
