@@ -50,7 +50,10 @@ cargo test --workspace --features tunefleet-worker/tvm,tunefleet-tests/tvm 2>&1 
 status=${PIPESTATUS[0]}
 if [ -n "${TUNEFLEET_TEST_POSTGRES:-}" ]; then
     echo "== the end-to-end suite again, with the state in PostgreSQL"
-    TUNEFLEET_TEST_STORE=postgres cargo test -p tunefleet-tests --features tunefleet-tests/tvm \
+    # --workspace with the same features as above: the same build, reused
+    # (with -p tunefleet-tests alone, feature unification differs and cargo
+    # would rebuild the whole tree a second time).
+    TUNEFLEET_TEST_STORE=postgres cargo test --workspace --features tunefleet-worker/tvm,tunefleet-tests/tvm \
         --test fleet --test cli --test tuning_cache --test metrics --test bad_input --test retention 2>&1 | tee -a "$log"
     pg_status=${PIPESTATUS[0]}
     [ "$status" -ne 0 ] || status=$pg_status
