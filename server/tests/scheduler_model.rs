@@ -38,6 +38,7 @@ fn hello(worker_id: &str, target: &str) -> WorkerHello {
         backend: "sim".into(),
         tvm_version: None,
         secret: None,
+        slots: None,
     }
 }
 

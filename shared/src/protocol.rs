@@ -37,7 +37,9 @@ pub use views::{
     JobError, JobProgress, JobView, ProgressPoint, ResultMeta, WorkerChange, WorkerView,
     MAX_HISTORY_POINTS, MAX_JOB_ACTIONS,
 };
-pub use worker::{JobResult, MasterMessage, TuningRecord, WorkerHello, WorkerMessage};
+pub use worker::{
+    JobResult, MasterMessage, TuningRecord, WorkerHello, WorkerMessage, MAX_WORKER_SLOTS,
+};
 
 /// Bumped on any incompatible change to the messages below.
 pub const PROTOCOL_VERSION: u32 = 1;

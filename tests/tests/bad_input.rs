@@ -145,6 +145,23 @@ async fn garbage_frames_get_errors_and_do_not_hurt_the_master() {
     assert_eq!(code, 4002, "{reason}");
     assert!(reason.contains("register"), "{reason}");
 
+    // Slots out of range: refused at the handshake, with the bounds named.
+    for slots in [0, 65] {
+        let mut ws = raw(&master, "/ws/worker").await;
+        send(
+            &mut ws,
+            json!({"type": "register", "protocol": 1, "worker_id": "greedy", "name": "greedy",
+                   "target": {"kind": "llvm"}, "backend": "raw-test", "slots": slots}),
+        )
+        .await;
+        let (code, reason) = next(&mut ws).await.expect_err("closed");
+        assert_eq!(code, 4002, "{reason}");
+        assert!(
+            reason.contains("slots must be 1 to 64") && reason.contains(&slots.to_string()),
+            "{reason}"
+        );
+    }
+
     let mut ws = raw(&master, "/ws/worker").await;
     let token = register(&mut ws, "garbage-worker").await;
     ws.send(Message::Text("{\"type\":\"steal_all_jobs\"}".into()))

@@ -539,3 +539,75 @@ async fn a_job_assigned_by_its_own_submit_is_published_once() {
         "one `assigned` event, not one per step: {states:?}"
     );
 }
+
+/// A worker registered with `--slots 4` holds four jobs at once (four
+/// sessions on the master, four workers in `status`); killed, it loses all
+/// four, which are recycled and finish elsewhere, each done once. A second
+/// worker with slots then drains a larger queue, every job done once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_slots_holds_several_jobs_and_a_kill_recycles_them_all() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = Master::start(dir.path(), &[]);
+    let mut client = master.client().await;
+    let held = client
+        .submit(matmul_yaml(4, "held"), None)
+        .await
+        .expect("submit")
+        .new_jobs;
+    let mut wide = Worker::start(&master, "wide", 600.0, &["--slots", "4"]);
+    eventually(
+        Duration::from_secs(20),
+        "four jobs held by one worker",
+        || async {
+            let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+                .await
+                .ok()?;
+            let jobs = c.results(None).await.ok()?;
+            let in_wide = jobs
+                .iter()
+                .filter(|j| j.worker.as_deref() == Some("wide") && j.state.is_in_flight())
+                .count();
+            (in_wide == 4).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(client.status().await.expect("status").workers, 4);
+
+    let _survivor = Worker::start(&master, "survivor", 0.05, &[]);
+    eventually(Duration::from_secs(10), "survivor registered", || async {
+        let mut c = Client::connect(&master.url(), Some(ADMIN_TOKEN))
+            .await
+            .ok()?;
+        (c.status().await.ok()?.workers == 5).then_some(())
+    })
+    .await;
+    wide.kill9();
+    let jobs = wait_all_done(&master, 4, Duration::from_secs(30)).await;
+    for job in &jobs {
+        assert!(held.contains(&job.job_id));
+        assert_eq!(
+            job.result.as_ref().map(|r| r.worker.as_str()),
+            Some("survivor"),
+            "{} finished on the survivor",
+            job.name
+        );
+        assert_eq!(job.attempts, 2, "{}: the lost attempt counts", job.name);
+    }
+    assert_eq!(client.status().await.expect("status").workers, 1);
+
+    // The first four shapes are the four done jobs again (duplicates).
+    let report = client
+        .submit(matmul_yaml(64, "drain"), None)
+        .await
+        .expect("submit");
+    assert_eq!((report.new_jobs.len(), report.duplicates.len()), (60, 4));
+    let _fast = Worker::start(&master, "fast", 0.0, &["--slots", "8"]);
+    wait_all_done(&master, 64, Duration::from_secs(60)).await;
+    let done = done_transitions(&master);
+    assert_eq!(done.len(), 64);
+    assert!(
+        done.values().all(|n| *n == 1),
+        "each job reached done once: {done:?}"
+    );
+}

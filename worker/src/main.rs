@@ -99,6 +99,12 @@ struct Cli {
     #[arg(long)]
     max_jobs: Option<u64>,
 
+    /// sim: jobs held and run at once (1 to 64); the master shows one worker
+    /// per slot. The tvm backend runs one job at a time: a tuning run
+    /// measures on every core, and two would measure against each other.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    slots: u32,
+
     /// Run only on these CPUs (e.g. `0-3` or `0,2`), the Python driver and its
     /// build and measurement processes included; `--target auto` then counts
     /// these as `num-cores`.
@@ -290,6 +296,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.backoff_max_ms < cli.backoff_initial_ms {
         bail!("--backoff-max-ms must not be smaller than --backoff-initial-ms");
     }
+    if !(1..=tunefleet_shared::protocol::MAX_WORKER_SLOTS).contains(&cli.slots) {
+        bail!(
+            "--slots {}: must be between 1 and {}",
+            cli.slots,
+            tunefleet_shared::protocol::MAX_WORKER_SLOTS
+        );
+    }
+    if cli.slots > 1 && cli.backend == BackendKind::Tvm {
+        bail!(
+            "--slots {} needs --backend sim: a TVM tuning run measures on every core, so this worker runs one at a time",
+            cli.slots
+        );
+    }
     let (backend, host_cpu) = make_backend(&cli).await?;
     let target = match &cli.target {
         TargetArg::Given(target) => target.clone(),
@@ -312,6 +331,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         max_jobs: cli.max_jobs,
         worker_id: None,
         ca_cert: cli.ca_cert.clone().filter(|p| !p.as_os_str().is_empty()),
+        slots: cli.slots,
     };
     let stats = run_worker(config, shutdown_signal(cli.supervised)).await?;
     tracing::info!(?stats, "worker stopped");

@@ -10,16 +10,19 @@
 //!   is still open and that lease went to this `worker_id`, which is why the id
 //!   is fixed for the whole run.
 //!
-//! A worker runs one job at a time and asks for the next one (`request_job`)
-//! once per idle period: as soon as no job is running, right after sending
-//! the last one's report, without waiting for its ack (at most
-//! [`MAX_UNACKNOWLEDGED`] reports wait for one).
+//! A worker runs one job at a time, or up to `slots` with
+//! [`WorkerConfig::slots`], and asks for the next one (`request_job`) once
+//! per free slot: as soon as a slot has no job, right after sending the last
+//! one's report, without waiting for its ack (at most [`MAX_UNACKNOWLEDGED`]
+//! reports per slot wait for one). Reports and requests that are ready
+//! together leave in one write.
 
 use crate::backend::{
     progress_channel, Backend, JobSpec, ProgressUpdate, ProgressWatch, TuneError,
 };
 use crate::backoff::Backoff;
 use crate::connection::{tls_connector, CloseInfo, Connection, ConnectionError};
+use futures_util::FutureExt;
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
@@ -32,7 +35,7 @@ use tokio_tungstenite::{tungstenite, Connector};
 use tracing::{debug, error, info, warn};
 use tunefleet_shared::protocol::{
     close_code, ErrorCode, JobId, JobResult, Lease, MasterMessage, WorkerHello, WorkerMessage,
-    PROTOCOL_VERSION,
+    MAX_WORKER_SLOTS, PROTOCOL_VERSION,
 };
 use tunefleet_shared::target::Target;
 
@@ -67,6 +70,10 @@ pub struct WorkerConfig {
     /// For `wss://`: a PEM file with the CA certificate(s) to trust instead of
     /// the public web roots (a private CA, or a self-signed master certificate).
     pub ca_cert: Option<PathBuf>,
+    /// Jobs run at once, 1 to [`MAX_WORKER_SLOTS`] (`register`'s `slots`).
+    /// More than one is for backends whose jobs do not compete for the
+    /// machine (`sim`); a TVM run measures on every core.
+    pub slots: u32,
 }
 
 impl WorkerConfig {
@@ -87,6 +94,7 @@ impl WorkerConfig {
             max_jobs: None,
             worker_id: None,
             ca_cert: None,
+            slots: 1,
         }
     }
 }
@@ -103,6 +111,7 @@ impl fmt::Debug for WorkerConfig {
             .field("max_jobs", &self.max_jobs)
             .field("worker_id", &self.worker_id)
             .field("ca_cert", &self.ca_cert)
+            .field("slots", &self.slots)
             .finish()
     }
 }
@@ -138,6 +147,8 @@ impl WorkerStats {
 pub enum WorkerError {
     #[error("invalid server URL `{url}`: {reason}")]
     InvalidServerUrl { url: String, reason: String },
+    #[error("slots: {0} is not between 1 and {max}", max = MAX_WORKER_SLOTS)]
+    InvalidSlots(u32),
     #[error("the master speaks another protocol version (this worker speaks {ours}): {reason}")]
     ProtocolMismatch { ours: u32, reason: String },
     #[error("the master refused this worker: {0}")]
@@ -197,6 +208,9 @@ pub async fn run_worker(
             reason: "no master URL given".into(),
         });
     }
+    if !(1..=MAX_WORKER_SLOTS).contains(&config.slots) {
+        return Err(WorkerError::InvalidSlots(config.slots));
+    }
     let tls = if urls.iter().any(|url| url.starts_with("wss://")) {
         Some(tls_connector(config.ca_cert.as_deref()).map_err(WorkerError::Tls)?)
     } else {
@@ -216,7 +230,7 @@ pub async fn run_worker(
         current: 0,
         tls,
         worker_id,
-        running: None,
+        running: Vec::new(),
         pending: Vec::new(),
         stats: WorkerStats::default(),
     };
@@ -233,7 +247,8 @@ struct Worker {
     /// For `wss://` URLs.
     tls: Option<Connector>,
     worker_id: String,
-    running: Option<RunningJob>,
+    /// At most `config.slots`, in the order they were assigned.
+    running: Vec<RunningJob>,
     /// Finished jobs waiting for the master's `ack`, oldest first.
     pending: Vec<Report>,
     stats: WorkerStats,
@@ -316,7 +331,8 @@ enum JobEvent {
 enum Event {
     Shutdown,
     Master(Result<Option<MasterMessage>, ConnectionError>),
-    Job(JobEvent),
+    /// With the job's index in `running`.
+    Job((usize, JobEvent)),
 }
 
 impl Worker {
@@ -390,7 +406,7 @@ impl Worker {
 
     /// Aborts the running job for a shutdown; returns the final stats.
     fn stop(&mut self) -> WorkerStats {
-        if let Some(job) = self.running.take() {
+        for job in self.running.drain(..) {
             info!(job_id = %job.job_id, lease = job.lease, "aborting the running job for shutdown");
         }
         if !self.pending.is_empty() {
@@ -402,12 +418,20 @@ impl Worker {
         self.stats.clone()
     }
 
-    /// Room for one more job: reports awaiting an ack count as finished jobs
-    /// (for `--max-jobs`), and at most [`MAX_UNACKNOWLEDGED`] may wait.
-    fn wants_another_job(&self) -> bool {
+    /// Room for one more job besides the `requested` ones not yet
+    /// answered: a free slot; reports awaiting an ack count as finished jobs
+    /// (for `--max-jobs`), as do running and requested ones, and at most
+    /// [`MAX_UNACKNOWLEDGED`] per slot may wait.
+    fn wants_another_job(&self, requested: usize) -> bool {
+        let slots = self.config.slots as usize;
+        let taken = self.running.len() + requested;
         let finished = self.stats.jobs_acknowledged() + self.pending.len() as u64;
-        self.pending.len() < MAX_UNACKNOWLEDGED
-            && self.config.max_jobs.is_none_or(|max| finished < max)
+        taken < slots
+            && self.pending.len() < MAX_UNACKNOWLEDGED * slots
+            && self
+                .config
+                .max_jobs
+                .is_none_or(|max| finished + (taken as u64) < max)
     }
 
     fn max_jobs_reached(&self) -> bool {
@@ -426,6 +450,8 @@ impl Worker {
             backend: backend.name().to_string(),
             tvm_version: backend.tvm_version(),
             secret: self.config.secret.clone(),
+            // Absent for one: what a master from before slots expects.
+            slots: (self.config.slots > 1).then_some(self.config.slots),
         }
     }
 
@@ -512,46 +538,52 @@ impl Worker {
                 return SessionEnd::Lost(e.to_string());
             }
         }
-        if let Some(job) = &mut self.running {
+        for job in &mut self.running {
             job.orphaned = true;
             info!(
                 job_id = %job.job_id, lease = job.lease,
                 "job from the previous connection still running; its result will be sent when it finishes"
             );
         }
-        let mut requested = false;
+        // `request_job`s sent and not yet answered by an `assign`.
+        let mut requested = 0;
         loop {
-            if self.running.is_none() {
-                if self.pending.is_empty() && self.max_jobs_reached() {
-                    return SessionEnd::Done;
+            if self.running.is_empty() && self.pending.is_empty() && self.max_jobs_reached() {
+                return SessionEnd::Done;
+            }
+            // Asked for right after a report, not after its ack: the master
+            // handles a socket's messages in order, so the report is taken
+            // first, and the result and the next assignment share one
+            // commit instead of two round trips.
+            while self.wants_another_job(requested) {
+                let request = WorkerMessage::RequestJob {
+                    token: token.to_string(),
+                };
+                if let Err(e) = conn.feed(&request).await {
+                    return SessionEnd::Lost(e.to_string());
                 }
-                // Asked for right after a report, not after its ack: the
-                // master handles a socket's messages in order, so the report
-                // is taken first, and the result and the next assignment
-                // share one commit instead of two round trips.
-                if !requested && self.wants_another_job() {
-                    let request = WorkerMessage::RequestJob {
-                        token: token.to_string(),
-                    };
-                    if let Err(e) = conn.feed(&request).await {
+                debug!("a slot is free; asked for a job");
+                requested += 1;
+            }
+            // A job that has already finished is taken before anything is
+            // written, so that its report joins the others in one write.
+            let ready = next_job_event(&mut self.running).now_or_never();
+            let event = match ready {
+                Some(job) => Event::Job(job),
+                None => {
+                    // What was queued (reports, then requests) leaves in one
+                    // write before waiting.
+                    if let Err(e) = conn.flush().await {
                         return SessionEnd::Lost(e.to_string());
                     }
-                    debug!("idle; asked for a job");
-                    requested = true;
+                    // All branches are cancel-safe. `conn.recv()` is always
+                    // polled, so the master's pings are answered while a job runs.
+                    tokio::select! {
+                        _ = shutdown.as_mut() => Event::Shutdown,
+                        received = conn.recv() => Event::Master(received),
+                        job = next_job_event(&mut self.running) => Event::Job(job),
+                    }
                 }
-            }
-            // What was queued (a report, then the request) leaves in one write
-            // before waiting.
-            if let Err(e) = conn.flush().await {
-                return SessionEnd::Lost(e.to_string());
-            }
-
-            // All branches are cancel-safe. `conn.recv()` is always polled, so
-            // the master's pings are answered while a job runs.
-            let event = tokio::select! {
-                _ = shutdown.as_mut() => Event::Shutdown,
-                received = conn.recv() => Event::Master(received),
-                job = next_job_event(&mut self.running) => Event::Job(job),
             };
 
             let outgoing = match event {
@@ -559,7 +591,7 @@ impl Worker {
                 Event::Master(Ok(Some(message))) => match self.on_message(message, token) {
                     Step::Continue(outgoing) => outgoing,
                     Step::Assigned(outgoing) => {
-                        requested = false;
+                        requested = requested.saturating_sub(1);
                         outgoing
                     }
                     Step::End(end) => return end,
@@ -570,8 +602,12 @@ impl Worker {
                     None
                 }
                 Event::Master(Err(e)) => return SessionEnd::Lost(e.to_string()),
-                Event::Job(JobEvent::Progress(update)) => self.progress_message(update, token),
-                Event::Job(JobEvent::Finished(joined)) => self.finish_job(joined, token),
+                Event::Job((index, JobEvent::Progress(update))) => {
+                    self.progress_message(index, update, token)
+                }
+                Event::Job((index, JobEvent::Finished(joined))) => {
+                    self.finish_job(index, joined, token)
+                }
             };
             if let Some(message) = outgoing {
                 if let Err(e) = conn.feed(&message).await {
@@ -614,10 +650,10 @@ impl Worker {
             } => {
                 let ours = self
                     .running
-                    .as_ref()
-                    .is_some_and(|job| job.job_id == job_id && job.lease == lease);
-                if ours {
-                    self.running = None;
+                    .iter()
+                    .position(|job| job.job_id == job_id && job.lease == lease);
+                if let Some(index) = ours {
+                    self.running.remove(index);
                     self.stats.jobs_cancelled += 1;
                     info!(%job_id, lease, %reason, "job cancelled by the master");
                 } else {
@@ -672,11 +708,12 @@ impl Worker {
     /// Starts `spec` unless busy; returns what to tell the master, if anything.
     fn start_job(&mut self, spec: JobSpec, token: &str) -> Option<WorkerMessage> {
         let same = |job_id: &JobId, lease: Lease| *job_id == spec.job_id && lease == spec.lease;
-        if let Some(job) = &self.running {
-            if same(&job.job_id, job.lease) {
-                debug!(job_id = %spec.job_id, lease = spec.lease, "duplicate assign ignored");
-                return None;
-            }
+        if self.running.iter().any(|job| same(&job.job_id, job.lease)) {
+            debug!(job_id = %spec.job_id, lease = spec.lease, "duplicate assign ignored");
+            return None;
+        }
+        if self.running.len() >= self.config.slots as usize {
+            let job = &self.running[0];
             warn!(
                 job_id = %spec.job_id, lease = spec.lease, busy_with = %job.job_id,
                 "assigned a job while busy; refusing it"
@@ -685,10 +722,17 @@ impl Worker {
                 token: token.to_string(),
                 job_id: spec.job_id,
                 lease: spec.lease,
-                error: format!(
-                    "worker is busy with job {} (lease {}); it runs one job at a time",
-                    job.job_id, job.lease
-                ),
+                error: if self.config.slots == 1 {
+                    format!(
+                        "worker is busy with job {} (lease {}); it runs one job at a time",
+                        job.job_id, job.lease
+                    )
+                } else {
+                    format!(
+                        "worker is busy: its {} slots all hold a job",
+                        self.config.slots
+                    )
+                },
             });
         }
         if self.pending.iter().any(|r| same(&r.job_id, r.lease)) {
@@ -712,7 +756,7 @@ impl Worker {
             }
             result
         });
-        self.running = Some(RunningJob {
+        self.running.push(RunningJob {
             job_id,
             lease,
             nbest,
@@ -724,8 +768,13 @@ impl Worker {
         None
     }
 
-    fn progress_message(&self, update: ProgressUpdate, token: &str) -> Option<WorkerMessage> {
-        let job = self.running.as_ref().filter(|job| !job.orphaned)?;
+    fn progress_message(
+        &self,
+        index: usize,
+        update: ProgressUpdate,
+        token: &str,
+    ) -> Option<WorkerMessage> {
+        let job = self.running.get(index).filter(|job| !job.orphaned)?;
         Some(WorkerMessage::Progress {
             token: token.to_string(),
             job_id: job.job_id.clone(),
@@ -739,10 +788,14 @@ impl Worker {
     /// Moves the finished job to `pending`; returns its report to send.
     fn finish_job(
         &mut self,
+        index: usize,
         joined: Result<Result<JobResult, TuneError>, JoinError>,
         token: &str,
     ) -> Option<WorkerMessage> {
-        let job = self.running.take()?;
+        if index >= self.running.len() {
+            return None;
+        }
+        let job = self.running.remove(index);
         let (job_id, lease) = (job.job_id.clone(), job.lease);
         let outcome = match joined {
             Ok(Ok(mut result)) => {
@@ -794,11 +847,22 @@ enum Step {
     End(SessionEnd),
 }
 
-/// The next thing the running job has to say; never completes without a job.
-async fn next_job_event(running: &mut Option<RunningJob>) -> JobEvent {
-    let Some(job) = running else {
-        return std::future::pending().await;
-    };
+/// The next thing a running job has to say, with its index in `running`;
+/// never completes without a job. The earliest job is asked first.
+async fn next_job_event(running: &mut [RunningJob]) -> (usize, JobEvent) {
+    match running {
+        [] => std::future::pending().await,
+        [job] => (0, job_event(job).await),
+        jobs => {
+            let events = jobs.iter_mut().map(|job| Box::pin(job_event(job)));
+            let (event, index, _) = futures_util::future::select_all(events).await;
+            (index, event)
+        }
+    }
+}
+
+/// The next thing `job` has to say.
+async fn job_event(job: &mut RunningJob) -> JobEvent {
     if !job.progress_done {
         // Progress first, so the last update goes out before the result.
         let event = tokio::select! {

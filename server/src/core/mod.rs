@@ -104,6 +104,10 @@ enum EventText {
     },
 }
 
+/// What the core sends a worker's connection, with the session (slot) it is
+/// for: a worker with several slots has one channel for all of them.
+pub type WorkerTx = mpsc::UnboundedSender<(SessionId, Outbound)>;
+
 /// Messages from a registered worker, minus the token (checked by the connection).
 #[derive(Debug)]
 pub enum WorkerInput {
@@ -122,10 +126,12 @@ pub enum WorkerInput {
 }
 
 pub enum Command {
+    /// One session per slot of the worker (`register`'s `slots`), in order;
+    /// the reply has them all and the count of matching jobs.
     WorkerJoin {
         hello: Box<WorkerHello>,
-        tx: mpsc::UnboundedSender<Outbound>,
-        reply: oneshot::Sender<Result<(SessionId, usize), JoinRefusal>>,
+        tx: WorkerTx,
+        reply: oneshot::Sender<Result<(Vec<SessionId>, usize), JoinRefusal>>,
     },
     WorkerLeave {
         session: SessionId,
@@ -260,7 +266,7 @@ pub struct Core {
     scheduler: Scheduler,
     models: ModelRuns,
     store: Store,
-    sessions: HashMap<SessionId, mpsc::UnboundedSender<Outbound>>,
+    sessions: HashMap<SessionId, WorkerTx>,
     next_session: SessionId,
     seq: u64,
     events: broadcast::Sender<Arc<Published>>,
@@ -406,19 +412,28 @@ impl Core {
         let mut out = Vec::new();
         match command {
             Command::WorkerJoin { hello, tx, reply } => {
-                let session = self.next_session;
-                self.next_session += 1;
-                let result = self.scheduler.worker_joined(session, &hello, now, &mut out);
+                let mut joined = Vec::new();
+                let mut result = Ok(0);
+                // Every slot has the same target, so only the first can be refused.
+                for _ in 0..hello.slot_count() {
+                    let session = self.next_session;
+                    self.next_session += 1;
+                    result = self.scheduler.worker_joined(session, &hello, now, &mut out);
+                    if result.is_err() {
+                        break;
+                    }
+                    self.sessions.insert(session, tx.clone());
+                    joined.push(session);
+                }
                 match &result {
                     Ok(matching) => {
-                        info!(session, name = %hello.name, target = %hello.target, matching, "worker joined");
-                        self.sessions.insert(session, tx);
+                        info!(session = joined.first().copied().unwrap_or_default(), slots = joined.len(), name = %hello.name, target = %hello.target, matching, "worker joined");
                         let plan = self.models.refill(now, &self.slots());
                         self.apply_plan(plan, now, &mut out, batch);
                     }
                     Err(e) => warn!(name = %hello.name, "worker refused: {e}"),
                 }
-                let result = result.map(|m| (session, m));
+                let result = result.map(|m| (joined, m));
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(result);
                 }));

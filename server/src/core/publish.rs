@@ -231,7 +231,7 @@ impl Core {
         for (session, msg) in batch.sends {
             match self.sessions.get(&session) {
                 Some(tx) => {
-                    let _ = tx.send(msg);
+                    let _ = tx.send((session, msg));
                 }
                 None => debug!(session, "message for a session that is gone"),
             }

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 use tunefleet_shared::protocol::{
-    close_code, ErrorCode, MasterMessage, WorkerHello, WorkerMessage, PROTOCOL_VERSION,
+    close_code, ErrorCode, MasterMessage, WorkerHello, WorkerMessage, MAX_WORKER_SLOTS,
+    PROTOCOL_VERSION,
 };
 use tunefleet_shared::secrets_equal;
 
@@ -24,7 +25,10 @@ use super::connection::SendError;
 use super::limits::{TokenBucket, PROGRESS_INTERVAL};
 use super::{AppState, Connection, Frame};
 use crate::core::{Command, Outbound, WorkerInput};
-use crate::scheduler::{session_label, LeaveKind, ProgressReport};
+use crate::scheduler::{session_label, LeaveKind, ProgressReport, SessionId};
+
+mod slots;
+use slots::Slots;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Consecutive unparseable messages tolerated before the socket is closed.
@@ -46,7 +50,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
             reply,
         })
         .await;
-    let (session, matching) = match joined {
+    let (sessions, matching) = match joined {
         Some(Ok(ok)) => ok,
         Some(Err(refusal)) => {
             // A close reason holds 123 bytes; the full explanation goes first.
@@ -66,6 +70,8 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
             return;
         }
     };
+    let mut slots = Slots::new(sessions, tokio::time::Instant::now());
+    let session = slots.first();
     let token = uuid::Uuid::new_v4().simple().to_string();
     let registered = MasterMessage::Registered {
         token: token.clone(),
@@ -73,14 +79,13 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
         matching_jobs: matching,
     };
     if conn.send(&registered).await.is_err() {
-        state
-            .core
-            .send(Command::WorkerLeave {
-                session,
-                kind: LeaveKind::Lost,
-                reason: "connection lost during registration".into(),
-            })
-            .await;
+        leave(
+            &state,
+            &slots,
+            LeaveKind::Lost,
+            "connection lost during registration",
+        )
+        .await;
         return;
     }
 
@@ -97,9 +102,6 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
     let mut bad_messages = 0;
     let mut kind = LeaveKind::Lost;
     let mut bucket = TokenBucket::per_second(config.max_worker_messages_per_second, Instant::now());
-    // The latest progress report not yet forwarded, and when the next may go.
-    let mut held_progress: Option<WorkerInput> = None;
-    let mut next_progress = tokio::time::Instant::now();
 
     let reason: String = loop {
         tokio::select! {
@@ -116,19 +118,20 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                     }
                     Ok(msg) => {
                         bad_messages = 0;
-                        match to_input(msg, &token) {
-                            Ok(input @ WorkerInput::Progress(_)) => {
+                        let routed = to_input(msg, &token).map(|input| (slots.route(&input), input));
+                        match routed {
+                            // Every slot is busy or already asking.
+                            Ok((None, _)) => {}
+                            Ok((Some(session), input @ WorkerInput::Progress(_))) => {
                                 let now = tokio::time::Instant::now();
-                                if now < next_progress {
-                                    held_progress = Some(input);
+                                let Some(input) = slots.pace_progress(session, input, now, PROGRESS_INTERVAL) else {
                                     continue;
-                                }
-                                next_progress = now + PROGRESS_INTERVAL;
+                                };
                                 if !state.core.send(Command::Worker { session, input }).await {
                                     break "master core stopped".into();
                                 }
                             }
-                            Ok(input) => {
+                            Ok((Some(session), input)) => {
                                 // Backpressure: over the rate, this socket is simply read later.
                                 let wait = bucket.wait(Instant::now());
                                 if !wait.is_zero() {
@@ -136,7 +139,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                                 }
                                 bucket.try_take(Instant::now());
                                 // A held-back progress report goes first, keeping the order.
-                                if let Some(progress) = held_progress.take() {
+                                if let Some(progress) = slots.take_held(session) {
                                     if !state.core.send(Command::Worker { session, input: progress }).await {
                                         break "master core stopped".into();
                                     }
@@ -177,11 +180,11 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
             },
             out = rx.recv() => {
                 let close = match out {
-                    Some(Outbound::Msg(msg)) => match send_queued(&mut conn, msg, &mut rx).await {
+                    Some((session, Outbound::Msg(msg))) => match send_queued(&mut conn, session, msg, &mut rx, &mut slots).await {
                         Ok(close) => close,
                         Err(e) => break format!("send failed: {e}"),
                     },
-                    Some(Outbound::Close { code, reason }) => Some((code, reason)),
+                    Some((_, Outbound::Close { code, reason })) => Some((code, reason)),
                     None => break "master core stopped".into(),
                 };
                 if let Some((code, reason)) = close {
@@ -189,12 +192,13 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                     break reason;
                 }
             },
-            _ = tokio::time::sleep_until(next_progress), if held_progress.is_some() => {
-                next_progress = tokio::time::Instant::now() + PROGRESS_INTERVAL;
-                if let Some(input) = held_progress.take() {
-                    if !state.core.send(Command::Worker { session, input }).await {
-                        break "master core stopped".into();
-                    }
+            _ = sleep_until_some(slots.next_release()) => {
+                let mut stopped = false;
+                for (session, input) in slots.release_due(tokio::time::Instant::now(), PROGRESS_INTERVAL) {
+                    stopped |= !state.core.send(Command::Worker { session, input }).await;
+                }
+                if stopped {
+                    break "master core stopped".into();
                 }
             },
             _ = check.tick() => {
@@ -220,14 +224,29 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
         }
     };
     info!(worker = %name, session, %reason, "worker connection ended");
-    state
-        .core
-        .send(Command::WorkerLeave {
+    leave(&state, &slots, kind, &reason).await;
+}
+
+/// Tells the core that every slot's session ended.
+async fn leave(state: &AppState, slots: &Slots, kind: LeaveKind, reason: &str) {
+    for session in slots.sessions() {
+        let leave = Command::WorkerLeave {
             session,
             kind,
-            reason,
-        })
-        .await;
+            reason: reason.to_string(),
+        };
+        if !state.core.send(leave).await {
+            return;
+        }
+    }
+}
+
+/// Sleeps until `at`; never wakes when there is nothing to wait for.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Most messages the core queues for one worker at a time to send together
@@ -240,15 +259,21 @@ const MAX_MESSAGES_PER_WRITE: usize = 64;
 /// before it is flushed first, then the close is handed back to the caller.
 async fn send_queued(
     conn: &mut Connection,
+    session: SessionId,
     first: MasterMessage,
-    rx: &mut mpsc::UnboundedReceiver<Outbound>,
+    rx: &mut mpsc::UnboundedReceiver<(SessionId, Outbound)>,
+    slots: &mut Slots,
 ) -> Result<Option<(u16, String)>, SendError> {
+    slots.sent(session, &first);
     conn.feed(&first).await?;
     let mut close = None;
     for _ in 1..MAX_MESSAGES_PER_WRITE {
         match rx.try_recv() {
-            Ok(Outbound::Msg(msg)) => conn.feed(&msg).await?,
-            Ok(Outbound::Close { code, reason }) => {
+            Ok((session, Outbound::Msg(msg))) => {
+                slots.sent(session, &msg);
+                conn.feed(&msg).await?
+            }
+            Ok((_, Outbound::Close { code, reason })) => {
                 close = Some((code, reason));
                 break;
             }
@@ -333,6 +358,14 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<WorkerHell
             "worker name and worker_id must be 1 to 128 bytes",
         )
         .await;
+        return None;
+    }
+    if !(1..=MAX_WORKER_SLOTS).contains(&hello.slot_count()) {
+        let reason = format!(
+            "slots must be 1 to {MAX_WORKER_SLOTS}, not {}",
+            hello.slot_count()
+        );
+        conn.close(close_code::HANDSHAKE, &reason).await;
         return None;
     }
     Some(hello)

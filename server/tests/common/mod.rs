@@ -33,5 +33,6 @@ pub fn hello(name: &str, target: &str) -> WorkerHello {
         backend: "tvm".into(),
         tvm_version: None,
         secret: None,
+        slots: None,
     }
 }

@@ -45,6 +45,7 @@ fn debug_output_never_shows_secrets() {
         backend: "sim".into(),
         tvm_version: None,
         secret: Some("join-secret-1".into()),
+        slots: None,
     };
     let texts = [
         format!("{hello:?}"),

@@ -61,7 +61,16 @@ pub struct WorkerHello {
     /// Join secret (`serve --worker-secret`), when the master asks for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
+    /// Jobs this worker runs at once, 1 to [`MAX_WORKER_SLOTS`] (absent: one).
+    /// Each slot is a session of its own on the master, shown as a worker of
+    /// the same name and `worker_id`, and asks for its jobs with the
+    /// `request_job` a one-job worker sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<u32>,
 }
+
+/// Most jobs one worker connection may hold at once (`register`'s `slots`).
+pub const MAX_WORKER_SLOTS: u32 = 64;
 
 /// Worker → master. `Debug` redacts the tokens.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
@@ -158,7 +167,15 @@ impl std::fmt::Debug for WorkerHello {
             .field("backend", &self.backend)
             .field("tvm_version", &self.tvm_version)
             .field("secret", &redact(&self.secret))
+            .field("slots", &self.slots)
             .finish()
+    }
+}
+
+impl WorkerHello {
+    /// The jobs this worker holds at once (`slots`, 1 when absent).
+    pub fn slot_count(&self) -> u32 {
+        self.slots.unwrap_or(1)
     }
 }
 

@@ -39,6 +39,8 @@ const TOKEN: &str = "bench-token";
 
 struct Args {
     workers: usize,
+    /// Jobs each worker holds at once (`register`'s `slots`).
+    slots: u32,
     jobs: usize,
     rounds: usize,
     recycle_samples: usize,
@@ -62,6 +64,7 @@ usage: tunefleet-bench [FLAGS]            fleet throughput, recycle latency and 
 
 flags of the fleet run (defaults in brackets):
   --workers N             in-process zero-time workers [100]
+  --slots N               jobs each worker holds at once (register's slots) [1]
   --jobs N                jobs per round, one workload file [10000, the most a file may hold]
   --rounds N              throughput rounds [3]
   --recycle-samples N     kill -9 recycle samples [20]
@@ -77,6 +80,7 @@ fn parse_args() -> anyhow::Result<Args> {
         .to_path_buf();
     let mut args = Args {
         workers: 100,
+        slots: 1,
         jobs: MAX_WORKLOADS_PER_FILE,
         rounds: 3,
         recycle_samples: 20,
@@ -90,6 +94,7 @@ fn parse_args() -> anyhow::Result<Args> {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--workers" => args.workers = value()?.parse()?,
+            "--slots" => args.slots = value()?.parse()?,
             "--jobs" => args.jobs = value()?.parse()?,
             "--rounds" => args.rounds = value()?.parse()?,
             "--recycle-samples" => args.recycle_samples = value()?.parse()?,
@@ -654,13 +659,20 @@ async fn main() -> anyhow::Result<()> {
             initial: Duration::from_millis(50),
             max: Duration::from_secs(1),
         };
+        config.slots = args.slots;
         let stop = stop.clone();
         workers.push(tokio::spawn(async move {
             run_worker(config, async move { stop.notified().await }).await
         }));
     }
-    wait_workers(&master.url, args.workers).await?;
-    println!("{} sim workers (0 s per job) connected", args.workers);
+    // The master counts a worker per slot.
+    wait_workers(&master.url, args.workers * args.slots as usize).await?;
+    println!(
+        "{} sim workers (0 s per job, {} slot{} each) connected",
+        args.workers,
+        args.slots,
+        if args.slots == 1 { "" } else { "s" }
+    );
     let mut dispatched = Vec::new();
     let mut completed = Vec::new();
     let mut after_submit = Vec::new();
@@ -748,8 +760,15 @@ async fn main() -> anyhow::Result<()> {
     };
     row(
         &format!(
-            "dispatched, {} workers, {} jobs/round, {} rounds",
-            args.workers, args.jobs, args.rounds
+            "dispatched, {} workers{}, {} jobs/round, {} rounds",
+            args.workers,
+            if args.slots == 1 {
+                String::new()
+            } else {
+                format!(" ({} slots each)", args.slots)
+            },
+            args.jobs,
+            args.rounds
         ),
         &dispatched,
         "jobs/s",

@@ -142,6 +142,15 @@ struct RunningWorker {
 
 impl RunningWorker {
     fn start(url: &str, sim: Duration, max_jobs: Option<u64>) -> RunningWorker {
+        RunningWorker::start_with_slots(url, sim, max_jobs, 1)
+    }
+
+    fn start_with_slots(
+        url: &str,
+        sim: Duration,
+        max_jobs: Option<u64>,
+        slots: u32,
+    ) -> RunningWorker {
         let mut config = WorkerConfig::new(
             url,
             Target::parse(r#"{"kind":"llvm","num-cores":2}"#).unwrap(),
@@ -153,6 +162,7 @@ impl RunningWorker {
             max: Duration::from_millis(50),
         };
         config.max_jobs = max_jobs;
+        config.slots = slots;
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(run_worker(config, async {
             let _ = rx.await;
@@ -614,4 +624,92 @@ async fn the_next_job_is_asked_for_before_the_ack_but_at_most_two_reports_wait()
     expect_close(ws, close_code::NORMAL).await;
     let stats = worker.finish().await.unwrap();
     assert_eq!((stats.jobs_succeeded, stats.reports_accepted), (2, 1));
+}
+
+/// The next message that is not a progress report.
+async fn recv_report(ws: &mut Ws) -> WorkerMessage {
+    loop {
+        match recv(ws).await {
+            WorkerMessage::Progress { .. } => {}
+            other => return other,
+        }
+    }
+}
+
+/// With `slots: 3` the worker says so when it registers, asks for three
+/// jobs, runs three at once, refuses a fourth, and asks again for the slot
+/// a `cancel` frees.
+#[tokio::test]
+async fn a_worker_with_three_slots_holds_three_jobs() {
+    let (master, url) = FakeMaster::start().await;
+    let mut worker = RunningWorker::start_with_slots(&url, Duration::from_secs(600), None, 3);
+    let (mut ws, hello) = master.accept_registered("t1").await;
+    assert_eq!(hello.slots, Some(3));
+    for _ in 0..3 {
+        expect_request_job(&mut ws, "t1").await;
+    }
+    let jobs: Vec<Workload> = (1..=4)
+        .map(|i| workload(&format!("mm-{i}"), 8 * i))
+        .collect();
+    for (lease, job) in (10..).zip(&jobs[..3]) {
+        send(&mut ws, assign(job.clone(), lease, 1)).await;
+    }
+    send(&mut ws, assign(jobs[3].clone(), 13, 1)).await;
+    match recv_report(&mut ws).await {
+        WorkerMessage::JobFailed { lease, error, .. } => {
+            assert_eq!(lease, 13);
+            assert!(error.contains("3 slots"), "{error}");
+        }
+        other => panic!("expected the fourth job refused, got {other:?}"),
+    }
+    send(
+        &mut ws,
+        MasterMessage::Cancel {
+            job_id: jobs[1].job_id(),
+            lease: 11,
+            reason: "cancelled by an admin".into(),
+        },
+    )
+    .await;
+    match recv_report(&mut ws).await {
+        WorkerMessage::RequestJob { .. } => {}
+        other => panic!("expected a request for the freed slot, got {other:?}"),
+    }
+    worker.shutdown();
+    expect_close(ws, close_code::NORMAL).await;
+    let stats = worker.finish().await.unwrap();
+    assert_eq!((stats.jobs_assigned, stats.jobs_cancelled), (3, 1));
+}
+
+/// Zero-time jobs in three slots: each result names its own job and lease,
+/// and every finished slot asks again.
+#[tokio::test]
+async fn three_slots_report_each_job_and_ask_again() {
+    let (master, url) = FakeMaster::start().await;
+    let mut worker = RunningWorker::start_with_slots(&url, Duration::ZERO, None, 3);
+    let (mut ws, _) = master.accept_registered("t1").await;
+    for _ in 0..3 {
+        expect_request_job(&mut ws, "t1").await;
+    }
+    let mut sent = std::collections::BTreeSet::new();
+    for (lease, i) in (20..).zip(1..=3u32) {
+        let job = workload(&format!("mm-{i}"), 8 * i);
+        sent.insert((job.job_id(), lease));
+        send(&mut ws, assign(job, lease, 1)).await;
+    }
+    let (mut reported, mut requests) = (std::collections::BTreeSet::new(), 0);
+    while reported.len() < 3 || requests < 3 {
+        match recv_report(&mut ws).await {
+            WorkerMessage::Result { job_id, lease, .. } => {
+                reported.insert((job_id, lease));
+            }
+            WorkerMessage::RequestJob { .. } => requests += 1,
+            other => panic!("expected results and requests, got {other:?}"),
+        }
+    }
+    assert_eq!(reported, sent);
+    worker.shutdown();
+    expect_close(ws, close_code::NORMAL).await;
+    let stats = worker.finish().await.unwrap();
+    assert_eq!(stats.jobs_succeeded, 3);
 }

@@ -51,6 +51,7 @@ pub(crate) fn run(mut it: impl Iterator<Item = String>) -> anyhow::Result<()> {
             backend: "sim".into(),
             tvm_version: None,
             secret: None,
+            slots: None,
         })
         .collect();
     let expected = open.min(jobs);
