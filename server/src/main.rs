@@ -12,7 +12,8 @@ use tunefleet_server::{export_trace, launch, serve};
 /// mimalloc, not glibc's allocator: the master's threads free what others
 /// allocated (events built on the core, dropped by connection tasks), which
 /// glibc handles with locks and arena hops; mimalloc cut the master's CPU
-/// per job by 10–22% (docs/benchmarks.md).
+/// per job by 10–22% (docs/benchmarks.md). Built without transparent huge
+/// pages (the workspace's `no_thp`; see Cargo.toml).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
