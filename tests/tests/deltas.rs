@@ -268,3 +268,41 @@ async fn follow(
     .await
     .unwrap_or_else(|_| panic!("{what} within 30 s"));
 }
+
+/// While every subscriber takes deltas, the master writes a worker's whole
+/// view only when a snapshot needs it: a snapshot taken after the worker's
+/// jobs has it as it is now (its count, no job), the same as the mirror
+/// that followed its `worker_changed` deltas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_after_delta_only_changes_has_each_worker_as_it_is() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = Master::start(dir.path(), &[]);
+    let mut with_deltas = Watcher::subscribe(&master, Some(true)).await;
+    let mut client = master.client().await;
+    let n = 3;
+    client
+        .submit(matmul_yaml(n, "stale"), None)
+        .await
+        .expect("submit");
+    let _worker = Worker::start(&master, "w", 0.05, &[]);
+    with_deltas.until_done(n).await;
+    let fresh = Watcher::subscribe(&master, Some(true)).await;
+    let upto = fresh.fleet.seq().expect("a snapshot");
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while with_deltas.fleet.seq() < Some(upto) {
+            with_deltas.read_one().await;
+        }
+    })
+    .await
+    .expect("the delta mirror catches up with the snapshot");
+    let workers = fresh.fleet.workers();
+    assert_eq!(workers.len(), 1);
+    assert_eq!(
+        (workers[0].jobs_done, workers[0].current_job.as_deref()),
+        (n as u64, None),
+        "the snapshot's worker is current"
+    );
+    assert_eq!(with_deltas.fleet.workers(), workers);
+    assert!(with_deltas.events("worker_updated").is_empty());
+}

@@ -276,6 +276,9 @@ pub struct Core {
     snapshot_cache: SnapshotCache,
     /// Every registered worker's view as JSON, by session label.
     worker_json: HashMap<String, Arc<str>>,
+    /// Workers changed since their JSON above was written: written again
+    /// when a snapshot is taken, not at every change.
+    stale_worker_json: HashSet<SessionId>,
     /// Jobs every subscriber has (in its snapshot or from a `job_updated`):
     /// their changes may go as deltas. A job's first event is whole.
     known_jobs: HashSet<JobId>,
@@ -365,6 +368,7 @@ impl Core {
             next_session: 1,
             snapshot_cache: SnapshotCache::default(),
             worker_json: HashMap::new(),
+            stale_worker_json: HashSet::new(),
             known_jobs,
             whole_view_subscribers: Arc::new(AtomicUsize::new(0)),
             seq: 0,

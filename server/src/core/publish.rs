@@ -111,20 +111,26 @@ impl Core {
                 Output::WorkerChanged(session) => match self.scheduler.worker(session) {
                     Some(_) if !workers_seen.insert(session) => continue,
                     Some(view) => {
-                        // Whole for snapshots (kept as JSON) and for
-                        // subscribers without deltas; the rest get the job
-                        // and the count (a worker's `worker_joined` is
-                        // always published before its first change).
-                        let worker = worker_json(view);
-                        self.worker_json
-                            .insert(view.session.clone(), worker.clone());
+                        // Whole for subscribers without deltas (and kept for
+                        // snapshots); the rest get the job and the count (a
+                        // worker's `worker_joined` is always published before
+                        // its first change). Without such a subscriber the
+                        // whole view waits for the next snapshot: a busy
+                        // worker changes twice per job.
+                        let full = if self.whole_views_wanted() {
+                            let worker = worker_json(view);
+                            self.worker_json
+                                .insert(view.session.clone(), worker.clone());
+                            Some(worker_event_json("worker_updated", &worker))
+                        } else {
+                            None
+                        };
+                        self.stale_worker_json.insert(session);
                         let change = FleetEvent::WorkerChanged {
                             change: WorkerChange::of(view),
                         };
                         batch.events.push(EventText::Change {
-                            full: self
-                                .whole_views_wanted()
-                                .then(|| worker_event_json("worker_updated", &worker)),
+                            full,
                             delta: serde_json::to_string(&change).unwrap_or_default(),
                         });
                         continue;
@@ -134,6 +140,7 @@ impl Core {
                 Output::WorkerLeft { session, reason } => {
                     self.counters.worker_leaves += 1;
                     self.sessions.remove(&session);
+                    self.stale_worker_json.remove(&session);
                     self.worker_json
                         .remove(&crate::scheduler::session_label(session));
                     let event = FleetEvent::WorkerLeft {

@@ -150,6 +150,12 @@ impl Core {
         if let Some(shared) = self.snapshot_cache.get(self.seq) {
             return shared;
         }
+        for session in std::mem::take(&mut self.stale_worker_json) {
+            if let Some(view) = self.scheduler.worker(session) {
+                self.worker_json
+                    .insert(view.session.clone(), worker_json(view));
+            }
+        }
         let shared = Arc::new(SharedSnapshot::new(self.seq, self.snapshot()));
         self.snapshot_cache.put(&shared);
         shared
