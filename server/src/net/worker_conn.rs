@@ -6,7 +6,7 @@
 //! is told at once, which recycles the worker's job to the front of the queue.
 //!
 //! Rate: `progress` reaches the core at most once per
-//! [`PROGRESS_INTERVAL`] (the latest report wins; a held-back one is sent when
+//! [`PROGRESS_INTERVAL`] per slot (the latest report wins; a held-back one is sent when
 //! the interval is over or just before the worker's next other message), and
 //! other messages beyond `--max-worker-messages-per-second` are not refused but
 //! read more slowly (see [`super::limits`]).
