@@ -7,7 +7,7 @@
 //!
 //! Rate: `progress` reaches the core at most once per
 //! [`PROGRESS_INTERVAL`] per slot (the latest report wins; a held-back one is sent when
-//! the interval is over or just before the worker's next other message), and
+//! the interval is over or just before the slot's next other message), and
 //! other messages beyond `--max-worker-messages-per-second` are not refused but
 //! read more slowly (see [`super::limits`]).
 
