@@ -109,6 +109,13 @@ fn parse_args() -> anyhow::Result<Args> {
             other => bail!("unknown flag {other}\n\n{USAGE}"),
         }
     }
+    if !(1..=tunefleet_shared::protocol::MAX_WORKER_SLOTS).contains(&args.slots) {
+        bail!(
+            "--slots {}: a worker holds 1 to {} jobs at once",
+            args.slots,
+            tunefleet_shared::protocol::MAX_WORKER_SLOTS
+        );
+    }
     // A round is one submit, so it cannot hold more than one file may.
     if !(1..=MAX_WORKLOADS_PER_FILE).contains(&args.jobs) {
         bail!(
