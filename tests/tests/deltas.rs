@@ -79,6 +79,18 @@ impl Watcher {
         .unwrap_or_else(|_| panic!("{done} jobs done in the mirror"));
     }
 
+    /// Reads until the mirror has every event up to `seq` (a later
+    /// subscriber's snapshot).
+    async fn catch_up_to(&mut self, seq: u64) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while self.fleet.seq() < Some(seq) {
+                self.read_one().await;
+            }
+        })
+        .await
+        .expect("the delta mirror catches up with the snapshot");
+    }
+
     fn events(&self, kind: &str) -> Vec<&Value> {
         self.frames
             .iter()
@@ -126,13 +138,7 @@ async fn delta_and_whole_view_subscribers_end_equal_to_results() {
     // read every event up to it (the fleet is idle now).
     let fresh = Watcher::subscribe(&master, None).await;
     let upto = fresh.fleet.seq().expect("a snapshot");
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while with_deltas.fleet.seq() < Some(upto) {
-            with_deltas.read_one().await;
-        }
-    })
-    .await
-    .expect("the delta mirror catches up with the snapshot");
+    with_deltas.catch_up_to(upto).await;
     assert_eq!(
         with_deltas.fleet.workers(),
         fresh.fleet.workers(),
@@ -289,13 +295,7 @@ async fn a_snapshot_after_delta_only_changes_has_each_worker_as_it_is() {
     with_deltas.until_done(n).await;
     let fresh = Watcher::subscribe(&master, Some(true)).await;
     let upto = fresh.fleet.seq().expect("a snapshot");
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while with_deltas.fleet.seq() < Some(upto) {
-            with_deltas.read_one().await;
-        }
-    })
-    .await
-    .expect("the delta mirror catches up with the snapshot");
+    with_deltas.catch_up_to(upto).await;
     let workers = fresh.fleet.workers();
     assert_eq!(workers.len(), 1);
     assert_eq!(
