@@ -17,177 +17,32 @@
 //! reports per slot wait for one). Reports and requests that are ready
 //! together leave in one write.
 
-use crate::backend::{
-    progress_channel, Backend, JobSpec, ProgressUpdate, ProgressWatch, TuneError,
-};
-use crate::backoff::Backoff;
-use crate::connection::{tls_connector, CloseInfo, Connection, ConnectionError};
-use futures_util::FutureExt;
-use std::fmt;
+mod config;
+mod jobs;
+mod register;
+
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
-use tokio::task::{JoinError, JoinHandle};
-use tokio::time::Instant;
-use tokio_tungstenite::{tungstenite, Connector};
-use tracing::{debug, error, info, warn};
-use tunefleet_shared::protocol::{
-    close_code, ErrorCode, JobId, JobResult, Lease, MasterMessage, WorkerHello, WorkerMessage,
-    MAX_WORKER_SLOTS, PROTOCOL_VERSION,
-};
-use tunefleet_shared::target::Target;
+
+use futures_util::FutureExt;
+use tokio_tungstenite::Connector;
+use tracing::{debug, info, warn};
+use tunefleet_shared::protocol::{ErrorCode, MasterMessage, WorkerMessage, MAX_WORKER_SLOTS};
+
+use crate::backend::JobSpec;
+use crate::connection::{tls_connector, CloseInfo, Connection, ConnectionError};
+pub use config::{worker_url, WorkerConfig, WorkerError, WorkerStats};
+use jobs::{next_job_event, JobEvent, Report, RunningJob};
+use register::{fatal_close, Attempt};
 
 /// Reports (results, failures) that may wait for their ack while the worker
 /// takes the next job. One is the normal case (the ack comes with the next
 /// assignment); the bound keeps a master that stops acking from piling up
 /// finished work here.
 const MAX_UNACKNOWLEDGED: usize = 2;
-/// Limit for opening the socket, and then for the `registered` answer.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause before trying the next of several master URLs.
 const NEXT_MASTER_DELAY: Duration = Duration::from_millis(50);
-
-/// Everything one worker needs. See [`WorkerConfig::new`] for the defaults.
-#[derive(Clone)]
-pub struct WorkerConfig {
-    /// Master base URL (`ws://host:port` or `wss://host:port`); `/ws/worker`
-    /// is appended unless present.
-    pub server: String,
-    pub target: Target,
-    /// Shown in the master's UI; need not be unique.
-    pub name: String,
-    pub backend: Arc<dyn Backend>,
-    /// Join secret, when the master requires one.
-    pub secret: Option<String>,
-    pub backoff: Backoff,
-    /// Stop after this many finished jobs have been acknowledged (tests, benchmarks).
-    pub max_jobs: Option<u64>,
-    /// Stable identity of this worker across reconnects; `None` picks a fresh
-    /// UUID v4 for this [`run_worker`] call.
-    pub worker_id: Option<String>,
-    /// For `wss://`: a PEM file with the CA certificate(s) to trust instead of
-    /// the public web roots (a private CA, or a self-signed master certificate).
-    pub ca_cert: Option<PathBuf>,
-    /// Jobs run at once, 1 to [`MAX_WORKER_SLOTS`] (`register`'s `slots`).
-    /// More than one is for backends whose jobs do not compete for the
-    /// machine (`sim`); a TVM run measures on every core.
-    pub slots: u32,
-}
-
-impl WorkerConfig {
-    /// A config with no secret, the default backoff, no job limit and a fresh worker id.
-    pub fn new(
-        server: impl Into<String>,
-        target: Target,
-        name: impl Into<String>,
-        backend: Arc<dyn Backend>,
-    ) -> Self {
-        WorkerConfig {
-            server: server.into(),
-            target,
-            name: name.into(),
-            backend,
-            secret: None,
-            backoff: Backoff::default(),
-            max_jobs: None,
-            worker_id: None,
-            ca_cert: None,
-            slots: 1,
-        }
-    }
-}
-
-impl fmt::Debug for WorkerConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WorkerConfig")
-            .field("server", &self.server)
-            .field("target", &self.target)
-            .field("name", &self.name)
-            .field("backend", &self.backend.name())
-            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
-            .field("backoff", &self.backoff)
-            .field("max_jobs", &self.max_jobs)
-            .field("worker_id", &self.worker_id)
-            .field("ca_cert", &self.ca_cert)
-            .field("slots", &self.slots)
-            .finish()
-    }
-}
-
-/// What a worker did, returned when it stops.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WorkerStats {
-    /// Successful registrations (1 + reconnects).
-    pub registrations: u64,
-    pub jobs_assigned: u64,
-    /// Jobs the backend finished with a result.
-    pub jobs_succeeded: u64,
-    /// Jobs the backend failed (reported as `job_failed`).
-    pub jobs_failed: u64,
-    /// Jobs aborted because the master cancelled them.
-    pub jobs_cancelled: u64,
-    /// Results or failures the master stored.
-    pub reports_accepted: u64,
-    /// Results or failures the master answered with `accepted: false`.
-    pub reports_rejected: u64,
-}
-
-impl WorkerStats {
-    /// Own jobs whose outcome the master acknowledged; what `max_jobs` counts.
-    pub fn jobs_acknowledged(&self) -> u64 {
-        self.reports_accepted + self.reports_rejected
-    }
-}
-
-/// Why a worker stopped for good. Connection trouble is not here: it is
-/// retried with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error("invalid server URL `{url}`: {reason}")]
-    InvalidServerUrl { url: String, reason: String },
-    #[error("slots: {0} is not between 1 and {max}", max = MAX_WORKER_SLOTS)]
-    InvalidSlots(u32),
-    #[error("the master speaks another protocol version (this worker speaks {ours}): {reason}")]
-    ProtocolMismatch { ours: u32, reason: String },
-    #[error("the master refused this worker: {0}")]
-    Unauthorized(String),
-    /// The CA file cannot be used, or the master's certificate is not trusted.
-    #[error("TLS: {0}")]
-    Tls(String),
-}
-
-/// The worker endpoint for a master base URL: `ws://h:p` and `ws://h:p/` become
-/// `ws://h:p/ws/worker`, which is also accepted as is. `http://` is taken as
-/// `ws://`, `https://` as `wss://` (TLS).
-pub fn worker_url(server: &str) -> Result<String, WorkerError> {
-    let invalid = |reason: &str| WorkerError::InvalidServerUrl {
-        url: server.to_string(),
-        reason: reason.to_string(),
-    };
-    let trimmed = server.trim().trim_end_matches('/');
-    let (scheme, rest) = if let Some(rest) = trimmed.strip_prefix("ws://") {
-        ("ws", rest)
-    } else if let Some(rest) = trimmed.strip_prefix("http://") {
-        ("ws", rest)
-    } else if let Some(rest) = trimmed.strip_prefix("wss://") {
-        ("wss", rest)
-    } else if let Some(rest) = trimmed.strip_prefix("https://") {
-        ("wss", rest)
-    } else {
-        return Err(invalid("expected ws://HOST:PORT or wss://HOST:PORT"));
-    };
-    if rest.is_empty() || rest.starts_with('/') {
-        return Err(invalid("no host"));
-    }
-    if rest.ends_with("/ws/worker") {
-        Ok(format!("{scheme}://{rest}"))
-    } else {
-        Ok(format!("{scheme}://{rest}/ws/worker"))
-    }
-}
-
 /// Runs one worker until `shutdown` completes, `max_jobs` jobs are acknowledged,
 /// or a fatal error (protocol mismatch, unauthorized). Lost connections are
 /// retried with backoff and never returned as errors.
@@ -254,66 +109,6 @@ struct Worker {
     stats: WorkerStats,
 }
 
-/// The job being tuned. Dropping it aborts the tuning task.
-struct RunningJob {
-    job_id: JobId,
-    lease: Lease,
-    nbest: u32,
-    task: JoinHandle<Result<JobResult, TuneError>>,
-    progress: ProgressWatch,
-    progress_done: bool,
-    /// Started on an earlier connection. The master recycled its lease when
-    /// that connection ended, so it refuses progress for it (`not_assigned`);
-    /// only the final result may still be accepted.
-    orphaned: bool,
-}
-
-impl Drop for RunningJob {
-    fn drop(&mut self) {
-        // A JoinHandle does not cancel its task when dropped; an orphaned TVM
-        // run would keep the machine busy for nothing.
-        self.task.abort();
-    }
-}
-
-/// A finished job's outcome, kept until the master acknowledges it.
-struct Report {
-    job_id: JobId,
-    lease: Lease,
-    outcome: Outcome,
-}
-
-enum Outcome {
-    Result(JobResult),
-    Failed(String),
-}
-
-impl Report {
-    fn message(&self, token: &str) -> WorkerMessage {
-        let (token, job_id, lease) = (token.to_string(), self.job_id.clone(), self.lease);
-        match &self.outcome {
-            Outcome::Result(result) => WorkerMessage::Result {
-                token,
-                job_id,
-                lease,
-                result: result.clone(),
-            },
-            Outcome::Failed(error) => WorkerMessage::JobFailed {
-                token,
-                job_id,
-                lease,
-                error: error.clone(),
-            },
-        }
-    }
-}
-
-/// Why connecting or registering did not give a session.
-enum Attempt {
-    Retry(String),
-    Fatal(WorkerError),
-}
-
 /// How a session ended.
 enum SessionEnd {
     Shutdown,
@@ -321,11 +116,6 @@ enum SessionEnd {
     Done,
     Lost(String),
     Fatal(WorkerError),
-}
-
-enum JobEvent {
-    Progress(ProgressUpdate),
-    Finished(Result<Result<JobResult, TuneError>, JoinError>),
 }
 
 enum Event {
@@ -438,91 +228,6 @@ impl Worker {
         self.config
             .max_jobs
             .is_some_and(|max| self.stats.jobs_acknowledged() >= max)
-    }
-
-    fn hello(&self) -> WorkerHello {
-        let backend = &self.config.backend;
-        WorkerHello {
-            protocol: PROTOCOL_VERSION,
-            worker_id: self.worker_id.clone(),
-            name: self.config.name.clone(),
-            target: self.config.target.clone(),
-            backend: backend.name().to_string(),
-            tvm_version: backend.tvm_version(),
-            secret: self.config.secret.clone(),
-            // Absent for one: what a master from before slots expects.
-            slots: (self.config.slots > 1).then_some(self.config.slots),
-        }
-    }
-
-    async fn connect_and_register(&mut self) -> Result<(Connection, String), Attempt> {
-        let mut conn = match tokio::time::timeout(
-            HANDSHAKE_TIMEOUT,
-            Connection::connect(&self.urls[self.current], self.tls.as_ref()),
-        )
-        .await
-        {
-            Err(_) => return Err(Attempt::Retry("timed out opening the WebSocket".into())),
-            Ok(Err(e)) => return Err(connect_failure(e)),
-            Ok(Ok(conn)) => conn,
-        };
-        if let Err(e) = conn.send(&WorkerMessage::Register(self.hello())).await {
-            return Err(Attempt::Retry(format!("sending register: {e}")));
-        }
-        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-        loop {
-            let Ok(received) = tokio::time::timeout_at(deadline, conn.recv()).await else {
-                return Err(Attempt::Retry("no `registered` answer in time".into()));
-            };
-            match received {
-                Ok(Some(MasterMessage::Registered {
-                    token,
-                    session,
-                    matching_jobs,
-                })) => {
-                    self.stats.registrations += 1;
-                    info!(%session, matching_jobs, "registered with the master");
-                    if matching_jobs == 0 {
-                        warn!(
-                            target = %self.config.target,
-                            "no open job matches this worker's target right now"
-                        );
-                    }
-                    return Ok((conn, token));
-                }
-                Ok(Some(MasterMessage::Error { code, message })) => {
-                    warn!(?code, %message, "master answered register with an error");
-                }
-                Ok(Some(MasterMessage::Shutdown { reason })) => {
-                    return Err(Attempt::Retry(format!("master is shutting down: {reason}")));
-                }
-                Ok(Some(other)) => {
-                    debug!(
-                        ?other,
-                        "ignoring a message that arrived before `registered`"
-                    );
-                }
-                Ok(None) => return Err(self.closed_while_registering(conn.close_info())),
-                Err(e) if e.is_recoverable() => warn!(error = %e, "ignoring a bad message"),
-                Err(e) => return Err(Attempt::Retry(e.to_string())),
-            }
-        }
-    }
-
-    fn closed_while_registering(&self, close: Option<&CloseInfo>) -> Attempt {
-        let Some(close) = close else {
-            return Attempt::Retry("the master closed the connection during registration".into());
-        };
-        if let Some(fatal) = fatal_close(close) {
-            return Attempt::Fatal(fatal);
-        }
-        if close.code == close_code::NO_MATCHING_JOBS {
-            error!(
-                target = %self.config.target, reason = %close.reason,
-                "the master has no job for this worker's target; will retry"
-            );
-        }
-        Attempt::Retry(format!("the master closed the connection ({close})"))
     }
 
     /// One registered connection, until it ends.
@@ -704,139 +409,6 @@ impl Worker {
             }
         }
     }
-
-    /// Starts `spec` unless busy; returns what to tell the master, if anything.
-    fn start_job(&mut self, spec: JobSpec, token: &str) -> Option<WorkerMessage> {
-        let same = |job_id: &JobId, lease: Lease| *job_id == spec.job_id && lease == spec.lease;
-        if self.running.iter().any(|job| same(&job.job_id, job.lease)) {
-            debug!(job_id = %spec.job_id, lease = spec.lease, "duplicate assign ignored");
-            return None;
-        }
-        if self.running.len() >= self.config.slots as usize {
-            let job = &self.running[0];
-            warn!(
-                job_id = %spec.job_id, lease = spec.lease, busy_with = %job.job_id,
-                "assigned a job while busy; refusing it"
-            );
-            return Some(WorkerMessage::JobFailed {
-                token: token.to_string(),
-                job_id: spec.job_id,
-                lease: spec.lease,
-                error: if self.config.slots == 1 {
-                    format!(
-                        "worker is busy with job {} (lease {}); it runs one job at a time",
-                        job.job_id, job.lease
-                    )
-                } else {
-                    format!(
-                        "worker is busy: its {} slots all hold a job",
-                        self.config.slots
-                    )
-                },
-            });
-        }
-        if self.pending.iter().any(|r| same(&r.job_id, r.lease)) {
-            debug!(job_id = %spec.job_id, lease = spec.lease, "assign for a finished job ignored");
-            return None;
-        }
-
-        info!(
-            job_id = %spec.job_id, lease = spec.lease, attempt = spec.attempt,
-            workload = %spec.workload.name, trials = spec.workload.trials, "starting job"
-        );
-        self.stats.jobs_assigned += 1;
-        let (sink, progress) = progress_channel();
-        let backend = Arc::clone(&self.config.backend);
-        let (job_id, lease, nbest) = (spec.job_id.clone(), spec.lease, spec.nbest);
-        let effective_target = spec.workload.target.clone();
-        let task = tokio::spawn(async move {
-            let mut result = backend.tune(spec, sink).await;
-            if let Ok(result) = &mut result {
-                result.target.get_or_insert(effective_target);
-            }
-            result
-        });
-        self.running.push(RunningJob {
-            job_id,
-            lease,
-            nbest,
-            task,
-            progress,
-            progress_done: false,
-            orphaned: false,
-        });
-        None
-    }
-
-    fn progress_message(
-        &self,
-        index: usize,
-        update: ProgressUpdate,
-        token: &str,
-    ) -> Option<WorkerMessage> {
-        let job = self.running.get(index).filter(|job| !job.orphaned)?;
-        Some(WorkerMessage::Progress {
-            token: token.to_string(),
-            job_id: job.job_id.clone(),
-            lease: job.lease,
-            trials_done: update.trials_done,
-            trials_total: update.trials_total,
-            best_latency_s: update.best_latency_s,
-        })
-    }
-
-    /// Moves the finished job to `pending`; returns its report to send.
-    fn finish_job(
-        &mut self,
-        index: usize,
-        joined: Result<Result<JobResult, TuneError>, JoinError>,
-        token: &str,
-    ) -> Option<WorkerMessage> {
-        if index >= self.running.len() {
-            return None;
-        }
-        let job = self.running.remove(index);
-        let (job_id, lease) = (job.job_id.clone(), job.lease);
-        let outcome = match joined {
-            Ok(Ok(mut result)) => {
-                result
-                    .records
-                    .sort_by(|a, b| a.latency_s.total_cmp(&b.latency_s));
-                result
-                    .records
-                    .truncate(usize::try_from(job.nbest).unwrap_or(usize::MAX));
-                self.stats.jobs_succeeded += 1;
-                info!(
-                    %job_id, lease, best_latency_s = result.best_latency_s,
-                    wall_time_s = result.wall_time_s, "job finished"
-                );
-                Outcome::Result(result)
-            }
-            Ok(Err(e)) => {
-                self.stats.jobs_failed += 1;
-                warn!(%job_id, lease, error = %e, "job failed");
-                Outcome::Failed(e.to_string())
-            }
-            Err(e) if e.is_panic() => {
-                self.stats.jobs_failed += 1;
-                let message = format!("backend panicked: {}", panic_message(e.into_panic()));
-                error!(%job_id, lease, %message, "job failed");
-                Outcome::Failed(message)
-            }
-            Err(_) => {
-                // Only an abort cancels the task, and aborting drops the job first.
-                return None;
-            }
-        };
-        let report = Report {
-            job_id,
-            lease,
-            outcome,
-        };
-        let message = report.message(token);
-        self.pending.push(report);
-        Some(message)
-    }
 }
 
 /// What handling one master message asks of the session.
@@ -845,49 +417,6 @@ enum Step {
     /// An `assign` arrived: the outstanding `request_job` is used up.
     Assigned(Option<WorkerMessage>),
     End(SessionEnd),
-}
-
-/// The next thing a running job has to say, with its index in `running`;
-/// never completes without a job. The earliest job is asked first.
-async fn next_job_event(running: &mut [RunningJob]) -> (usize, JobEvent) {
-    match running {
-        [] => std::future::pending().await,
-        [job] => (0, job_event(job).await),
-        jobs => {
-            let events = jobs.iter_mut().map(|job| Box::pin(job_event(job)));
-            let (event, index, _) = futures_util::future::select_all(events).await;
-            (index, event)
-        }
-    }
-}
-
-/// The next thing `job` has to say.
-async fn job_event(job: &mut RunningJob) -> JobEvent {
-    if !job.progress_done {
-        // Progress first, so the last update goes out before the result.
-        let event = tokio::select! {
-            biased;
-            update = job.progress.next() => update.map(JobEvent::Progress),
-            joined = &mut job.task => Some(JobEvent::Finished(joined)),
-        };
-        match event {
-            Some(event) => return event,
-            None => job.progress_done = true,
-        }
-    }
-    JobEvent::Finished((&mut job.task).await)
-}
-
-/// Close codes after which retrying cannot help.
-fn fatal_close(close: &CloseInfo) -> Option<WorkerError> {
-    match close.code {
-        close_code::PROTOCOL_MISMATCH => Some(WorkerError::ProtocolMismatch {
-            ours: PROTOCOL_VERSION,
-            reason: close.reason.clone(),
-        }),
-        close_code::UNAUTHORIZED => Some(WorkerError::Unauthorized(close.reason.clone())),
-        _ => None,
-    }
 }
 
 fn closed_in_session(close: Option<&CloseInfo>) -> SessionEnd {
@@ -902,36 +431,6 @@ fn closed_in_session(close: Option<&CloseInfo>) -> SessionEnd {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn connect_failure(e: ConnectionError) -> Attempt {
-    // Certificates and protocols do not fix themselves: stop with a clear reason.
-    // The advice text is the client crate's, so worker and CLI say the same.
-    if let Some(tls @ (rustls::Error::InvalidCertificate(_) | rustls::Error::InvalidMessage(_))) =
-        e.tls_error()
-    {
-        return Attempt::Fatal(WorkerError::Tls(tunefleet_client::describe_tls_error(tls)));
-    }
-    if let ConnectionError::WebSocket(tungstenite::Error::Http(response)) = &e {
-        let status = response.status();
-        if status.as_u16() == 401 || status.as_u16() == 403 {
-            return Attempt::Fatal(WorkerError::Unauthorized(format!(
-                "HTTP {status} on the WebSocket upgrade"
-            )));
-        }
-        return Attempt::Retry(format!("HTTP {status} on the WebSocket upgrade"));
-    }
-    Attempt::Retry(e.to_string())
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    match payload.downcast::<String>() {
-        Ok(s) => *s,
-        Err(payload) => match payload.downcast::<&'static str>() {
-            Ok(s) => s.to_string(),
-            Err(_) => "non-string panic payload".into(),
-        },
-    }
 }
 
 #[cfg(test)]

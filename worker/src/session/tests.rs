@@ -3,8 +3,10 @@
 
 use super::*;
 use crate::backend::SimBackend;
+use crate::backoff::Backoff;
 use crate::testutil::workload;
 use futures_util::{SinkExt, StreamExt};
+use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -12,7 +14,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
-use tunefleet_shared::protocol::JobResult;
+use tunefleet_shared::protocol::{close_code, JobResult, Lease, WorkerHello, PROTOCOL_VERSION};
+use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::Workload;
 
 const STEP: Duration = Duration::from_secs(5);
