@@ -2,7 +2,7 @@
 
 use super::*;
 use tunefleet_shared::model::ModelSource;
-use tunefleet_shared::protocol::{JobError, ResultMeta};
+use tunefleet_shared::protocol::{JobError, JobState, ResultMeta};
 
 fn submission(name: &str, trials: u32, per_round: u32) -> ModelSubmission {
     ModelSubmission {
