@@ -13,10 +13,12 @@ mod browser;
 mod checker;
 mod dom;
 mod events;
+mod link;
+mod upload_box;
 mod view;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use gloo::file::callbacks::FileReader;
 use gloo::timers::callback::Timeout;
@@ -24,7 +26,7 @@ use tunefleet_shared::protocol::{ClientCommand, JobId, Role};
 use wasm_bindgen::prelude::*;
 
 use crate::action::Download;
-use crate::model::{CloseAction, Effect, Session, Sort, SortKey, StateFilter};
+use crate::model::{Effect, Session, Sort, SortKey, StateFilter};
 use crate::model_upload::{self, LoadedModel, ModelForm};
 use crate::upload::Checked;
 use browser::Socket;
@@ -274,37 +276,6 @@ pub(crate) struct App {
 }
 
 impl App {
-    fn connect(&mut self) {
-        self.retry = None;
-        if let Some(old) = self.socket.take() {
-            old.close();
-        }
-        self.generation += 1;
-        let generation = self.generation;
-        self.session.connecting();
-        let urls = browser::client_urls();
-        let url = &urls[self.url_index % urls.len().max(1)];
-        let socket = Socket::open(
-            url,
-            move || send(Msg::Opened(generation)),
-            move |text| send(Msg::Frame(generation, text)),
-            move |code, reason| send(Msg::Closed(generation, code, reason)),
-        );
-        match socket {
-            Ok(socket) => self.socket = Some(socket),
-            Err(e) => {
-                // Not even a socket object (bad URL): treat as a failed attempt.
-                send(Msg::Closed(generation, 1006, e));
-            }
-        }
-    }
-
-    fn send(&self, frame: String) {
-        if let Some(socket) = &self.socket {
-            socket.send(&frame);
-        }
-    }
-
     fn notice(&mut self, text: String, error: bool) {
         self.next_notice += 1;
         let id = self.next_notice;
@@ -316,43 +287,6 @@ impl App {
             send(Msg::DismissNotice(id))
         })
         .forget();
-    }
-
-    fn known_ids(&self) -> HashSet<&str> {
-        self.session
-            .fleet
-            .jobs()
-            .iter()
-            .map(|j| j.job_id.as_str())
-            .collect()
-    }
-
-    /// Asks the checker about the upload text; the answer comes back as
-    /// [`Msg::Checked`]. The last preview stays on screen meanwhile.
-    fn recheck(&mut self) {
-        self.check_generation += 1;
-        if self.upload_text.trim().is_empty() {
-            self.checked = Checked::Empty;
-            self.checking = false;
-            return;
-        }
-        self.checking = true;
-        let generation = self.check_generation;
-        let (text, name) = (self.upload_text.clone(), self.upload_name.clone());
-        spawn_local(async move {
-            let checked = checker::check_workloads(&text, &name).await;
-            send(Msg::Checked(generation, checked));
-        });
-    }
-
-    /// Marks the preview rows whose jobs the master already has.
-    fn mark_known(&mut self) {
-        let known = self
-            .known_ids()
-            .into_iter()
-            .map(String::from)
-            .collect::<HashSet<_>>();
-        self.checked.mark_known(|id| known.contains(id));
     }
 
     fn handle_effects(&mut self, effects: Vec<Effect>) {
@@ -394,21 +328,6 @@ impl App {
                 }),
             }
         }
-    }
-
-    /// Puts a model file in the upload box in place of any YAML.
-    fn show_model(&mut self, file: String, size: usize, loaded: Result<LoadedModel, String>) {
-        self.check_generation += 1;
-        self.checking = false;
-        self.upload_text.clear();
-        self.upload_hidden_bytes = None;
-        self.checked = Checked::Empty;
-        self.model = Some(ModelUpload {
-            form: ModelForm::for_file(&file),
-            file,
-            size,
-            loaded,
-        });
     }
 
     /// Asks the master for `results`; [`Effect::Download`] takes it from there.
@@ -478,69 +397,10 @@ impl App {
 
     fn update(&mut self, msg: Msg) -> bool {
         match msg {
-            Msg::Opened(generation) => {
-                if generation != self.generation {
-                    return false;
-                }
-                self.opened = true;
-                let hello = self.session.opened(self.token.as_deref());
-                self.send(hello);
-                true
-            }
-            Msg::Frame(generation, text) => {
-                if generation != self.generation {
-                    return false;
-                }
-                self.inbox.push(text);
-                if self.flush.is_none() {
-                    self.flush = Some(Timeout::new(30, move || send(Msg::Flush)));
-                }
-                false
-            }
-            Msg::Flush => {
-                self.flush = None;
-                let had_jobs = self.session.fleet.jobs().len();
-                for frame in std::mem::take(&mut self.inbox) {
-                    let effects = self.session.received(&frame);
-                    self.handle_effects(effects);
-                }
-                if self.session.fleet.jobs().len() != had_jobs {
-                    // The duplicate marks of the preview depend on the known jobs.
-                    if self.checked.is_valid() {
-                        self.mark_known();
-                    }
-                }
-                true
-            }
-            Msg::Closed(generation, code, reason) => {
-                if generation != self.generation {
-                    return false;
-                }
-                // Frames that arrived before the close still count.
-                for frame in std::mem::take(&mut self.inbox) {
-                    let effects = self.session.received(&frame);
-                    self.handle_effects(effects);
-                }
-                self.flush = None;
-                self.socket = None;
-                if !std::mem::take(&mut self.opened) {
-                    self.url_index = self.url_index.wrapping_add(1);
-                }
-                let (action, effects) = self.session.closed(code, &reason);
-                self.handle_effects(effects);
-                if matches!(self.session.link(), crate::model::Link::NeedsToken { .. }) {
-                    // A refused token is not worth keeping for the next load.
-                    browser::store_token(None);
-                    self.token = None;
-                }
-                if let CloseAction::Reconnect { delay_ms } = action {
-                    let jitter = (js_sys::Math::random() * 0.2 * delay_ms as f64) as u64;
-                    self.retry = Some(Timeout::new((delay_ms + jitter) as u32, move || {
-                        send(Msg::Reconnect)
-                    }));
-                }
-                true
-            }
+            Msg::Opened(generation) => self.on_opened(generation),
+            Msg::Frame(generation, text) => self.on_frame(generation, text),
+            Msg::Flush => self.on_flush(),
+            Msg::Closed(generation, code, reason) => self.on_closed(generation, code, reason),
             Msg::Reconnect => {
                 self.connect();
                 true
@@ -549,117 +409,15 @@ impl App {
                 self.token_input = text;
                 false
             }
-            Msg::SignIn => {
-                let token = self.token_input.trim().to_string();
-                if token.is_empty() {
-                    return false;
-                }
-                browser::store_token(Some(&token));
-                self.token = Some(token);
-                self.token_input.clear();
-                self.session = Session::new();
-                self.connect();
-                true
-            }
-            Msg::SignOut => {
-                browser::store_token(None);
-                self.token = None;
-                self.session = Session::new();
-                self.connect();
-                true
-            }
-            Msg::UploadText(text) => {
-                self.model = None;
-                self.upload_text = text;
-                self.upload_name = "pasted.yaml".into();
-                self.upload_hidden_bytes = None;
-                self.submit_outcome = None;
-                self.recheck();
-                true
-            }
-            Msg::FilePicked(file) => {
-                let name = file.name();
-                self.dragging = false;
-                if model_upload::is_model_file(&name) {
-                    self.submit_outcome = None;
-                    if file.size() > model_upload::MAX_ONNX_FILE_BYTES {
-                        // Protobuf stops at 2 GiB: such a file keeps its weights outside.
-                        self.reader = None;
-                        self.show_model(
-                            name.clone(),
-                            file.size() as usize,
-                            Err(format!(
-                                "{name}: not an ONNX model: larger than 2 GiB, the most a self-contained .onnx file can hold"
-                            )),
-                        );
-                        return true;
-                    }
-                    let gloo_file = gloo::file::File::from(file);
-                    self.reader = Some(gloo::file::callbacks::read_as_bytes(
-                        &gloo_file,
-                        move |result| {
-                            send(Msg::ModelLoaded(name, result.map_err(|e| e.to_string())))
-                        },
-                    ));
-                    return true;
-                }
-                let gloo_file = gloo::file::File::from(file);
-                self.reader = Some(gloo::file::callbacks::read_as_text(
-                    &gloo_file,
-                    move |result| send(Msg::FileLoaded(name, result.map_err(|e| e.to_string()))),
-                ));
-                self.dragging = false;
-                true
-            }
-            Msg::FileLoaded(name, result) => {
-                self.reader = None;
-                self.submit_outcome = None;
-                match result {
-                    Ok(text) => {
-                        self.upload_hidden_bytes =
-                            (text.len() > MAX_EDITABLE_BYTES).then_some(text.len());
-                        self.upload_text = text;
-                        self.upload_name = name;
-                        self.model = None;
-                        self.recheck();
-                    }
-                    Err(e) => self.notice(format!("cannot read {name}: {e}"), true),
-                }
-                true
-            }
-            Msg::ModelLoaded(name, result) => {
-                self.reader = None;
-                self.submit_outcome = None;
-                match result {
-                    Ok(bytes) => {
-                        self.check_generation += 1;
-                        self.checking = true;
-                        let generation = self.check_generation;
-                        spawn_local(async move {
-                            let loaded = checker::load_model(&name, &bytes).await;
-                            send(Msg::ModelChecked(generation, name, bytes.len(), loaded));
-                        });
-                    }
-                    Err(e) => self.notice(format!("cannot read {name}: {e}"), true),
-                }
-                true
-            }
-            Msg::Checked(generation, checked) => {
-                if generation != self.check_generation {
-                    return false;
-                }
-                self.checking = false;
-                self.checked = checked;
-                self.mark_known();
-                true
-            }
+            Msg::SignIn => self.sign_in(),
+            Msg::SignOut => self.sign_out(),
+            Msg::UploadText(text) => self.upload_text(text),
+            Msg::FilePicked(file) => self.file_picked(file),
+            Msg::FileLoaded(name, result) => self.file_loaded(name, result),
+            Msg::ModelLoaded(name, result) => self.model_loaded(name, result),
+            Msg::Checked(generation, checked) => self.on_checked(generation, checked),
             Msg::ModelChecked(generation, name, size, loaded) => {
-                if generation != self.check_generation {
-                    return false;
-                }
-                self.checking = false;
-                self.show_model(name, size, loaded);
-                true
+                self.on_model_checked(generation, name, size, loaded)
             }
             Msg::ModelName(text) => {
                 if let Some(m) = &mut self.model {
@@ -679,54 +437,14 @@ impl App {
                 }
                 true
             }
-            Msg::SubmitModel => {
-                let Some(upload) = &self.model else {
-                    return false;
-                };
-                let (Ok(model), Some(Ok(checked))) = (&upload.loaded, upload.check(self)) else {
-                    return false;
-                };
-                let command = ClientCommand::SubmitModel {
-                    model: Box::new(model_upload::submission(model, &checked)),
-                };
-                if let Some(frame) = self.session.request(command) {
-                    self.submit_outcome = None;
-                    self.send(frame);
-                }
-                true
-            }
+            Msg::SubmitModel => self.submit_model(),
             Msg::Dragging(on) => {
                 let changed = self.dragging != on;
                 self.dragging = on;
                 changed
             }
-            Msg::Submit => {
-                if self.checking {
-                    return false;
-                }
-                if let Checked::Valid { yaml, .. } = &self.checked {
-                    let command = ClientCommand::Submit {
-                        yaml: yaml.clone(),
-                        filename: Some(self.upload_name.clone()),
-                        fresh: false,
-                    };
-                    if let Some(frame) = self.session.request(command) {
-                        self.submit_outcome = None;
-                        self.send(frame);
-                    }
-                }
-                true
-            }
-            Msg::ClearUpload => {
-                self.check_generation += 1;
-                self.checking = false;
-                self.model = None;
-                self.upload_text.clear();
-                self.upload_hidden_bytes = None;
-                self.checked = Checked::Empty;
-                self.submit_outcome = None;
-                true
-            }
+            Msg::Submit => self.submit(),
+            Msg::ClearUpload => self.clear_upload(),
             Msg::Filter(filter) => {
                 self.filter = filter;
                 self.limit = PAGE_ROWS;
