@@ -106,8 +106,11 @@
 //! # Code
 //!
 //! Here: the types, the limits and the identity. The file reader is
-//! `parse.rs`, the checks it shares with [`Workload::validate`] (and the
-//! wording of their errors) `checks.rs`, the located errors `errors.rs`.
+//! `parse.rs` (documents, defaults, each workload's fields) with `ops.rs`
+//! (each op and its `shape:`) and `ctx.rs` (located diagnostics and key
+//! checks, shared by every YAML reader); the checks it shares with
+//! [`Workload::validate`] (and the wording of their errors) are `checks.rs`,
+//! the located errors `errors.rs`.
 
 use crate::model::{ModelStage, TunerSettings};
 use crate::target::Target;
@@ -116,16 +119,18 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 mod checks;
+mod ctx;
 mod errors;
+mod ops;
 mod parse;
 #[cfg(test)]
 mod tests;
 
 use checks::{check_dtype, check_name, check_tvmscript, geometry_problems, join_field, op_numbers};
 pub(crate) use checks::{check_range, escape_controls, path_key, quote_at_most};
+pub(crate) use ctx::Ctx;
 pub use errors::{WorkloadError, WorkloadErrors};
 pub use parse::parse_workload_file;
-pub(crate) use parse::Ctx;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use parse::MAX_YAML_DOCUMENTS;
 
