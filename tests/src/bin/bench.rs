@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use tunefleet_server::client::Client;
-use tunefleet_shared::protocol::{FleetEvent, JobCounts, JobState};
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::MAX_WORKLOADS_PER_FILE;
 use tunefleet_worker::{run_worker, Backoff, SimBackend, WorkerConfig};
@@ -155,12 +154,16 @@ mod join;
 mod parse;
 #[path = "bench/procfs.rs"]
 mod procfs;
+#[path = "bench/recycle.rs"]
+mod recycle;
 #[path = "bench/scale.rs"]
 mod scale;
 #[path = "bench/soak.rs"]
 mod soak;
 #[path = "bench/subscriber.rs"]
 mod subscriber;
+#[path = "bench/throughput.rs"]
+mod throughput;
 
 impl Drop for MasterProcess {
     fn drop(&mut self) {
@@ -235,272 +238,6 @@ async fn wait_workers(url: &str, n: usize) -> anyhow::Result<()> {
     }
     Ok(())
 }
-
-struct Throughput {
-    dispatched_per_s: f64,
-    completed_per_s: f64,
-    /// The same, counted from the submit's reply: the fleet's own pace,
-    /// without the parse and commit of the file.
-    after_submit_per_s: f64,
-    /// From sending the file to the master's reply (parse, check, commit).
-    submit: Duration,
-    /// CPU time per job over the round, submit included: the master's (all
-    /// threads) and this process's (the workers and the watcher). Steadier
-    /// than the rates on shared cores, and what the two cores are spent on.
-    master_cpu_per_job: Duration,
-    bench_cpu_per_job: Duration,
-}
-
-/// A frame as the throughput watcher reads it: the frame's type and, for
-/// an event, its kind and the job's state; every other member is skipped
-/// unread. Decoding each `job_updated` into a full view cost the bench
-/// itself ~10 µs per event on the same two cores as the master.
-#[derive(serde::Deserialize)]
-struct WatchedFrame {
-    #[serde(rename = "type")]
-    frame: String,
-    event: Option<WatchedEvent>,
-    snapshot: Option<WatchedSnapshot>,
-}
-
-#[derive(serde::Deserialize)]
-struct WatchedEvent {
-    kind: String,
-    /// `job_updated`'s view.
-    job: Option<WatchedJob>,
-    /// `job_changed`'s delta (the watcher subscribes with deltas);
-    /// `worker_changed` has one too, without a state.
-    change: Option<WatchedChange>,
-}
-
-#[derive(serde::Deserialize)]
-struct WatchedChange {
-    state: Option<JobState>,
-}
-
-#[derive(serde::Deserialize)]
-struct WatchedJob {
-    state: JobState,
-}
-
-#[derive(serde::Deserialize)]
-struct WatchedSnapshot {
-    jobs: Vec<WatchedJob>,
-    #[serde(default)]
-    archived: JobCounts,
-}
-
-impl WatchedSnapshot {
-    fn done(&self) -> usize {
-        self.jobs
-            .iter()
-            .filter(|j| j.state == JobState::Done)
-            .count()
-            + self.archived.done
-    }
-}
-
-async fn throughput_round(
-    url: &str,
-    master_pid: u32,
-    jobs: usize,
-    round: usize,
-) -> anyhow::Result<Throughput> {
-    // Every earlier job has ended, so the count cannot move before the submit.
-    let base_done = Client::connect(url, Some(TOKEN))
-        .await?
-        .status()
-        .await?
-        .jobs
-        .done;
-    let mut watcher = subscriber::RawSubscriber::subscribe(url).await?;
-    let text = yaml(jobs, round);
-    let mut submitter = Client::connect(url, Some(TOKEN)).await?;
-    let cpu_before = (
-        procfs::cpu_ns(master_pid),
-        procfs::cpu_ns(std::process::id()),
-    );
-    let started = Instant::now();
-    let report = submitter.submit(text, Some("bench.yaml")).await?;
-    let submit = started.elapsed();
-    if report.new_jobs.len() != jobs {
-        bail!("expected {jobs} new jobs, got {}", report.new_jobs.len());
-    }
-    let (mut assigned, mut done) = (0usize, 0usize);
-    let (mut last_assigned, mut last_done) = (started, started);
-    while done < jobs {
-        let text = tokio::time::timeout(Duration::from_secs(120), watcher.next_text())
-            .await
-            .context("fleet stalled")??
-            .context("stream ended")?;
-        let frame: WatchedFrame = serde_json::from_str(&text)?;
-        match (frame.frame.as_str(), frame.event, frame.snapshot) {
-            ("event", Some(event), _)
-                if event.kind == "job_updated" || event.kind == "job_changed" =>
-            {
-                let state = match (event.job, event.change) {
-                    (Some(job), _) => Some(job.state),
-                    (None, Some(change)) => change.state,
-                    (None, None) => None,
-                };
-                match state {
-                    Some(JobState::Assigned | JobState::Running) => {
-                        assigned += 1;
-                        last_assigned = Instant::now();
-                    }
-                    Some(JobState::Done) => {
-                        done += 1;
-                        last_done = Instant::now();
-                    }
-                    _ => {}
-                }
-            }
-            ("snapshot", _, Some(snapshot)) => {
-                // We fell behind; recount from the snapshot.
-                let now = Instant::now();
-                done = snapshot.done() - base_done;
-                assigned = assigned.max(done);
-                last_done = now;
-                last_assigned = now;
-            }
-            _ => {}
-        }
-    }
-    let _ = assigned;
-    let per_job = |before: u64, after: u64| {
-        Duration::from_nanos(after.saturating_sub(before) / jobs.max(1) as u64)
-    };
-    let master_cpu_per_job = per_job(cpu_before.0, procfs::cpu_ns(master_pid));
-    let bench_cpu_per_job = per_job(cpu_before.1, procfs::cpu_ns(std::process::id()));
-    Ok(Throughput {
-        dispatched_per_s: jobs as f64 / (last_assigned - started).as_secs_f64(),
-        completed_per_s: jobs as f64 / (last_done - started).as_secs_f64(),
-        // Events are read only after the reply, so `last_done` is later.
-        after_submit_per_s: jobs as f64
-            / (last_done - started)
-                .saturating_sub(submit)
-                .as_secs_f64()
-                .max(1e-9),
-        submit,
-        master_cpu_per_job,
-        bench_cpu_per_job,
-    })
-}
-
-/// Time from `kill -9` of the worker holding a job to the spare's backend
-/// being handed it, and to a subscriber seeing it assigned to the spare.
-async fn recycle_sample(
-    url: &str,
-    worker_bin: &Path,
-    sample: usize,
-) -> anyhow::Result<(Duration, Duration)> {
-    let mut client = Client::connect(url, Some(TOKEN)).await?;
-    let text = format!(
-        "target: {{kind: llvm, num-cores: 2}}\ntrials: 1\nworkloads:\n  - {{name: victim{sample}, op: matmul, shape: {{m: 7, n: 7, k: {}}}}}\n",
-        100 + sample
-    );
-    let job_id = client
-        .submit(text, None)
-        .await?
-        .new_jobs
-        .into_iter()
-        .next()
-        .context("new job")?;
-    let mut victim = KillOnDrop(
-        Command::new(worker_bin)
-            .args([
-                "--server",
-                url,
-                "--target",
-                r#"{"kind":"llvm","num-cores":2}"#,
-                "--backend",
-                "sim",
-            ])
-            .args(["--sim-seconds", "600", "--name", &format!("victim{sample}")])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("start victim worker")?,
-    );
-    // The victim is the only idle-able worker for this job until a spare joins.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let job = client.results(Some(vec![job_id.clone()])).await?;
-        if job
-            .first()
-            .is_some_and(|j| j.worker.as_deref() == Some(&format!("victim{sample}")))
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            let status = client.status().await?;
-            bail!(
-                "victim never got the job: job {:?}, victim exited: {:?}, {} workers registered",
-                job.first().map(|j| (&j.state, &j.worker, &j.errors)),
-                victim.0.try_wait(),
-                status.workers
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let (handed_tx, mut handed) = tokio::sync::mpsc::unbounded_channel();
-    let spare = tokio::spawn(run_worker(
-        WorkerConfig::new(
-            url,
-            llvm(),
-            format!("spare{sample}"),
-            Arc::new(scale::Stopwatch::new(handed_tx)),
-        ),
-        std::future::pending::<()>(),
-    ));
-    wait_workers(url, 2).await?;
-    // Not `Client::subscribe`: see `subscriber.rs`.
-    let mut watcher = subscriber::RawSubscriber::subscribe(url).await?;
-    let killed = Instant::now();
-    victim.0.kill()?;
-    let elapsed = loop {
-        let event = tokio::time::timeout(Duration::from_secs(30), watcher.next_event())
-            .await
-            .context("job not recycled")??;
-        // A job the watcher has changes by deltas (it subscribes with them).
-        let (id, state, worker) = match &event {
-            FleetEvent::JobUpdated { job } => (&job.job_id, job.state, &job.worker),
-            FleetEvent::JobChanged { change } => (&change.job_id, change.state, &change.worker),
-            _ => continue,
-        };
-        if *id == job_id
-            && state.is_in_flight()
-            && worker.as_deref() == Some(&format!("spare{sample}"))
-        {
-            break killed.elapsed();
-        }
-    };
-    let handed = tokio::time::timeout(Duration::from_secs(10), handed.recv())
-        .await
-        .context("the spare was never handed the job")?
-        .context("spare stopped")?
-        - killed;
-    let _ = victim.0.wait();
-    // Let the spare finish the job before it goes, or the job is (rightly)
-    // recycled again and the next sample's victim picks it up first.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        let job = client.results(Some(vec![job_id.clone()])).await?;
-        if job.first().is_some_and(|j| j.state == JobState::Done) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    spare.abort();
-    let mut c = Client::connect(url, Some(TOKEN)).await?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c.status().await?.workers > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok((handed, elapsed))
-}
-
 /// Round trips per second through a bare tokio-tungstenite echo server on
 /// loopback: `connections` clients, each with one ~200-byte message in flight.
 /// The wire's ceiling: one ~200-byte message per frame, not decoded.
@@ -685,7 +422,7 @@ async fn main() -> anyhow::Result<()> {
     let mut after_submit = Vec::new();
     let (mut master_cpu, mut bench_cpu) = (Vec::new(), Vec::new());
     for round in 0..args.rounds {
-        let t = throughput_round(&master.url, master.pid(), args.jobs, round).await?;
+        let t = throughput::throughput_round(&master.url, master.pid(), args.jobs, round).await?;
         println!(
             "round {}: {} jobs: dispatched {:.0} jobs/s, completed {:.0} jobs/s (the submit itself {:.0} ms; {:.0} jobs/s after it); CPU per job: master {:.0} µs, workers and watcher {:.0} µs",
             round + 1,
@@ -738,7 +475,7 @@ async fn main() -> anyhow::Result<()> {
     let mut recycle = Vec::new();
     let mut recycle_seen = Vec::new();
     for sample in 0..args.recycle_samples {
-        let (handed, seen) = recycle_sample(&master.url, &args.worker_bin, sample).await?;
+        let (handed, seen) = recycle::recycle_sample(&master.url, &args.worker_bin, sample).await?;
         recycle.push(handed.as_secs_f64() * 1e3);
         recycle_seen.push(seen.as_secs_f64() * 1e3);
     }
