@@ -18,8 +18,9 @@
 //! [`Command::Tick`] so job timeouts fire without any event.
 //!
 //! Here: the commands, the batch loop and `apply`. Beside it, by concern:
-//! `publish` (outputs into events, trace lines and rows; the commit and the
-//! ordered sends), `snapshot` (what a subscribe gets), `archive` (retention
+//! `workers` (a worker's join and reports, each report's ack behind its
+//! commit), `submit`, `publish` (outputs into events, trace lines and rows;
+//! the commit and the ordered sends), `snapshot` (what a subscribe gets), `archive` (retention
 //! of ended jobs and trace lines), `model_runs` (a run's plans and
 //! artifacts), `queries` (status, metrics, results); tests in `tests.rs`.
 
@@ -29,7 +30,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
-use tracing::{info, warn};
+use tracing::info;
 use tunefleet_shared::model::{ArtifactFile, ModelArtifactKind, ModelSubmission, ModelView};
 use tunefleet_shared::protocol::{
     JobCounts, JobId, JobResult, JobView, Lease, MasterMessage, Millis, StatusReport, SubmitReport,
@@ -41,8 +42,8 @@ use tunefleet_shared::workload::Workload;
 use crate::metrics::{CoreCounters, FleetMetrics};
 use crate::models::{ModelError, ModelRuns};
 use crate::scheduler::{
-    CachePolicy, CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Rejection,
-    Scheduler, SchedulerConfig, SessionId,
+    CachePolicy, CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Scheduler,
+    SchedulerConfig, SessionId,
 };
 use crate::store::Store;
 use crate::tokens::{TokenBook, TokenError, TokenRegistry, META_PREFIX};
@@ -69,8 +70,10 @@ mod model_runs;
 mod publish;
 mod queries;
 mod snapshot;
+mod submit;
 #[cfg(test)]
 mod tests;
+mod workers;
 
 use publish::{job_updated_event, worker_json};
 pub use snapshot::SharedSnapshot;
@@ -416,31 +419,7 @@ impl Core {
         let mut out = Vec::new();
         match command {
             Command::WorkerJoin { hello, tx, reply } => {
-                let mut joined = Vec::new();
-                let mut result = Ok(0);
-                // Every slot has the same target, so only the first can be refused.
-                for _ in 0..hello.slot_count() {
-                    let session = self.next_session;
-                    self.next_session += 1;
-                    result = self.scheduler.worker_joined(session, &hello, now, &mut out);
-                    if result.is_err() {
-                        break;
-                    }
-                    self.sessions.insert(session, tx.clone());
-                    joined.push(session);
-                }
-                match &result {
-                    Ok(matching) => {
-                        info!(session = joined.first().copied().unwrap_or_default(), slots = joined.len(), name = %hello.name, target = %hello.target, matching, "worker joined");
-                        let plan = self.models.refill(now, &self.slots());
-                        self.apply_plan(plan, now, &mut out, batch);
-                    }
-                    Err(e) => warn!(name = %hello.name, "worker refused: {e}"),
-                }
-                let result = result.map(|m| (joined, m));
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(result);
-                }));
+                self.worker_join(&hello, tx, reply, now, &mut out, batch)
             }
             Command::WorkerLeave {
                 session,
@@ -452,59 +431,8 @@ impl Core {
                     .worker_left(session, kind, &reason, now, &mut out);
             }
             Command::Worker { session, input } => {
-                let (job_id, lease, result) = match input {
-                    WorkerInput::RequestJob => {
-                        self.scheduler.request_job(session, now, &mut out);
-                        (None, 0, Ok(()))
-                    }
-                    WorkerInput::Progress(report) => {
-                        let r = self.scheduler.progress(session, &report, now, &mut out);
-                        if let Err(e) = &r {
-                            warn!(session, "progress rejected: {e}");
-                            self.push_send(batch, session, error_msg(e));
-                        }
-                        (None, 0, Ok(()))
-                    }
-                    WorkerInput::Result {
-                        job_id,
-                        lease,
-                        mut result,
-                    } => {
-                        let library = self.take_library(&job_id, &mut result);
-                        let r = self
-                            .scheduler
-                            .result(session, &job_id, lease, *result, now, &mut out);
-                        if let (Ok(()), Some(artifact)) = (&r, library) {
-                            batch.artifacts.push(artifact);
-                        }
-                        (Some(job_id), lease, r)
-                    }
-                    WorkerInput::Failed {
-                        job_id,
-                        lease,
-                        error,
-                    } => {
-                        let r = self
-                            .scheduler
-                            .job_failed(session, &job_id, lease, &error, now, &mut out);
-                        (Some(job_id), lease, r)
-                    }
-                };
-                if let Some(job_id) = job_id {
-                    if let Err(e) = &result {
-                        warn!(session, job = %job_id, lease, "result rejected, not stored: {e}");
-                    }
-                    let ack = MasterMessage::Ack {
-                        job_id,
-                        lease,
-                        accepted: result.is_ok(),
-                        reason: result.err().map(|e| e.to_string()),
-                    };
-                    // The ack goes after the scheduler's own outputs so that it is
-                    // sent only once the change is committed.
-                    self.follow_models(&mut out, now, batch);
-                    self.collect(out, batch);
-                    self.push_send(batch, session, Outbound::Msg(ack));
+                if self.worker_input(session, input, now, &mut out, batch) {
+                    // Collected already, with the ack after it.
                     return;
                 }
             }
@@ -513,51 +441,7 @@ impl Core {
                 cache,
                 by,
                 reply,
-            } => {
-                self.bring_back(workloads.iter().map(Workload::job_id), batch);
-                if cache == CachePolicy::Use {
-                    self.bring_back_entries(&workloads, batch);
-                }
-                let (new_jobs, duplicates) =
-                    self.scheduler.submit_as(workloads, cache, now, &mut out);
-                if let Some(by) = &by {
-                    for id in &new_jobs {
-                        self.scheduler.note_action(id, "submit", by, now);
-                    }
-                }
-                let (mut cache_hits, mut warm_started, mut seeded) =
-                    (Vec::new(), Vec::new(), Vec::new());
-                for id in &new_jobs {
-                    let Some(job) = self.scheduler.job(id) else {
-                        continue;
-                    };
-                    if job.view.cache_hit {
-                        cache_hits.push(id.clone());
-                    } else if job.view.cached_from.is_some() {
-                        warm_started.push(id.clone());
-                    }
-                    if job.extras.seeded > 0 {
-                        seeded.push(id.clone());
-                    }
-                }
-                info!(
-                    new = new_jobs.len(),
-                    duplicates = duplicates.len(),
-                    cache_hits = cache_hits.len(),
-                    warm_started = warm_started.len(),
-                    seeded = seeded.len(),
-                    "workloads submitted"
-                );
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(SubmitReport {
-                        new_jobs,
-                        duplicates,
-                        cache_hits,
-                        warm_started,
-                        seeded,
-                    });
-                }));
-            }
+            } => self.submit(workloads, cache, by, reply, now, &mut out, batch),
             Command::Metrics { reply } => {
                 let metrics = self.metrics();
                 batch.replies.push(Box::new(move || {
@@ -708,18 +592,4 @@ impl Core {
     fn push_send(&self, batch: &mut Batch, session: SessionId, msg: Outbound) {
         batch.sends.push((session, msg));
     }
-}
-
-fn error_msg(rejection: &Rejection) -> Outbound {
-    use tunefleet_shared::protocol::ErrorCode;
-    let code = match rejection {
-        Rejection::UnknownJob(_) => ErrorCode::NotFound,
-        Rejection::UnknownSession(_) | Rejection::NotAssigned { .. } => ErrorCode::NotAssigned,
-        Rejection::AlreadyFinished { .. } | Rejection::Superseded { .. } => ErrorCode::InvalidState,
-        Rejection::InvalidResult(_) => ErrorCode::BadRequest,
-    };
-    Outbound::Msg(MasterMessage::Error {
-        code,
-        message: rejection.to_string(),
-    })
 }
