@@ -4,9 +4,10 @@
 //! binary) on loopback with a fresh SQLite file, connects many in-process
 //! workers with the zero-time `sim` backend, and measures:
 //!
-//! - dispatch and completion rate: jobs/s from the submit reply to the last
-//!   job assigned / done, seen by a subscriber (so every job went through
-//!   assign → result → durable commit → published event);
+//! - dispatch and completion rate: jobs/s from sending the submit to the
+//!   last job assigned / done, seen by a subscriber (so every job went
+//!   through parse → commit → assign → result → durable commit → published
+//!   event), and apart, the completion rate counted from the submit's reply;
 //! - recycle latency: a real worker process holding a job is `kill -9`ed;
 //!   we time until the spare worker's backend is handed the job, and until
 //!   a subscriber sees it assigned to the spare;
