@@ -18,6 +18,10 @@ use crate::{bin, matmul_yaml, Master, Worker, ADMIN_TOKEN};
 pub struct ChaosConfig {
     pub jobs: usize,
     pub workers: usize,
+    /// Jobs each worker holds at once (`--slots`; 1 is one job per worker):
+    /// a kill then recycles all of them, and a restart of the master makes
+    /// each worker re-send several unacknowledged reports.
+    pub slots: u32,
     /// Seconds each sim job takes (0: as fast as the fleet goes).
     pub sim_seconds: f64,
     pub master_restarts: usize,
@@ -81,7 +85,15 @@ pub async fn run(config: &ChaosConfig, dir: &Path) -> ChaosReport {
     }
     let url = master.url();
     let sim = config.sim_seconds;
-    let spawn = |i: usize| Worker::start_url(&url, dir, &format!("chaos-{i}"), sim, &[]);
+    let slots = config.slots.to_string();
+    let spawn = |i: usize| {
+        let extra: &[&str] = if config.slots > 1 {
+            &["--slots", &slots]
+        } else {
+            &[]
+        };
+        Worker::start_url(&url, dir, &format!("chaos-{i}"), sim, extra)
+    };
     let mut workers: Vec<Worker> = (0..config.workers).map(spawn).collect();
     let mut paused_until: Vec<Option<Instant>> = vec![None; config.workers];
     let restart_every = config.jobs / (config.master_restarts + 1);

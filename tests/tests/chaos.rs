@@ -13,9 +13,34 @@ async fn every_job_is_done_exactly_once_through_kills_pauses_and_master_restarts
     let config = ChaosConfig {
         jobs: 400,
         workers: 4,
+        slots: 1,
         sim_seconds: 0.02,
         master_restarts: 2,
         seed: 7,
+        timeout: Duration::from_secs(120),
+    };
+    let report = run(&config, dir.path()).await;
+    eprintln!("{report:?}");
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.master_restarts, 2);
+    assert!(report.worker_kills > 0 && report.pauses > 0, "{report:?}");
+}
+
+/// The same with workers that hold several jobs each: a `kill -9` recycles
+/// every job the worker held, and after a master restart each worker
+/// re-sends several unacknowledged reports at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_is_done_exactly_once_with_multi_slot_workers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = ChaosConfig {
+        jobs: 400,
+        workers: 3,
+        slots: 4,
+        // Longer jobs than above: twelve slots would finish 400 jobs of
+        // 0.02 s before the first kill.
+        sim_seconds: 0.1,
+        master_restarts: 2,
+        seed: 11,
         timeout: Duration::from_secs(120),
     };
     let report = run(&config, dir.path()).await;

@@ -265,13 +265,14 @@ fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
     xs[i]
 }
 
-/// `tunefleet-bench chaos [--jobs N] [--workers W] [--master-restarts R]
+/// `tunefleet-bench chaos [--jobs N] [--workers W] [--slots S] [--master-restarts R]
 /// [--sim-seconds S] [--seed X] [--timeout-s T]`: see `tunefleet_tests::chaos`.
 async fn chaos_main() -> anyhow::Result<()> {
     use tunefleet_tests::chaos::{run, ChaosConfig};
     let mut config = ChaosConfig {
         jobs: 5_000,
         workers: 8,
+        slots: 1,
         sim_seconds: 0.0,
         master_restarts: 5,
         seed: 1,
@@ -283,23 +284,32 @@ async fn chaos_main() -> anyhow::Result<()> {
         match flag.as_str() {
             "--jobs" => config.jobs = value()?.parse()?,
             "--workers" => config.workers = value()?.parse()?,
+            "--slots" => config.slots = value()?.parse()?,
             "--master-restarts" => config.master_restarts = value()?.parse()?,
             "--sim-seconds" => config.sim_seconds = value()?.parse()?,
             "--seed" => config.seed = value()?.parse()?,
             "--timeout-s" => config.timeout = Duration::from_secs(value()?.parse()?),
-            other => bail!("unknown flag {other} (chaos flags: --jobs --workers --master-restarts --sim-seconds --seed --timeout-s)"),
+            other => bail!("unknown flag {other} (chaos flags: --jobs --workers --slots --master-restarts --sim-seconds --seed --timeout-s)"),
         }
+    }
+    if !(1..=tunefleet_shared::protocol::MAX_WORKER_SLOTS).contains(&config.slots) {
+        bail!(
+            "--slots {}: a worker holds 1 to {} jobs at once",
+            config.slots,
+            tunefleet_shared::protocol::MAX_WORKER_SLOTS
+        );
     }
     let dir = tempfile::tempdir()?;
     println!("chaos: {config:?}");
     let report = run(&config, dir.path()).await;
     println!();
-    println!("| jobs | workers | worker kill -9 | SIGSTOP/SIGCONT | master kill -9 | attempts recycled | trace lines | wall time | done exactly once |");
+    println!("| jobs | workers × slots | worker kill -9 | SIGSTOP/SIGCONT | master kill -9 | attempts recycled | trace lines | wall time | done exactly once |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     println!(
-        "| {} | {} | {} | {} | {} | {} | {} | {:.1} s | {} |",
+        "| {} | {} × {} | {} | {} | {} | {} | {} | {:.1} s | {} |",
         report.jobs,
         config.workers,
+        config.slots,
         report.worker_kills,
         report.pauses,
         report.master_restarts,
