@@ -41,7 +41,10 @@ pub struct Job {
     pub extras: JobExtras,
     /// See [`Job::content_key`].
     #[serde(skip)]
-    pub content_key: ContentKeyCache,
+    pub content_key: Memo,
+    /// See [`Job::target_key`].
+    #[serde(skip)]
+    pub target_key: Memo,
 }
 
 impl Job {
@@ -51,27 +54,31 @@ impl Job {
     }
 }
 
-/// A job's [`Workload::content_key`], computed once. Hashing the workload's
-/// canonical JSON again whenever the tuning cache met the job was 6% of the
-/// core's time per job (docs/benchmarks.md). Not state: never stored, and
-/// equal to any other, so a job loaded from its row equals the same job in
-/// memory. The key leaves out name, budget, target and tuner, the only parts
-/// of a workload the scheduler ever changes.
+/// A text derived from a job's workload, computed once: its
+/// [`Workload::content_key`] (hashing the workload's canonical JSON again
+/// whenever the tuning cache met the job was 6% of the core's time per job,
+/// docs/benchmarks.md) and its target's canonical text (the key of its queue
+/// and of the open-target counts, formatted ~4 times per job before). Not
+/// state: never stored, and equal to any other, so a job loaded from its row
+/// equals the same job in memory. Both leave out name, budget and tuner, the
+/// only parts of a workload the scheduler ever changes.
+///
+/// [`Workload::content_key`]: tunefleet_shared::workload::Workload::content_key
 #[derive(Clone, Debug, Default)]
-pub struct ContentKeyCache(std::sync::OnceLock<String>);
+pub struct Memo(std::sync::OnceLock<String>);
 
-impl ContentKeyCache {
+impl Memo {
     pub(super) fn known(key: String) -> Self {
-        ContentKeyCache(std::sync::OnceLock::from(key))
+        Memo(std::sync::OnceLock::from(key))
     }
 
-    /// The key, if computed already.
+    /// The text, if computed already.
     pub(super) fn get(&self) -> Option<&String> {
         self.0.get()
     }
 }
 
-impl PartialEq for ContentKeyCache {
+impl PartialEq for Memo {
     fn eq(&self, _: &Self) -> bool {
         true
     }
@@ -131,5 +138,11 @@ impl Job {
         self.content_key
             .0
             .get_or_init(|| self.view.workload.content_key())
+    }
+    /// The target's canonical text: which queue the job is in.
+    pub(super) fn target_key(&self) -> &str {
+        self.target_key
+            .0
+            .get_or_init(|| self.view.workload.target.canonical_json())
     }
 }

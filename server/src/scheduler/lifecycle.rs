@@ -75,11 +75,7 @@ impl Scheduler {
         }
         self.dequeue(job_id);
         if let Some(job) = self.jobs.get_mut(job_id) {
-            self.open.changed(
-                &job.view.workload.target,
-                job.view.state,
-                JobState::Cancelled,
-            );
+            self.open.changed(job, job.view.state, JobState::Cancelled);
             let view = job.view_mut();
             view.state = JobState::Cancelled;
             view.worker = None;
@@ -112,8 +108,7 @@ impl Scheduler {
                 needs: "failed or cancelled",
             });
         }
-        self.open
-            .changed(&job.view.workload.target, state, JobState::Queued);
+        self.open.changed(job, state, JobState::Queued);
         let view = job.view_mut();
         view.state = JobState::Queued;
         view.attempts = 0;
@@ -276,8 +271,7 @@ impl Scheduler {
         job.view_mut().worker = None;
         job.view_mut().updated_at = now;
         if job.view.attempts >= max_attempts {
-            self.open
-                .changed(&job.view.workload.target, job.view.state, JobState::Failed);
+            self.open.changed(job, job.view.state, JobState::Failed);
             job.view_mut().state = JobState::Failed;
             job.view_mut().finished_at = Some(now);
             self.dequeue(job_id);
@@ -300,20 +294,25 @@ impl Scheduler {
             return;
         };
         job.queue_key = key;
-        let target = job.view.workload.target.clone();
-        self.queues
-            .entry(target.canonical_json())
-            .or_insert_with(|| (target, BTreeMap::new()))
-            .1
-            .insert(key, job_id.to_string());
+        let queue = match self.queues.get_mut(job.target_key()) {
+            Some((_, queue)) => queue,
+            None => {
+                let entry = (job.target().clone(), BTreeMap::new());
+                &mut self
+                    .queues
+                    .entry(job.target_key().to_string())
+                    .or_insert(entry)
+                    .1
+            }
+        };
+        queue.insert(key, job_id.to_string());
     }
 
     pub(super) fn dequeue(&mut self, job_id: &str) {
         let Some(job) = self.jobs.get(job_id) else {
             return;
         };
-        let canon = job.target().canonical_json();
-        if let Some((_, q)) = self.queues.get_mut(&canon) {
+        if let Some((_, q)) = self.queues.get_mut(job.target_key()) {
             if q.get(&job.queue_key).map(String::as_str) == Some(job_id) {
                 q.remove(&job.queue_key);
             }

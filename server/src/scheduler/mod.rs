@@ -37,7 +37,7 @@ mod workers;
 use cache::TuningCache;
 use imports::ImportPool;
 pub use imports::{MetaRow, IMPORT_PREFIX, KEY_PREFIX};
-pub use job::{CachePolicy, ContentKeyCache, Job, JobExtras, LeaseRecord, MAX_SEEDS_PER_JOB};
+pub use job::{CachePolicy, Job, JobExtras, LeaseRecord, Memo, MAX_SEEDS_PER_JOB};
 
 /// A connection-scoped worker identity, allocated by the driver.
 pub type SessionId = u64;
@@ -80,28 +80,30 @@ struct Session {
 struct OpenTargets(BTreeMap<String, (Target, usize)>);
 
 impl OpenTargets {
-    fn opened(&mut self, target: &Target) {
-        self.0
-            .entry(target.canonical_json())
-            .or_insert_with(|| (target.clone(), 0))
-            .1 += 1;
+    /// `key` is the target's canonical text ([`Job::target_key`]).
+    fn opened(&mut self, key: &str, target: &Target) {
+        match self.0.get_mut(key) {
+            Some(entry) => entry.1 += 1,
+            None => {
+                self.0.insert(key.to_string(), (target.clone(), 1));
+            }
+        }
     }
 
-    fn closed(&mut self, target: &Target) {
-        let key = target.canonical_json();
-        if let Some(entry) = self.0.get_mut(&key) {
+    fn closed(&mut self, key: &str) {
+        if let Some(entry) = self.0.get_mut(key) {
             entry.1 = entry.1.saturating_sub(1);
             if entry.1 == 0 {
-                self.0.remove(&key);
+                self.0.remove(key);
             }
         }
     }
 
     /// A job of this target went from `before` to `after`.
-    fn changed(&mut self, target: &Target, before: JobState, after: JobState) {
+    fn changed(&mut self, job: &Job, before: JobState, after: JobState) {
         match (before.is_terminal(), after.is_terminal()) {
-            (false, true) => self.closed(target),
-            (true, false) => self.opened(target),
+            (false, true) => self.closed(job.target_key()),
+            (true, false) => self.opened(job.target_key(), job.target()),
             _ => {}
         }
     }
@@ -269,7 +271,7 @@ impl Scheduler {
                 view.updated_at = now;
             }
             if !job.state().is_terminal() {
-                s.open.opened(job.target());
+                s.open.opened(job.target_key(), job.target());
             }
             s.cache.add(&job);
             s.imports.learn(&job);

@@ -93,8 +93,7 @@ impl Scheduler {
         let Some(job) = self.jobs.get_mut(job_id) else {
             return Err(Rejection::UnknownJob(job_id.to_string()));
         };
-        self.open
-            .changed(&job.view.workload.target, job.view.state, JobState::Done);
+        self.open.changed(job, job.view.state, JobState::Done);
         job.view_mut().state = JobState::Done;
         job.view_mut().worker = Some(worker_name.clone());
         let prior = job.extras.prior_trials;

@@ -8,9 +8,7 @@ use tunefleet_shared::protocol::{JobId, JobState, JobView, Millis};
 use tunefleet_shared::workload::Workload;
 
 use super::cache::CacheAnswer;
-use super::{
-    CachePolicy, ContentKeyCache, Job, JobExtras, MetaRow, Output, Scheduler, MAX_SEEDS_PER_JOB,
-};
+use super::{CachePolicy, Job, JobExtras, Memo, MetaRow, Output, Scheduler, MAX_SEEDS_PER_JOB};
 
 impl Scheduler {
     /// New workloads. Returns (new job ids, duplicate job ids) in input order.
@@ -76,9 +74,9 @@ impl Scheduler {
             let (answer, content_key) = match content_key {
                 Some(content_key) => {
                     let answer = self.cache.lookup(&workload, &content_key, &self.jobs);
-                    (answer, ContentKeyCache::known(content_key))
+                    (answer, Memo::known(content_key))
                 }
-                None => (CacheAnswer::Miss, ContentKeyCache::default()),
+                None => (CacheAnswer::Miss, Memo::default()),
             };
             let key = self.next_back;
             self.next_back += 1;
@@ -127,9 +125,10 @@ impl Scheduler {
                 }
             }
             let answered = view.cache_hit;
+            let target_key = view.workload.target.canonical_json();
             if !answered {
                 self.seed(&view.workload, content_key.get(), &mut extras);
-                self.open.opened(&view.workload.target);
+                self.open.opened(&target_key, &view.workload.target);
             }
             self.jobs.insert(
                 id.clone(),
@@ -142,6 +141,7 @@ impl Scheduler {
                     queue_key: key,
                     extras,
                     content_key,
+                    target_key: Memo::known(target_key),
                 }),
             );
             if !answered {

@@ -100,6 +100,7 @@ impl<'a> JobRowOut<'a> {
             queue_key: _,
             extras,
             content_key: _,
+            target_key: _,
         } = job;
         let JobView {
             job_id: _,
@@ -182,6 +183,7 @@ impl JobRowIn {
             queue_key,
             extras: self.extras,
             content_key: Default::default(),
+            target_key: Default::default(),
         }
     }
 }
