@@ -3,6 +3,7 @@
 //! used at all (another effective target, `--fresh`).
 
 use tunefleet_server::scheduler::{CachePolicy, Output, ProgressReport, Scheduler, SessionId};
+use tunefleet_server::store::{Durability, Store};
 use tunefleet_shared::protocol::{JobResult, JobState, MasterMessage, TuningRecord};
 use tunefleet_shared::target::Target;
 
@@ -190,20 +191,25 @@ fn the_cache_survives_a_restart() {
     answers_after_a_restart(jobs, &first);
 }
 
-/// A job read back from its row has no computation key yet: it is computed
-/// when first asked for, equals the workload's, and the job still equals
-/// the one that had it, so the cache answers exactly as before.
+/// A job read back from its row in a real state file has no computation key
+/// yet: it is computed when first asked for, equals the workload's, and the
+/// job still equals the one that had it, so the cache answers exactly as
+/// before.
 #[test]
 fn a_job_read_back_without_its_key_answers_the_same() {
     let (s, first) = tuned_once();
     let held = s.job(&first).expect("job").clone();
-    let jobs: Vec<_> = s
-        .jobs()
-        .map(|job| {
-            let text = serde_json::to_string(job).expect("job serialises");
-            serde_json::from_str::<tunefleet_server::scheduler::Job>(&text).expect("and back")
-        })
-        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("fleet.db");
+    let mut store = Store::open(&path, Durability::Normal).expect("open the state file");
+    store
+        .commit(s.jobs(), std::iter::empty(), &[], &[])
+        .expect("commit");
+    drop(store);
+    let jobs = Store::open(&path, Durability::Normal)
+        .expect("open it again")
+        .load_jobs()
+        .expect("read the rows back");
     let read_back = jobs.iter().find(|j| j.id() == &first).expect("read back");
     assert_eq!(read_back, &held);
     assert_eq!(read_back.content_key(), held.view.workload.content_key());

@@ -18,8 +18,10 @@ pub struct LeaseRecord {
     pub worker: String,
 }
 
-/// A job as the scheduler and the database know it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A job as the scheduler knows it. Not serialisable: the database stores
+/// a row of its own (`store::row`), the wire a `JobView`, so neither format
+/// changes with the scheduler's state.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Job {
     /// Shared, not owned: a snapshot for subscribers takes every job's view
     /// by reference count instead of a deep copy (which held the core for
@@ -28,22 +30,18 @@ pub struct Job {
     pub view: Arc<JobView>,
     /// The newest lease issued for this job (0 before the first assignment).
     pub lease: Lease,
-    /// The session holding the current lease while in flight. Never persisted
-    /// as meaningful: sessions do not survive a restart.
-    #[serde(skip)]
+    /// The session holding the current lease while in flight. Never
+    /// persisted: sessions do not survive a restart.
     pub holder: Option<SessionId>,
     pub lease_history: Vec<LeaseRecord>,
     pub last_progress_at: Millis,
     /// Position in the queue: lower runs first. Recycled jobs get negative keys.
     pub queue_key: i64,
     /// What travels with each assignment but is not part of the job's identity.
-    #[serde(default)]
     pub extras: JobExtras,
     /// See [`Job::content_key`].
-    #[serde(skip)]
     pub content_key: Memo,
     /// See [`Job::target_key`].
-    #[serde(skip)]
     pub target_key: Memo,
 }
 
