@@ -7,10 +7,21 @@ use std::time::Duration;
 
 use tunefleet_tests::chaos::{run, ChaosConfig};
 
+/// Runs `config` and checks what a user would: no promise broken, every
+/// planned master restart done, and workers were both killed and paused.
+async fn survives(config: ChaosConfig) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let restarts = config.master_restarts;
+    let report = run(&config, dir.path()).await;
+    eprintln!("{report:?}");
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.master_restarts, restarts);
+    assert!(report.worker_kills > 0 && report.pauses > 0, "{report:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_is_done_exactly_once_through_kills_pauses_and_master_restarts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = ChaosConfig {
+    survives(ChaosConfig {
         jobs: 400,
         workers: 4,
         slots: 1,
@@ -18,12 +29,8 @@ async fn every_job_is_done_exactly_once_through_kills_pauses_and_master_restarts
         master_restarts: 2,
         seed: 7,
         timeout: Duration::from_secs(120),
-    };
-    let report = run(&config, dir.path()).await;
-    eprintln!("{report:?}");
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert_eq!(report.master_restarts, 2);
-    assert!(report.worker_kills > 0 && report.pauses > 0, "{report:?}");
+    })
+    .await;
 }
 
 /// The same with workers that hold several jobs each: a `kill -9` recycles
@@ -31,8 +38,7 @@ async fn every_job_is_done_exactly_once_through_kills_pauses_and_master_restarts
 /// re-sends several unacknowledged reports at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_job_is_done_exactly_once_with_multi_slot_workers() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = ChaosConfig {
+    survives(ChaosConfig {
         jobs: 400,
         workers: 3,
         slots: 4,
@@ -42,10 +48,6 @@ async fn every_job_is_done_exactly_once_with_multi_slot_workers() {
         master_restarts: 2,
         seed: 11,
         timeout: Duration::from_secs(120),
-    };
-    let report = run(&config, dir.path()).await;
-    eprintln!("{report:?}");
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert_eq!(report.master_restarts, 2);
-    assert!(report.worker_kills > 0 && report.pauses > 0, "{report:?}");
+    })
+    .await;
 }

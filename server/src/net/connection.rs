@@ -12,6 +12,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::{CloseFrame, Frame as WsFra
 use tokio_tungstenite::tungstenite::{Bytes, Error as WsError, Message, Utf8Bytes};
 
 use super::upgrade::Socket;
+use tunefleet_shared::protocol::close_code;
 
 /// Messages longer than this go out as fragments this long (RFC 6455 §5.4),
 /// so the socket's write buffer never grows past one fragment: tungstenite
@@ -182,6 +183,32 @@ impl Connection {
 
     pub fn max_message_bytes(&self) -> usize {
         self.max_message_bytes
+    }
+
+    /// A peer's first message as text (`what`: "hello request", "register
+    /// message"). Closes the socket with the reason when none comes within
+    /// `timeout`, it is too big, or it is not text; `None` then, and when
+    /// the peer went away.
+    pub async fn first_text(&mut self, timeout: Duration, what: &str) -> Option<String> {
+        let Ok(frame) = tokio::time::timeout(timeout, self.recv()).await else {
+            let reason = format!("no {what} within {} s", timeout.as_secs());
+            self.close(close_code::HANDSHAKE, &reason).await;
+            return None;
+        };
+        match frame {
+            Frame::Text(text) => Some(text),
+            Frame::TooBig => {
+                self.close(close_code::TOO_BIG, &format!("{what} too big"))
+                    .await;
+                None
+            }
+            Frame::Closed { .. } | Frame::Error(_) => None,
+            Frame::Binary | Frame::Control => {
+                let reason = format!("first message must be a JSON {what}");
+                self.close(close_code::HANDSHAKE, &reason).await;
+                None
+            }
+        }
     }
 }
 

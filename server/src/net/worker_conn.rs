@@ -286,31 +286,9 @@ async fn send_queued(
 
 /// Reads and checks `register`; closes the socket with a clear reason if wrong.
 async fn handshake(conn: &mut Connection, state: &AppState) -> Option<WorkerHello> {
-    let frame = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.recv()).await {
-        Ok(frame) => frame,
-        Err(_) => {
-            conn.close(close_code::HANDSHAKE, "no register message within 10 s")
-                .await;
-            return None;
-        }
-    };
-    let text = match frame {
-        Frame::Text(text) => text,
-        Frame::TooBig => {
-            conn.close(close_code::TOO_BIG, "register message too big")
-                .await;
-            return None;
-        }
-        Frame::Closed { .. } | Frame::Error(_) => return None,
-        Frame::Binary | Frame::Control => {
-            conn.close(
-                close_code::HANDSHAKE,
-                "first message must be a JSON register message",
-            )
-            .await;
-            return None;
-        }
-    };
+    let text = conn
+        .first_text(HANDSHAKE_TIMEOUT, "register message")
+        .await?;
     // Check the version before the shape: a newer worker's register may not parse.
     let version = serde_json::from_str::<serde_json::Value>(&text)
         .ok()

@@ -11,7 +11,7 @@ use tunefleet_shared::protocol::{
 use tunefleet_shared::secrets_equal;
 
 use super::error;
-use crate::net::{AppState, Connection, Frame};
+use crate::net::{AppState, Connection};
 use crate::tokens::MASTER_ADMIN;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -23,31 +23,7 @@ pub(super) async fn handshake(
     conn: &mut Connection,
     state: &AppState,
 ) -> Option<(Role, String, String)> {
-    let frame = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.recv()).await {
-        Ok(frame) => frame,
-        Err(_) => {
-            conn.close(close_code::HANDSHAKE, "no hello within 10 s")
-                .await;
-            return None;
-        }
-    };
-    let text = match frame {
-        Frame::Text(text) => text,
-        Frame::TooBig => {
-            conn.close(close_code::TOO_BIG, "hello message too big")
-                .await;
-            return None;
-        }
-        Frame::Closed { .. } | Frame::Error(_) => return None,
-        Frame::Binary | Frame::Control => {
-            conn.close(
-                close_code::HANDSHAKE,
-                "first message must be a JSON hello request",
-            )
-            .await;
-            return None;
-        }
-    };
+    let text = conn.first_text(HANDSHAKE_TIMEOUT, "hello request").await?;
     let request = match serde_json::from_str::<ClientRequest>(&text) {
         Ok(request) => request,
         Err(e) => {
