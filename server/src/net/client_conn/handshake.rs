@@ -48,29 +48,23 @@ pub(super) async fn handshake(
         client,
     } = request.command
     else {
-        let _ = conn
-            .send(&error(
-                Some(request.id),
-                ErrorCode::BadRequest,
-                "the first request must be hello".into(),
-            ))
-            .await;
-        conn.close(close_code::HANDSHAKE, "the first request must be hello")
-            .await;
+        let reason = "the first request must be hello";
+        refuse(
+            conn,
+            request.id,
+            ErrorCode::BadRequest,
+            close_code::HANDSHAKE,
+            reason,
+        )
+        .await;
         return None;
     };
     if protocol != PROTOCOL_VERSION {
         let reason = format!(
             "protocol version mismatch: master speaks {PROTOCOL_VERSION}, client sent {protocol}"
         );
-        let _ = conn
-            .send(&error(
-                Some(request.id),
-                ErrorCode::ProtocolMismatch,
-                reason.clone(),
-            ))
-            .await;
-        conn.close(close_code::PROTOCOL_MISMATCH, &reason).await;
+        let (code, close) = (ErrorCode::ProtocolMismatch, close_code::PROTOCOL_MISMATCH);
+        refuse(conn, request.id, code, close, &reason).await;
         return None;
     }
     let named = token.as_deref().and_then(|t| state.tokens.name_of(t));
@@ -85,27 +79,15 @@ pub(super) async fn handshake(
                 "client refused: wrong token"
             );
             let reason = "unauthorized: wrong token";
-            let _ = conn
-                .send(&error(
-                    Some(request.id),
-                    ErrorCode::Unauthorized,
-                    reason.into(),
-                ))
-                .await;
-            conn.close(close_code::UNAUTHORIZED, reason).await;
+            let (code, close) = (ErrorCode::Unauthorized, close_code::UNAUTHORIZED);
+            refuse(conn, request.id, code, close, reason).await;
             return None;
         }
         None if state.config.public_read => (Role::Read, String::new()),
         None => {
             let reason = "unauthorized: this master needs a token (--token or TUNEFLEET_TOKEN)";
-            let _ = conn
-                .send(&error(
-                    Some(request.id),
-                    ErrorCode::Unauthorized,
-                    reason.into(),
-                ))
-                .await;
-            conn.close(close_code::UNAUTHORIZED, reason).await;
+            let (code, close) = (ErrorCode::Unauthorized, close_code::UNAUTHORIZED);
+            refuse(conn, request.id, code, close, reason).await;
             return None;
         }
     };
@@ -125,6 +107,13 @@ pub(super) async fn handshake(
     };
     conn.send(&welcome).await.ok()?;
     Some((role, client_name(client.as_deref()), who))
+}
+
+/// Tells the client why in an error reply to its request, then closes the
+/// socket with `close` and the same reason.
+async fn refuse(conn: &mut Connection, id: u64, code: ErrorCode, close: u16, reason: &str) {
+    let _ = conn.send(&error(Some(id), code, reason.into())).await;
+    conn.close(close, reason).await;
 }
 
 /// The client's self-chosen name for the log: printable, at most 64 chars.
