@@ -22,55 +22,8 @@ pub(crate) async fn recycle_sample(
     sample: usize,
 ) -> anyhow::Result<(Duration, Duration)> {
     let mut client = Client::connect(url, Some(TOKEN)).await?;
-    let text = format!(
-        "target: {{kind: llvm, num-cores: 2}}\ntrials: 1\nworkloads:\n  - {{name: victim{sample}, op: matmul, shape: {{m: 7, n: 7, k: {}}}}}\n",
-        100 + sample
-    );
-    let job_id = client
-        .submit(text, None)
-        .await?
-        .new_jobs
-        .into_iter()
-        .next()
-        .context("new job")?;
-    let mut victim = KillOnDrop(
-        Command::new(worker_bin)
-            .args([
-                "--server",
-                url,
-                "--target",
-                r#"{"kind":"llvm","num-cores":2}"#,
-                "--backend",
-                "sim",
-            ])
-            .args(["--sim-seconds", "600", "--name", &format!("victim{sample}")])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("start victim worker")?,
-    );
-    // The victim is the only idle-able worker for this job until a spare joins.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let job = client.results(Some(vec![job_id.clone()])).await?;
-        if job
-            .first()
-            .is_some_and(|j| j.worker.as_deref() == Some(&format!("victim{sample}")))
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            let status = client.status().await?;
-            bail!(
-                "victim never got the job: job {:?}, victim exited: {:?}, {} workers registered",
-                job.first().map(|j| (&j.state, &j.worker, &j.errors)),
-                victim.0.try_wait(),
-                status.workers
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (job_id, mut victim) =
+        victim_holding_a_job(&mut client, url, worker_bin, sample, 7).await?;
     let (handed_tx, mut handed) = tokio::sync::mpsc::unbounded_channel();
     let spare = tokio::spawn(run_worker(
         WorkerConfig::new(
@@ -126,4 +79,60 @@ pub(crate) async fn recycle_sample(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok((handed, elapsed))
+}
+
+/// Submits a one-job file (`n` keeps it apart from other callers' jobs) and
+/// starts a real worker process, `victim{sample}`, that takes it and holds
+/// it (600 s per job); returns once the master says it holds it.
+pub(crate) async fn victim_holding_a_job(
+    client: &mut Client,
+    url: &str,
+    worker_bin: &Path,
+    sample: usize,
+    n: u32,
+) -> anyhow::Result<(String, KillOnDrop)> {
+    let text = format!(
+        "target: {{kind: llvm, num-cores: 2}}\ntrials: 1\nworkloads:\n  - {{name: victim{sample}, op: matmul, shape: {{m: 7, n: {n}, k: {}}}}}\n",
+        100 + sample
+    );
+    let job_id = client
+        .submit(text, None)
+        .await?
+        .new_jobs
+        .into_iter()
+        .next()
+        .context("new job")?;
+    let name = format!("victim{sample}");
+    let mut victim = KillOnDrop(
+        Command::new(worker_bin)
+            .args(["--server", url, "--backend", "sim", "--sim-seconds", "600"])
+            .args(["--target", r#"{"kind":"llvm","num-cores":2}"#])
+            .args(["--name", &name])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("start victim worker")?,
+    );
+    // The victim is the only idle-able worker for this job until a spare joins.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let job = client.results(Some(vec![job_id.clone()])).await?;
+        if job
+            .first()
+            .is_some_and(|j| j.worker.as_deref() == Some(name.as_str()))
+        {
+            return Ok((job_id, victim));
+        }
+        if Instant::now() > deadline {
+            let status = client.status().await?;
+            bail!(
+                "victim never got the job: job {:?}, victim exited: {:?}, {} workers registered",
+                job.first().map(|j| (&j.state, &j.worker, &j.errors)),
+                victim.0.try_wait(),
+                status.workers
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

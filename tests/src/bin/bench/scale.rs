@@ -23,7 +23,7 @@
 //! bounds.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ use tunefleet_worker::{
 
 use super::procfs::{cpu_ns, open_fds, rss_kib, status_kib};
 use super::subscriber::RawSubscriber;
-use super::{percentile, start_master, KillOnDrop, TOKEN};
+use super::{percentile, start_master, TOKEN};
 
 pub(crate) struct ScaleArgs {
     pub workers: usize,
@@ -224,43 +224,8 @@ async fn recycle_sample(
     idle_workers: usize,
 ) -> anyhow::Result<Recycle> {
     let mut client = Client::connect(url, Some(TOKEN)).await?;
-    let text = format!(
-        "target: {{kind: llvm, num-cores: 2}}\ntrials: 1\nworkloads:\n  - {{name: victim{sample}, op: matmul, shape: {{m: 7, n: 9, k: {}}}}}\n",
-        100 + sample
-    );
-    let job_id = client
-        .submit(text, None)
-        .await?
-        .new_jobs
-        .into_iter()
-        .next()
-        .context("new job")?;
-    let victim_name = format!("victim{sample}");
-    let mut victim = KillOnDrop(
-        Command::new(worker_bin)
-            .args(["--server", url, "--backend", "sim", "--sim-seconds", "600"])
-            .args(["--target", r#"{"kind":"llvm","num-cores":2}"#])
-            .args(["--name", &victim_name])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("start victim worker")?,
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let job = client.results(Some(vec![job_id.clone()])).await?;
-        if job
-            .first()
-            .is_some_and(|j| j.worker.as_deref() == Some(victim_name.as_str()))
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("victim never got the job: {:?}", victim.0.try_wait());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (job_id, mut victim) =
+        crate::recycle::victim_holding_a_job(&mut client, url, worker_bin, sample, 9).await?;
     let (handed_tx, mut handed) = mpsc::unbounded_channel();
     let spare_name = format!("spare{sample}");
     let spare = tokio::spawn(run_worker(
