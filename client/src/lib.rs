@@ -43,13 +43,16 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
+mod commands;
 mod errors;
 #[cfg(feature = "logging")]
 pub mod logging;
+mod subscription;
 mod tls;
 
 use errors::{connect_error, fmt_duration, summarize, transport_error, unexpected};
 pub use errors::{describe_tls_error, endpoint_url, error_code_name, ClientError};
+pub use subscription::Update;
 pub use tls::{tls_client_config, ConnectOptions};
 
 use futures_util::{SinkExt, StreamExt};
@@ -63,8 +66,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 use tunefleet_shared::protocol::{
-    close_code, ClientCommand, ClientRequest, ErrorCode, FleetEvent, FleetSnapshot, JobId, JobView,
-    ReplyBody, Role, ServerMessage, StatusReport, SubmitReport, TokenInfo, PROTOCOL_VERSION,
+    ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, ServerMessage, PROTOCOL_VERSION,
 };
 
 /// The path of the client endpoint, appended to the `--server` base URL.
@@ -95,16 +97,6 @@ pub fn client_name() -> String {
 }
 
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-/// One item of the subscription stream.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Update {
-    /// A full picture of the fleet. Sent after `subscribe`, and again whenever
-    /// the master decides this subscriber fell behind: replace, don't merge.
-    Snapshot(u64, FleetSnapshot),
-    /// One change, numbered.
-    Event(u64, FleetEvent),
-}
 
 /// A connection to the master's client endpoint, after a successful `hello`.
 pub struct Client {
@@ -290,237 +282,6 @@ impl Client {
                 }
                 other => {
                     tracing::debug!(expected = id, got = %summarize(&other), "ignoring stale reply")
-                }
-            }
-        }
-    }
-
-    /// Submits one workload file's text; `filename` appears in the master's
-    /// error messages.
-    pub async fn submit(
-        &mut self,
-        yaml: impl Into<String>,
-        filename: Option<&str>,
-    ) -> Result<SubmitReport, ClientError> {
-        self.submit_as(yaml, filename, false).await
-    }
-
-    /// [`Client::submit`]; with `fresh`, new jobs are tuned from scratch even
-    /// when the master's tuning cache could answer or warm-start them.
-    pub async fn submit_as(
-        &mut self,
-        yaml: impl Into<String>,
-        filename: Option<&str>,
-        fresh: bool,
-    ) -> Result<SubmitReport, ClientError> {
-        let command = ClientCommand::Submit {
-            yaml: yaml.into(),
-            filename: filename.map(str::to_owned),
-            fresh,
-        };
-        match self.request(command).await? {
-            ReplyBody::Submitted(report) => Ok(report),
-            other => Err(unexpected("submitted", &other)),
-        }
-    }
-
-    /// Job counts and worker numbers.
-    pub async fn status(&mut self) -> Result<StatusReport, ClientError> {
-        match self.request(ClientCommand::Status).await? {
-            ReplyBody::Status(report) => Ok(report),
-            other => Err(unexpected("status", &other)),
-        }
-    }
-
-    /// Full views of the given jobs (archived ones included), or of every
-    /// job the master holds when `job_ids` is `None`.
-    pub async fn results(
-        &mut self,
-        job_ids: Option<Vec<JobId>>,
-    ) -> Result<Vec<JobView>, ClientError> {
-        self.results_with(job_ids, false).await
-    }
-
-    /// [`Client::results`]; with `archived`, every job also brings the jobs
-    /// archived by `--job-retention` (read from the master's database).
-    pub async fn results_with(
-        &mut self,
-        job_ids: Option<Vec<JobId>>,
-        archived: bool,
-    ) -> Result<Vec<JobView>, ClientError> {
-        match self
-            .request(ClientCommand::Results { job_ids, archived })
-            .await?
-        {
-            ReplyBody::Results { jobs } => Ok(jobs),
-            other => Err(unexpected("results", &other)),
-        }
-    }
-
-    /// Cancels a job (admin).
-    pub async fn cancel(&mut self, job_id: &str) -> Result<(), ClientError> {
-        let command = ClientCommand::Cancel {
-            job_id: job_id.to_owned(),
-        };
-        match self.request(command).await? {
-            ReplyBody::Cancelled { .. } => Ok(()),
-            other => Err(unexpected("cancelled", &other)),
-        }
-    }
-
-    /// Puts a failed or cancelled job back in the queue (admin).
-    pub async fn retry(&mut self, job_id: &str) -> Result<(), ClientError> {
-        let command = ClientCommand::Retry {
-            job_id: job_id.to_owned(),
-        };
-        match self.request(command).await? {
-            ReplyBody::Retried { .. } => Ok(()),
-            other => Err(unexpected("retried", &other)),
-        }
-    }
-
-    /// Creates a named admin token (needs the master's own admin token);
-    /// returns its text, which the master does not keep.
-    pub async fn create_token(&mut self, name: &str) -> Result<String, ClientError> {
-        let command = ClientCommand::CreateToken {
-            name: name.to_owned(),
-        };
-        match self.request(command).await? {
-            ReplyBody::TokenCreated { token, .. } => Ok(token.0),
-            other => Err(unexpected("token_created", &other)),
-        }
-    }
-
-    /// Revokes a named admin token (needs the master's own admin token).
-    pub async fn revoke_token(&mut self, name: &str) -> Result<(), ClientError> {
-        let command = ClientCommand::RevokeToken {
-            name: name.to_owned(),
-        };
-        match self.request(command).await? {
-            ReplyBody::TokenRevoked { .. } => Ok(()),
-            other => Err(unexpected("token_revoked", &other)),
-        }
-    }
-
-    /// The named admin tokens (names and creation times).
-    pub async fn list_tokens(&mut self) -> Result<Vec<TokenInfo>, ClientError> {
-        match self.request(ClientCommand::ListTokens).await? {
-            ReplyBody::Tokens { tokens } => Ok(tokens),
-            other => Err(unexpected("tokens", &other)),
-        }
-    }
-
-    /// Imports records to seed later jobs of the same workloads (admin; see
-    /// `tunefleet_shared::import`).
-    pub async fn import(
-        &mut self,
-        workloads: Vec<tunefleet_shared::import::ImportedWorkload>,
-        keys: Vec<tunefleet_shared::import::WorkloadKey>,
-    ) -> Result<tunefleet_shared::import::ImportReport, ClientError> {
-        match self
-            .request(ClientCommand::Import { workloads, keys })
-            .await?
-        {
-            ReplyBody::Imported(report) => Ok(report),
-            other => Err(unexpected("imported", &other)),
-        }
-    }
-
-    /// Asks the master to stop gracefully, as SIGTERM does (admin). Returns
-    /// once the master has confirmed; it then closes every connection, this
-    /// one included.
-    pub async fn shutdown_master(&mut self) -> Result<(), ClientError> {
-        match self.request(ClientCommand::Shutdown).await? {
-            ReplyBody::ShuttingDown => Ok(()),
-            other => Err(unexpected("shutting_down", &other)),
-        }
-    }
-
-    /// Subscribes and returns the snapshot that follows the `subscribed` reply,
-    /// with its seq. Updates read before that snapshot are stale and dropped.
-    /// Every change of a job comes as a whole `job_updated` view.
-    pub async fn subscribe(&mut self) -> Result<(u64, FleetSnapshot), ClientError> {
-        self.subscribe_with(false).await
-    }
-
-    /// [`Client::subscribe`], for a [`FleetView`] mirror: a job the mirror
-    /// already has is updated by `job_changed` deltas (no name, workload or
-    /// creation time), and a worker by `worker_changed` (its job and count),
-    /// which [`FleetView::apply_event`] applies. A master
-    /// from before deltas ignores the request and sends whole views.
-    pub async fn subscribe_with_deltas(&mut self) -> Result<(u64, FleetSnapshot), ClientError> {
-        self.subscribe_with(true).await
-    }
-
-    async fn subscribe_with(&mut self, deltas: bool) -> Result<(u64, FleetSnapshot), ClientError> {
-        match self.request(ClientCommand::Subscribe { deltas }).await? {
-            ReplyBody::Subscribed => {}
-            other => return Err(unexpected("subscribed", &other)),
-        }
-        let mut snapshot = None;
-        while let Some(msg) = self.pending.pop_front() {
-            if let ServerMessage::Snapshot { seq, snapshot: s } = msg {
-                snapshot = Some((seq, s));
-                break;
-            }
-        }
-        if let Some(found) = snapshot {
-            return Ok(found);
-        }
-        let deadline = Instant::now() + self.request_timeout;
-        loop {
-            match self.recv(Some((deadline, "subscribe"))).await? {
-                Some(ServerMessage::Snapshot { seq, snapshot }) => return Ok((seq, snapshot)),
-                Some(ServerMessage::Error { code, message, .. }) => {
-                    return Err(ClientError::Server { code, message })
-                }
-                Some(ServerMessage::Shutdown { reason }) => {
-                    return Err(ClientError::Shutdown { reason })
-                }
-                Some(other) => {
-                    tracing::debug!(got = %summarize(&other), "ignoring message before snapshot")
-                }
-                None => {
-                    return Err(ClientError::Transport(
-                        "the master closed the connection before sending the snapshot".into(),
-                    ))
-                }
-            }
-        }
-    }
-
-    /// The next snapshot or event of the subscription. `Ok(None)` when the
-    /// master closed the connection normally; errors for everything else,
-    /// including a dead connection (see [`KEEPALIVE`]). Waits without limit
-    /// otherwise. Cancel-safe: dropping the future loses no message.
-    pub async fn next_update(&mut self) -> Result<Option<Update>, ClientError> {
-        loop {
-            let msg = match self.pending.pop_front() {
-                Some(msg) => msg,
-                None => match self.recv(None).await {
-                    Ok(Some(msg)) => msg,
-                    Ok(None) => return Ok(None),
-                    Err(ClientError::Closed { code, .. })
-                        if code == close_code::NORMAL || code == NO_STATUS =>
-                    {
-                        return Ok(None)
-                    }
-                    Err(e) => return Err(e),
-                },
-            };
-            match msg {
-                ServerMessage::Snapshot { seq, snapshot } => {
-                    return Ok(Some(Update::Snapshot(seq, snapshot)))
-                }
-                ServerMessage::Event { seq, event } => return Ok(Some(Update::Event(seq, event))),
-                ServerMessage::Shutdown { reason } => return Err(ClientError::Shutdown { reason }),
-                ServerMessage::Error {
-                    id: None,
-                    code,
-                    message,
-                } => return Err(ClientError::Server { code, message }),
-                other => {
-                    tracing::debug!(got = %summarize(&other), "ignoring unsolicited message")
                 }
             }
         }

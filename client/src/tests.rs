@@ -1,6 +1,6 @@
 use super::*;
 use tokio::net::TcpListener;
-use tunefleet_shared::protocol::JobCounts;
+use tunefleet_shared::protocol::{close_code, FleetEvent, FleetSnapshot, JobCounts, StatusReport};
 
 #[test]
 fn endpoint_url_normalises_the_server_flag() {
