@@ -25,7 +25,6 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tunefleet_shared::model::{
     check_model_name, EstimatePoint, ModelLatencies, ModelSource, ModelStage, ModelState,
@@ -39,7 +38,9 @@ use tunefleet_shared::workload::{Op, Workload, MAX_TRIALS};
 use crate::scheduler::JobExtras;
 use stages::{compile_ended, compile_job, extract_ended, fail, round_ended, round_job};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One round of a task (its job and trials). Not serialisable: the store
+/// writes its own row (`store::model_row`), the wire a `ModelView`.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Round {
     pub job_id: JobId,
     pub trials_planned: u32,
@@ -55,7 +56,7 @@ impl Round {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Task {
     pub name: String,
     pub weight: u32,
@@ -87,8 +88,9 @@ impl Task {
     }
 }
 
-/// One model run, as the core keeps and stores it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One model run, as the planner keeps it (stored as `store::model_row`'s
+/// row, shown as a `ModelView`).
+#[derive(Clone, Debug, PartialEq)]
 pub struct ModelRun {
     pub name: String,
     pub source: ModelSource,

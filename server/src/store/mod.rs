@@ -13,7 +13,7 @@
 //! `workloads` its workload, written once, in a table of its own so that a
 //! change of state never rewrites it (SQLite rewrites a whole row on any
 //! update, a MiB of TVMScript included); `models` and `artifacts` the model runs
-//! and their compiled libraries; `trace` is the append-only log of state
+//! (a [`model_row`] each, not the planner's state) and their compiled libraries; `trace` is the append-only log of state
 //! changes (what `tunefleet export-trace` prints: lifecycle lines, not whole
 //! views; progress is never stored); `meta` holds the schema version. The
 //! rows are encoded here, once; a backend ([`sqlite`], [`postgres`]) only
@@ -25,6 +25,7 @@
 //! This module never decides anything: it stores what the core hands it.
 
 mod migrate;
+mod model_row;
 mod postgres;
 mod row;
 mod sqlite;
@@ -441,13 +442,13 @@ impl Store {
     pub fn load_models(&mut self) -> Result<Vec<ModelRun>, StoreError> {
         let mut runs = Vec::new();
         for (name, data) in self.backend.load_model_rows()? {
-            let run: ModelRun =
+            let row: model_row::ModelRowIn =
                 serde_json::from_str(&data).map_err(|e| StoreError::CorruptJob {
                     path: self.backend.path().to_string(),
                     job_id: format!("model run {name}"),
                     message: e.to_string(),
                 })?;
-            runs.push(run);
+            runs.push(row.into_run());
         }
         Ok(runs)
     }
@@ -508,7 +509,7 @@ impl Store {
                 (
                     run.name.as_str(),
                     run.state.as_str(),
-                    serde_json::to_string(run).unwrap_or_default(),
+                    serde_json::to_string(&model_row::ModelRowOut::of(run)).unwrap_or_default(),
                 )
             })
             .collect();

@@ -433,3 +433,95 @@ fn a_job_written_twice_in_one_commit_keeps_its_last_write() {
         .collect();
     assert_eq!(kept, [("b", "queued"), ("a", "assigned"), ("c", "done")]);
 }
+
+/// A model run with every field set (tasks, rounds, records, curve) reads
+/// back equal through its row type.
+#[test]
+fn a_model_run_comes_back_as_it_was_stored() {
+    use crate::models::{ModelRun, Round, Task};
+    use tunefleet_shared::model::{
+        EstimatePoint, ModelLatencies, ModelSource, ModelState, TunerSettings,
+    };
+    use tunefleet_shared::protocol::TuningRecord;
+    use tunefleet_shared::target::Target;
+
+    let target = Target::parse(r#"{"kind":"llvm","mcpu":"znver3","num-cores":2}"#).unwrap();
+    let task = |name: &str, dead: bool| Task {
+        name: name.into(),
+        weight: 3,
+        tvmscript: format!("# {name}\n"),
+        flops: Some(1.5e6),
+        trivial: false,
+        dead,
+        rounds: vec![
+            Round {
+                job_id: format!("{name}-r1"),
+                trials_planned: 16,
+                trials_done: Some(16),
+                ok: true,
+            },
+            Round {
+                job_id: format!("{name}-r2"),
+                trials_planned: 8,
+                trials_done: None,
+                ok: false,
+            },
+        ],
+        history: vec![2e-4, 1.5e-4],
+        workload_line: Some(serde_json::json!(["0x12", "b64"])),
+        records: vec![TuningRecord {
+            latency_s: 1.5e-4,
+            record: serde_json::json!([["trace"], [1.5e-4], {}, []]),
+        }],
+    };
+    let run = ModelRun {
+        name: "squeezenet".into(),
+        source: ModelSource {
+            onnx_b64: "AAEC".into(),
+            input_shapes: [("data".to_string(), vec![1, 3, 224, 224])].into(),
+            seed: 7,
+        },
+        requested_target: Target::of_kind("llvm"),
+        target: Some(target),
+        trials_total: 256,
+        trials_per_round: 16,
+        tuner: TunerSettings {
+            strategy: Some("replay-trace".into()),
+            ..TunerSettings::default()
+        },
+        state: ModelState::Tuning,
+        stop_requested: true,
+        extract_job: "extract".into(),
+        compile_job: Some("compile".into()),
+        tasks: vec![task("conv", false), task("dense", true)],
+        io: serde_json::json!({"inputs": [{"name": "data"}]}),
+        latency: ModelLatencies {
+            untuned: Some(3e-3),
+            tuned: Some(2e-3),
+            onnxruntime: Some(2.5e-3),
+        },
+        verified: true,
+        verification: serde_json::json!({"max_abs_diff": 1e-6}),
+        records_applied: Some(12),
+        functions_tuned: Some(2),
+        error: Some("none, really".into()),
+        curve: vec![EstimatePoint {
+            trials: 16,
+            at: 5,
+            estimated_latency_s: 2e-3,
+        }],
+        created_at: 1,
+        updated_at: 5,
+        finished_at: Some(6),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    store.commit([], [&run], &[], &[]).unwrap();
+    drop(store);
+    let loaded = Store::open(&path, Durability::Normal)
+        .unwrap()
+        .load_models()
+        .unwrap();
+    assert_eq!(loaded, vec![run]);
+}
