@@ -41,7 +41,7 @@ pub struct Job {
     pub extras: JobExtras,
     /// See [`Job::content_key`].
     pub content_key: Memo,
-    /// See [`Job::target_key`].
+    /// See `Job::target_key`.
     pub target_key: Memo,
 }
 

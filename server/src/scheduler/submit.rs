@@ -208,8 +208,8 @@ impl Scheduler {
         self.imports.import(workloads, keys)
     }
 
-    /// Loads the `meta` rows of earlier imports (prefixes [`IMPORT_PREFIX`]
-    /// and [`KEY_PREFIX`]).
+    /// Loads the `meta` rows of earlier imports (prefixes [`IMPORT_PREFIX`](super::IMPORT_PREFIX)
+    /// and [`KEY_PREFIX`](super::KEY_PREFIX)).
     pub fn restore_imports(&mut self, rows: Vec<(String, String)>) {
         self.imports.restore(rows);
     }

@@ -13,7 +13,7 @@
 //! `workloads` its workload, written once, in a table of its own so that a
 //! change of state never rewrites it (SQLite rewrites a whole row on any
 //! update, a MiB of TVMScript included); `models` and `artifacts` the model runs
-//! (a [`model_row`] each, not the planner's state) and their compiled libraries; `trace` is the append-only log of state
+//! (a `model_row` each, not the planner's state) and their compiled libraries; `trace` is the append-only log of state
 //! changes (what `tunefleet export-trace` prints: lifecycle lines, not whole
 //! views; progress is never stored); `meta` holds the schema version. The
 //! rows are encoded here, once; a backend ([`sqlite`], [`postgres`]) only
