@@ -1,6 +1,7 @@
 use super::*;
+use progress::add_archived;
 use tunefleet_shared::protocol::{FleetEvent, FleetSnapshot, ServerMessage, WorkerView};
-use tunefleet_shared::protocol::{ProgressPoint, ResultMeta};
+use tunefleet_shared::protocol::{JobState, JobView, Millis, ProgressPoint, ResultMeta};
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::parse_workload_file;
 
