@@ -232,7 +232,7 @@ fn read_if_present(path: &Path) -> anyhow::Result<String> {
     }
 }
 
-/// Pure part of [`merge_with_existing`]: existing database text plus `db`.
+/// Pure part of `merge_with_existing`: existing database text plus `db`.
 /// An error names the file and line that is not a database line.
 pub fn merge_databases(
     old_workloads: &str,

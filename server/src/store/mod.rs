@@ -9,16 +9,17 @@
 //! transaction per batch of events, not per event (group commit).
 //!
 //! Both stores hold the same tables with the same columns: `jobs` holds each
-//! job's latest state (a [`row`] of its own, not the wire view);
+//! job's latest state (a `row` of its own, not the wire view);
 //! `workloads` its workload, written once, in a table of its own so that a
 //! change of state never rewrites it (SQLite rewrites a whole row on any
 //! update, a MiB of TVMScript included); `models` and `artifacts` the model runs
-//! (a `model_row` each, not the planner's state) and their compiled libraries; `trace` is the append-only log of state
-//! changes (what `tunefleet export-trace` prints: lifecycle lines, not whole
-//! views; progress is never stored); `meta` holds the schema version. The
-//! rows are encoded here, once; a backend ([`sqlite`], [`postgres`]) only
+//! (a `model_row` each, not the planner's state) and their compiled
+//! libraries; `trace` is the append-only log of state changes (what
+//! `tunefleet export-trace` prints: lifecycle lines, not whole views;
+//! progress is never stored); `meta` holds the schema version. The
+//! rows are encoded here, once; a backend (`sqlite`, `postgres`) only
 //! moves text and bytes in and out of its tables in one transaction per
-//! batch. A database of an older schema is migrated in place ([`migrate`],
+//! batch. A database of an older schema is migrated in place (`migrate`,
 //! SQLite only: PostgreSQL support began at schema 2) after a backup copy is
 //! written beside it; a newer one is refused by both.
 //!
@@ -41,7 +42,7 @@ use crate::models::ModelRun;
 use crate::scheduler::Job;
 pub use row::TraceJob;
 
-/// 1: jobs rows were the scheduler's `Job` whole. 2: [`row::JobRowOut`] plus
+/// 1: jobs rows were the scheduler's `Job` whole. 2: `row::JobRowOut` plus
 /// a `workload` column; compact trace lines. 3: `jobs.archived_at` and
 /// `jobs.content_key` (`--job-retention`: finished jobs kept in the database
 /// only, found again by id or by computation). 4: the workload moves from
