@@ -27,10 +27,10 @@ impl Client {
         self.subscribe_with(false).await
     }
 
-    /// [`Client::subscribe`], for a [`FleetView`] mirror: a job the mirror
+    /// [`Client::subscribe`], for a [`FleetView`](crate::FleetView) mirror: a job the mirror
     /// already has is updated by `job_changed` deltas (no name, workload or
     /// creation time), and a worker by `worker_changed` (its job and count),
-    /// which [`FleetView::apply_event`] applies. A master
+    /// which [`FleetView::apply_event`](crate::FleetView::apply_event) applies. A master
     /// from before deltas ignores the request and sends whole views.
     pub async fn subscribe_with_deltas(&mut self) -> Result<(u64, FleetSnapshot), ClientError> {
         self.subscribe_with(true).await
@@ -75,7 +75,7 @@ impl Client {
 
     /// The next snapshot or event of the subscription. `Ok(None)` when the
     /// master closed the connection normally; errors for everything else,
-    /// including a dead connection (see [`KEEPALIVE`]). Waits without limit
+    /// including a dead connection (see [`KEEPALIVE`](crate::KEEPALIVE)). Waits without limit
     /// otherwise. Cancel-safe: dropping the future loses no message.
     pub async fn next_update(&mut self) -> Result<Option<Update>, ClientError> {
         loop {

@@ -72,7 +72,7 @@
 //! # Errors
 //!
 //! Like [`crate::workload::parse_workload_file`], every problem is reported at
-//! once as [`WorkloadErrors`] (at most [`MAX_REPORTED_ERRORS`], then a count),
+//! once as [`WorkloadErrors`] (at most [`MAX_REPORTED_ERRORS`](crate::workload::MAX_REPORTED_ERRORS), then a count),
 //! each with the file name, the line of the offending list item and a field
 //! path: `workload[3]` for the item, `workload[3].args[3]` for one argument.
 //! The same resource limits apply (file size, workload count, YAML budget), and

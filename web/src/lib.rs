@@ -14,7 +14,7 @@
 //!   browser, as `tunefleet submit MODEL.onnx` does (the reading and stripping
 //!   in the checker module, the form here);
 //! - [`model_runs`]: what the Models card says about a model run;
-//! - [`chart`], [`format`]: the tuning curve's geometry and text formatting;
+//! - [`chart`], [`format`](mod@format): the tuning curve's geometry and text formatting;
 //! - [`html`]: the markup writer the views render into (escaping);
 //! - [`action`]: what the page's buttons and fields ask for, as the views
 //!   write it into the markup and the event listeners read it back;

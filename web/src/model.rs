@@ -2,7 +2,7 @@
 //! connection, and how every message from the master changes it.
 //!
 //! Plain Rust, no browser types, so it runs (and is tested) natively. The
-//! browser part ([`crate::app`]) only moves frames between the WebSocket and
+//! browser part (`app`) only moves frames between the WebSocket and
 //! [`Session`] and renders the state.
 //!
 //! - [`Fleet`] is the state reducer for the pub/sub stream: a `snapshot`

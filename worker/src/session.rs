@@ -13,7 +13,7 @@
 //! A worker runs one job at a time, or up to `slots` with
 //! [`WorkerConfig::slots`], and asks for the next one (`request_job`) once
 //! per free slot: as soon as a slot has no job, right after sending the last
-//! one's report, without waiting for its ack (at most [`MAX_UNACKNOWLEDGED`]
+//! one's report, without waiting for its ack (at most `MAX_UNACKNOWLEDGED`
 //! reports per slot wait for one). Reports and requests that are ready
 //! together leave in one write.
 

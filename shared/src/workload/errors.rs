@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 #[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
 #[error("{}", Shown(self))]
 pub struct WorkloadError {
-    /// The file name given to [`parse_workload_file`].
+    /// The file name given to [`parse_workload_file`](super::parse_workload_file).
     pub file: String,
     /// 1-based line, when known.
     pub line: Option<usize>,

@@ -4,7 +4,7 @@
 //! - `tvm` (feature `tvm`, the default backend): runs the MetaSchedule driver
 //!   `worker/python/tunefleet_tune.py` in its own process group, then
 //!   verifies the tuned kernel against the untuned one and times it in-process
-//!   through `tvm-ffi` ([`verify`]);
+//!   through `tvm-ffi` (`verify`);
 //! - [`sim::SimBackend`]: a fleet-testing tool that fakes tuning with
 //!   deterministic numbers; never the default.
 //!

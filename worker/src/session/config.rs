@@ -27,7 +27,7 @@ pub struct WorkerConfig {
     /// Stop after this many finished jobs have been acknowledged (tests, benchmarks).
     pub max_jobs: Option<u64>,
     /// Stable identity of this worker across reconnects; `None` picks a fresh
-    /// UUID v4 for this [`run_worker`] call.
+    /// UUID v4 for this [`run_worker`](crate::run_worker) call.
     pub worker_id: Option<String>,
     /// For `wss://`: a PEM file with the CA certificate(s) to trust instead of
     /// the public web roots (a private CA, or a self-signed master certificate).
