@@ -1,7 +1,7 @@
 //! The numbers behind the overall progress bar: jobs by state (archived
 //! ones included), the trials done as a fraction, and the time left.
 
-use tunefleet_shared::protocol::{JobState, JobView, Millis};
+use tunefleet_shared::protocol::{JobCounts, JobState, JobView, Millis};
 
 use super::Fleet;
 
@@ -14,35 +14,28 @@ pub fn fleet_overall(fleet: &Fleet, now: Millis) -> Overall {
 
 /// Jobs the master archived (`--job-retention`) are finished work: counted
 /// in their state and the bar, though their rows are no longer sent.
-pub(super) fn add_archived(o: &mut Overall, archived: &tunefleet_shared::protocol::JobCounts) {
+pub(super) fn add_archived(o: &mut Overall, archived: &JobCounts) {
     if archived.total == 0 {
         return;
     }
-    let held = o.total as f64;
-    o.total += archived.total;
-    o.done += archived.done;
-    o.failed += archived.failed;
-    o.cancelled += archived.cancelled;
-    o.archived = archived.total;
-    let total = o.total as f64;
+    let held = o.counts.total as f64;
+    o.counts = o.counts.plus(archived);
+    // Every job in the archive is archived, whatever its `archived` says.
+    o.counts.archived = archived.total;
+    let c = &o.counts;
+    let total = c.total as f64;
     o.percent =
         ((o.percent * held / 100.0 + archived.total as f64) / total * 100.0).clamp(0.0, 100.0);
-    o.done_share = o.done as f64 / total * 100.0;
-    o.failed_share = (o.failed + o.cancelled) as f64 / total * 100.0;
+    o.done_share = c.done as f64 / total * 100.0;
+    o.failed_share = (c.failed + c.cancelled) as f64 / total * 100.0;
 }
 
 /// The overall progress bar's numbers.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Overall {
-    pub total: usize,
-    pub queued: usize,
-    /// Assigned or running.
-    pub running: usize,
-    pub done: usize,
-    pub failed: usize,
-    pub cancelled: usize,
-    /// Of `total`, archived by the master (not in the job list).
-    pub archived: usize,
+    /// Jobs by state, the archived ones included (their count in
+    /// `archived`): the protocol's own counts, as `status` reports them.
+    pub counts: JobCounts,
     /// 0–100: finished jobs count whole, in-flight ones by their trials.
     pub percent: f64,
     /// Width shares (0–100) of done and of failed + cancelled jobs in the bar.
@@ -54,7 +47,7 @@ pub struct Overall {
 
 impl Overall {
     pub fn finished(&self) -> usize {
-        self.done + self.failed + self.cancelled
+        self.counts.done + self.counts.failed + self.counts.cancelled
     }
 }
 
@@ -72,30 +65,22 @@ pub(super) fn trials_fraction(job: &JobView) -> f64 {
 /// measured since the oldest open job was created (done jobs finished since
 /// then count with all their trials, in-flight ones with the trials done).
 pub fn overall(jobs: &[JobView], now: Millis) -> Overall {
-    let mut o = Overall {
-        total: jobs.len(),
-        ..Overall::default()
-    };
+    let mut o = Overall::default();
     let mut progress = 0.0;
     for job in jobs {
-        match job.state {
-            JobState::Queued => o.queued += 1,
-            JobState::Assigned | JobState::Running => o.running += 1,
-            JobState::Done => o.done += 1,
-            JobState::Failed => o.failed += 1,
-            JobState::Cancelled => o.cancelled += 1,
-        }
+        o.counts.count(job.state, 1);
         progress += if job.state.is_terminal() {
             1.0
         } else {
             trials_fraction(job)
         };
     }
-    if o.total > 0 {
-        let total = o.total as f64;
+    let c = &o.counts;
+    if c.total > 0 {
+        let total = c.total as f64;
         o.percent = (progress / total * 100.0).clamp(0.0, 100.0);
-        o.done_share = o.done as f64 / total * 100.0;
-        o.failed_share = (o.failed + o.cancelled) as f64 / total * 100.0;
+        o.done_share = c.done as f64 / total * 100.0;
+        o.failed_share = (c.failed + c.cancelled) as f64 / total * 100.0;
     }
     o.eta_ms = eta_ms(jobs, now);
     o

@@ -55,12 +55,12 @@ impl StateFilter {
     /// How many of `overall`'s jobs the chip selects.
     pub fn count(self, o: &Overall) -> usize {
         match self {
-            StateFilter::All => o.total,
-            StateFilter::Queued => o.queued,
-            StateFilter::Running => o.running,
-            StateFilter::Done => o.done,
-            StateFilter::Failed => o.failed,
-            StateFilter::Cancelled => o.cancelled,
+            StateFilter::All => o.counts.total,
+            StateFilter::Queued => o.counts.queued,
+            StateFilter::Running => o.counts.running,
+            StateFilter::Done => o.counts.done,
+            StateFilter::Failed => o.counts.failed,
+            StateFilter::Cancelled => o.counts.cancelled,
         }
     }
 }

@@ -222,7 +222,13 @@ fn overall_counts_and_weights_in_flight_jobs_by_trials() {
     ];
     let o = overall(&jobs, 0);
     assert_eq!(
-        (o.total, o.done, o.failed, o.running, o.queued),
+        (
+            o.counts.total,
+            o.counts.done,
+            o.counts.failed,
+            o.counts.running,
+            o.counts.queued
+        ),
         (4, 1, 1, 1, 1)
     );
     assert_eq!(o.finished(), 2);
@@ -241,7 +247,15 @@ fn overall_counts_and_weights_in_flight_jobs_by_trials() {
     archived.count_archived(JobState::Done, 3);
     archived.count_archived(JobState::Failed, 1);
     add_archived(&mut o, &archived);
-    assert_eq!((o.total, o.done, o.failed, o.archived), (8, 4, 2, 4));
+    assert_eq!(
+        (
+            o.counts.total,
+            o.counts.done,
+            o.counts.failed,
+            o.counts.archived
+        ),
+        (8, 4, 2, 4)
+    );
     assert_eq!(o.finished(), 6);
     // (2.5 of 4 held) + 4 archived, of 8.
     assert!((o.percent - 81.25).abs() < 1e-9, "{}", o.percent);

@@ -396,7 +396,7 @@ pub(super) fn jobs_card(h: &mut Html, app: &App) {
         "No job has MetaSchedule records yet (only workers with the tvm backend produce them)"
     };
     h.raw("<section class=\"card jobs\" aria-label=\"jobs\"><div class=\"card-head\"><h2>Jobs<span class=\"count\">")
-        .num(o.total)
+        .num(o.counts.total)
         .raw("</span>");
     if archived > 0 {
         h.raw(

@@ -200,30 +200,30 @@ fn overall(h: &mut Html, app: &App, now: u64) {
     .raw("></div><div class=\"seg running\"")
     .attrf("style", format_args!("width:{running_share:.2}%"))
     .raw("></div></div><div id=\"overall-text\" class=\"stats\"><span><b>")
-    .num(o.done)
+    .num(o.counts.done)
     .raw("</b>")
-    .textf(format_args!(" / {} done", o.total))
+    .textf(format_args!(" / {} done", o.counts.total))
     .raw("</span>");
     h.raw("<span")
-        .class(&[("bad", o.failed > 0)])
+        .class(&[("bad", o.counts.failed > 0)])
         .raw("><b>")
-        .num(o.failed)
+        .num(o.counts.failed)
         .raw("</b> failed</span><span><b>")
-        .num(o.running)
+        .num(o.counts.running)
         .raw("</b> running</span><span><b>")
-        .num(o.queued)
+        .num(o.counts.queued)
         .raw("</b> queued</span>");
-    if o.cancelled > 0 {
+    if o.counts.cancelled > 0 {
         h.raw("<span><b>")
-            .num(o.cancelled)
+            .num(o.counts.cancelled)
             .raw("</b> cancelled</span>");
     }
     h.raw("<span id=\"eta\">");
     match o.eta_ms {
-        Some(ms) if o.finished() < o.total => {
+        Some(ms) if o.finished() < o.counts.total => {
             h.raw("ETA ").text(&format_duration(ms));
         }
-        _ if o.total > 0 && o.finished() == o.total => {
+        _ if o.counts.total > 0 && o.finished() == o.counts.total => {
             h.raw("all finished");
         }
         _ => {
