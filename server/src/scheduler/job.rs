@@ -58,8 +58,9 @@ impl Job {
 /// docs/benchmarks.md) and its target's canonical text (the key of its queue
 /// and of the open-target counts, formatted ~4 times per job before). Not
 /// state: never stored, and equal to any other, so a job loaded from its row
-/// equals the same job in memory. Both leave out name, budget and tuner, the
-/// only parts of a workload the scheduler ever changes.
+/// equals the same job in memory. Both stay true for the job's life: a job's
+/// workload never changes once submitted (the scheduler changes only the
+/// copy it sends with an `assign`, for the budget left).
 ///
 /// [`Workload::content_key`]: tunefleet_shared::workload::Workload::content_key
 #[derive(Clone, Debug, Default)]

@@ -18,7 +18,8 @@ use tunefleet_shared::target::Target;
 
 use crate::models::{ModelRun, Round, Task};
 
-/// The `data` column, written (borrowed, no copies but the task list).
+/// The `data` column, written (borrowed; only the task and round lists,
+/// and each round's job id, are built for it).
 #[derive(Serialize)]
 pub(super) struct ModelRowOut<'a> {
     name: &'a str,
