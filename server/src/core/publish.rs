@@ -121,11 +121,13 @@ impl Core {
                             let worker = worker_json(view);
                             self.worker_json
                                 .insert(view.session.clone(), worker.clone());
+                            // Fresh: the next snapshot need not write it again.
+                            self.stale_worker_json.remove(&session);
                             Some(worker_event_json("worker_updated", &worker))
                         } else {
+                            self.stale_worker_json.insert(session);
                             None
                         };
-                        self.stale_worker_json.insert(session);
                         let change = FleetEvent::WorkerChanged {
                             change: WorkerChange::of(view),
                         };

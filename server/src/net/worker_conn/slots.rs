@@ -94,7 +94,7 @@ impl Slots {
     /// Notes what the core sent `session`: an `assign` fills its slot, a
     /// `cancel` empties it (the worker then asks again).
     pub(super) fn sent(&mut self, session: SessionId, msg: &MasterMessage) {
-        let Some(slot) = self.slots.iter_mut().find(|s| s.session == session) else {
+        let Some(slot) = self.slot_mut(session) else {
             return;
         };
         match msg {
@@ -119,7 +119,7 @@ impl Slots {
         now: Instant,
         interval: std::time::Duration,
     ) -> Option<WorkerInput> {
-        let Some(slot) = self.slots.iter_mut().find(|s| s.session == session) else {
+        let Some(slot) = self.slot_mut(session) else {
             return Some(progress);
         };
         if now < slot.next_progress {
@@ -133,11 +133,11 @@ impl Slots {
     /// A held-back progress report of `session`'s slot, to send before its
     /// next other message (keeping the order).
     pub(super) fn take_held(&mut self, session: SessionId) -> Option<WorkerInput> {
-        self.slots
-            .iter_mut()
-            .find(|s| s.session == session)?
-            .held_progress
-            .take()
+        self.slot_mut(session)?.held_progress.take()
+    }
+
+    fn slot_mut(&mut self, session: SessionId) -> Option<&mut Slot> {
+        self.slots.iter_mut().find(|s| s.session == session)
     }
 
     /// When the earliest held-back report may go, if any is held.
