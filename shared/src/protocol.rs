@@ -39,6 +39,7 @@ pub use views::{
 };
 pub use worker::{
     JobResult, MasterMessage, TuningRecord, WorkerHello, WorkerMessage, MAX_WORKER_SLOTS,
+    WORKER_SLOTS,
 };
 
 /// Bumped on any incompatible change to the messages below.

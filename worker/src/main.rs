@@ -296,7 +296,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.backoff_max_ms < cli.backoff_initial_ms {
         bail!("--backoff-max-ms must not be smaller than --backoff-initial-ms");
     }
-    if !(1..=tunefleet_shared::protocol::MAX_WORKER_SLOTS).contains(&cli.slots) {
+    if !tunefleet_shared::protocol::WORKER_SLOTS.contains(&cli.slots) {
         bail!(
             "--slots {}: must be between 1 and {}",
             cli.slots,

@@ -28,7 +28,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio_tungstenite::Connector;
 use tracing::{debug, info, warn};
-use tunefleet_shared::protocol::{ErrorCode, MasterMessage, WorkerMessage, MAX_WORKER_SLOTS};
+use tunefleet_shared::protocol::{ErrorCode, MasterMessage, WorkerMessage, WORKER_SLOTS};
 
 use crate::backend::JobSpec;
 use crate::connection::{tls_connector, CloseInfo, Connection, ConnectionError};
@@ -63,7 +63,7 @@ pub async fn run_worker(
             reason: "no master URL given".into(),
         });
     }
-    if !(1..=MAX_WORKER_SLOTS).contains(&config.slots) {
+    if !WORKER_SLOTS.contains(&config.slots) {
         return Err(WorkerError::InvalidSlots(config.slots));
     }
     let tls = if urls.iter().any(|url| url.starts_with("wss://")) {

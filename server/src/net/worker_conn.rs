@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 use tunefleet_shared::protocol::{
     close_code, ErrorCode, MasterMessage, WorkerHello, WorkerMessage, MAX_WORKER_SLOTS,
-    PROTOCOL_VERSION,
+    PROTOCOL_VERSION, WORKER_SLOTS,
 };
 use tunefleet_shared::secrets_equal;
 
@@ -338,7 +338,7 @@ async fn handshake(conn: &mut Connection, state: &AppState) -> Option<WorkerHell
         .await;
         return None;
     }
-    if !(1..=MAX_WORKER_SLOTS).contains(&hello.slot_count()) {
+    if !WORKER_SLOTS.contains(&hello.slot_count()) {
         let reason = format!(
             "slots must be 1 to {MAX_WORKER_SLOTS}, not {}",
             hello.slot_count()

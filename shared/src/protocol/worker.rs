@@ -72,6 +72,10 @@ pub struct WorkerHello {
 /// Most jobs one worker connection may hold at once (`register`'s `slots`).
 pub const MAX_WORKER_SLOTS: u32 = 64;
 
+/// The `slots` a worker may register with: the one bound the master, the
+/// worker and the bench check.
+pub const WORKER_SLOTS: std::ops::RangeInclusive<u32> = 1..=MAX_WORKER_SLOTS;
+
 /// Worker → master. `Debug` redacts the tokens.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]

@@ -109,13 +109,7 @@ fn parse_args() -> anyhow::Result<Args> {
             other => bail!("unknown flag {other}\n\n{USAGE}"),
         }
     }
-    if !(1..=tunefleet_shared::protocol::MAX_WORKER_SLOTS).contains(&args.slots) {
-        bail!(
-            "--slots {}: a worker holds 1 to {} jobs at once",
-            args.slots,
-            tunefleet_shared::protocol::MAX_WORKER_SLOTS
-        );
-    }
+    check_slots(args.slots)?;
     // A round is one submit, so it cannot hold more than one file may.
     if !(1..=MAX_WORKLOADS_PER_FILE).contains(&args.jobs) {
         bail!(
@@ -265,6 +259,17 @@ fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
     xs[i]
 }
 
+/// `--slots N` of the fleet bench and of `chaos`: what a worker may register with.
+fn check_slots(slots: u32) -> anyhow::Result<()> {
+    if !tunefleet_shared::protocol::WORKER_SLOTS.contains(&slots) {
+        bail!(
+            "--slots {slots}: a worker holds 1 to {} jobs at once",
+            tunefleet_shared::protocol::MAX_WORKER_SLOTS
+        );
+    }
+    Ok(())
+}
+
 /// `tunefleet-bench chaos [--jobs N] [--workers W] [--slots S] [--master-restarts R]
 /// [--sim-seconds S] [--seed X] [--timeout-s T]`: see `tunefleet_tests::chaos`.
 async fn chaos_main() -> anyhow::Result<()> {
@@ -292,13 +297,7 @@ async fn chaos_main() -> anyhow::Result<()> {
             other => bail!("unknown flag {other} (chaos flags: --jobs --workers --slots --master-restarts --sim-seconds --seed --timeout-s)"),
         }
     }
-    if !(1..=tunefleet_shared::protocol::MAX_WORKER_SLOTS).contains(&config.slots) {
-        bail!(
-            "--slots {}: a worker holds 1 to {} jobs at once",
-            config.slots,
-            tunefleet_shared::protocol::MAX_WORKER_SLOTS
-        );
-    }
+    check_slots(config.slots)?;
     let dir = tempfile::tempdir()?;
     println!("chaos: {config:?}");
     let report = run(&config, dir.path()).await;
