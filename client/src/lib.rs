@@ -47,6 +47,7 @@ mod commands;
 mod errors;
 #[cfg(feature = "logging")]
 pub mod logging;
+pub mod repo_files;
 mod subscription;
 mod tls;
 

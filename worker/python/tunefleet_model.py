@@ -253,9 +253,14 @@ def _constant_value(name: str, inits: dict, const_nodes: dict):
     return None
 
 
-def materialize(model, seed: int, input_shapes: dict):
+def materialize(model, seed: int, input_shapes: dict, random_weights: bool = True):
     """Materializes `model` in place (see the module docstring) and returns
-    (inputs, weight_names). Raises JobError for user errors."""
+    (inputs, weight_names). Raises JobError for user errors.
+
+    `random_weights=False` (`tunefleet compile`, the user's own file): the
+    weights are the model's own; `ConstantOfShape` stays what it is (the
+    frontend folds it into a constant), and an initializer without data
+    means the file is a stripped upload, not the model: an error."""
     import numpy as np
     from onnx import helper, numpy_helper
 
@@ -272,7 +277,7 @@ def materialize(model, seed: int, input_shapes: dict):
     # (b) ConstantOfShape of a constant shape with a float value -> random initializer.
     new_nodes = []
     for node in graph.node:
-        if node.op_type == "ConstantOfShape" and node.input and node.output:
+        if random_weights and node.op_type == "ConstantOfShape" and node.input and node.output:
             value = next((a.t for a in node.attribute if a.name == "value"), None)
             elem = value.data_type if value is not None else 1  # default: float32 zeros
             shape = _constant_value(node.input[0], inits, const_nodes)
@@ -292,6 +297,10 @@ def materialize(model, seed: int, input_shapes: dict):
     for t in list(graph.initializer):
         if _has_data(t) or _numel(t.dims) == 0:
             continue
+        if not random_weights:
+            raise JobError(
+                f"initializer `{t.name}` (dims {list(t.dims)}) has no data: this file has no weights "
+                "(a graph stripped for upload?); compile the original model file")
         if t.data_type not in floats:
             raise JobError(
                 f"initializer `{t.name}` ({helper.tensor_dtype_to_string(t.data_type)}, dims {list(t.dims)}) "
@@ -395,22 +404,47 @@ def _check_ops(graph) -> None:
 
 
 def _decode_model(job: dict):
+    """The job's model: `model_path` (a file on this machine: `tunefleet
+    compile` reads the user's model with its weights, ResNet-50's 100 MB need
+    not be copied into the job) or `model_b64` (a worker's job)."""
     import onnx
 
-    b64 = job.get("model_b64")
-    if not isinstance(b64, str) or not b64:
-        raise JobError("job has no `model_b64` string")
-    try:
-        raw = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError) as err:
-        raise JobError(f"model_b64 is not valid base64: {err}") from err
+    path = job.get("model_path")
+    if path is not None:
+        if not isinstance(path, str) or not path:
+            raise JobError("job field `model_path` must be a file path")
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as err:
+            raise JobError(f"cannot read the model {path}: {err.strerror or err}") from err
+        where = f"{path}: "
+    else:
+        b64 = job.get("model_b64")
+        if not isinstance(b64, str) or not b64:
+            raise JobError("job has no `model_b64` string")
+        try:
+            raw = base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise JobError(f"model_b64 is not valid base64: {err}") from err
+        where = ""
     try:
         model = onnx.load_from_string(raw)
     except Exception as err:  # noqa: BLE001  (protobuf DecodeError and friends)
-        raise JobError(f"not an ONNX model: {tt._shorten(str(err)) or type(err).__name__}") from err
+        raise JobError(f"{where}not an ONNX model: {tt._shorten(str(err)) or type(err).__name__}") from err
     if not model.HasField("graph") or len(model.graph.node) == 0 or not model.opset_import:
-        raise JobError("not an ONNX model: no graph (or no nodes / opset) in the file")
+        raise JobError(f"{where}not an ONNX model: no graph (or no nodes / opset) in the file")
     return model
+
+
+def _weights_mode(job: dict) -> str:
+    """`random` (a worker's job: seeded random weights, passed as arguments)
+    or `bound` (`tunefleet compile`: the model's own weights, compiled in as
+    constants, so the library runs with the inputs alone)."""
+    mode = job.get("weights", "random")
+    if mode not in ("random", "bound"):
+        raise JobError(f"job field `weights` must be \"random\" or \"bound\", got {mode!r}")
+    return mode
 
 
 def _target_num_cores(target_json: dict) -> int:
@@ -440,15 +474,21 @@ def prepare_model(job: dict) -> Prepared:
     target_json = job.get("target")
     target, target_json = tt.make_target(target_json)
     seed = tt._int_field(job, "seed", 0, lo=0)
+    bound = _weights_mode(job) == "bound"
     model = _decode_model(job)
-    inputs, weight_names = materialize(model, seed, job.get("input_shapes") or {})
+    inputs, weight_names = materialize(model, seed, job.get("input_shapes") or {}, random_weights=not bound)
+    if bound:
+        weight_names = []  # compiled in as constants: `main` takes the inputs alone
     _check_ops(model.graph)
     timings["materialize_s"] = round(time.monotonic() - t, 3)
 
     t = time.monotonic()
     shape_dict = {i["name"]: i["shape"] for i in inputs}
     try:
-        mod = from_onnx(model, shape_dict=shape_dict, keep_params_in_input=True)
+        # Bound weights fold into the same fused PrimFuncs (the constants are
+        # arguments of each call_tir), so records of a run extracted with
+        # weights as inputs apply; only weight-only reshapes fold away.
+        mod = from_onnx(model, shape_dict=shape_dict, keep_params_in_input=not bound)
     except tvm.error.OpNotImplemented as err:
         raise JobError(f"unsupported ONNX operator: {tt._shorten(str(err))}") from err
     except Exception as err:  # noqa: BLE001
@@ -719,10 +759,16 @@ def _as_list(out) -> list:
     return [np.asarray(out)]
 
 
-def _median_time(fn, repeat: int) -> float:
+def _median_time(fn, repeat: int, budget_s: float = 20.0) -> float:
+    """Median of up to `repeat` timed calls after a warm-up; stops early (after
+    at least 3) once `budget_s` is spent, so an untuned ResNet-50 (seconds a
+    call) does not take minutes to time."""
     fn()  # warm-up
     times = []
-    for _ in range(repeat):
+    start = time.perf_counter()
+    for k in range(repeat):
+        if k >= 3 and time.perf_counter() - start > budget_s:
+            break
         s = time.perf_counter()
         fn()
         times.append(time.perf_counter() - s)
@@ -788,8 +834,16 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
         p = os.path.join(work_dir, stale)
         if os.path.exists(p):
             os.remove(p)
-    task_names = _write_database(work_dir, job.get("tasks") or [])
-    db = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
+    db_dir = job.get("database_dir")
+    if db_dir is not None:
+        # `tunefleet compile`: the run's database as the master exported it.
+        if not isinstance(db_dir, str) or not os.path.isdir(db_dir):
+            raise JobError(f"job field `database_dir` must be a directory, got {db_dir!r}")
+        task_names = []
+        db = ms.database.JSONDatabase(work_dir=db_dir, module_equality="structural")
+    else:
+        task_names = _write_database(work_dir, job.get("tasks") or [])
+        db = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
 
     t = time.monotonic()
     tuned_mod, stats = apply_database(prep.mod, db, prep.target)
@@ -811,11 +865,16 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
         traceback.print_exc(file=sys.stderr)
         raise JobError(f"building the tuned model failed: {type(err).__name__}: {tt._shorten(str(err))}") from err
     prep.timings["build_tuned_s"] = round(time.monotonic() - t, 3)
-    lib_path = os.path.join(work_dir, "model.so")
+    lib_path = job.get("out") or os.path.join(work_dir, "model.so")
+    if not isinstance(lib_path, str):
+        raise JobError("job field `out` must be a file path")
     t = time.monotonic()
     tmp = lib_path + ".tmp.so"
-    tuned_ex.export_library(tmp)
-    os.replace(tmp, lib_path)
+    try:
+        tuned_ex.export_library(tmp)
+        os.replace(tmp, lib_path)
+    except OSError as err:
+        raise JobError(f"cannot write the library {lib_path}: {err.strerror or err}") from err
     prep.timings["export_s"] = round(time.monotonic() - t, 3)
     t = time.monotonic()
     try:
@@ -880,6 +939,10 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
                       "rule": "|tvm - onnxruntime| <= atol + rtol*|onnxruntime|, "
                               "atol = 1e-4 * max|onnxruntime output| (per output)"},
         "latency_s": {"untuned": lat_untuned, "tuned": lat_tuned, "onnxruntime": lat_ort},
+        "weights": _weights_mode(job),
+        "target": prep.target_json,
+        "host_cpu": _host_cpu(),
+        "records": len(db.get_all_tuning_records()),
         "repeat": repeat,
         "library": os.path.abspath(lib_path),
         "library_bytes": os.path.getsize(lib_path),
@@ -888,6 +951,16 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
         "outputs": prep.outputs,
         "timings": prep.timings,
     }
+
+
+def _host_cpu() -> str | None:
+    """LLVM's name for this machine's CPU (what `mcpu` must be for the code to run well)."""
+    import tvm
+
+    try:
+        return str(tvm.target.codegen.llvm_get_system_cpu())
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:

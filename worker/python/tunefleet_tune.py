@@ -737,6 +737,111 @@ def _check_tracker(rpc_config) -> None:
               file=sys.stderr)
 
 
+# --------------------------------------------------------------------------
+# Builders and runners (kept across jobs by the long-lived driver)
+# --------------------------------------------------------------------------
+
+#: Builders and runners by their settings. The long-lived driver
+#: (tunefleet_driver.py) sets KEEP_POOLS, so job after job reuses them
+#: instead of starting Python worker processes (each imports TVM) again.
+KEEP_POOLS = False
+_POOLS: dict = {}
+
+#: A kept builder restarts its pool after this many batches: TVM's own
+#: LocalBuilder restarts it every batch because popen workers leak memory
+#: over many builds; a bounded reuse keeps the saving and bounds the leak.
+BUILDER_POOL_BATCHES = 32
+
+
+def _kept(key, make):
+    if not KEEP_POOLS:
+        return make()
+    obj = _POOLS.get(key)
+    if obj is None:
+        obj = _POOLS[key] = make()
+    return obj
+
+
+def _runner(ms, job: dict, run_timeout: int):
+    rpc = job.get("rpc")
+    if rpc is not None:
+        if not isinstance(rpc, dict):
+            raise JobError("job field `rpc` must be null or an object")
+        missing = [k for k in ("tracker_host", "tracker_port", "key") if rpc.get(k) in (None, "")]
+        if missing:
+            raise JobError(f"rpc config is missing {', '.join(missing)}")
+        rpc_config = ms.runner.RPCConfig(
+            tracker_host=str(rpc["tracker_host"]),
+            tracker_port=int(rpc["tracker_port"]),
+            tracker_key=str(rpc["key"]),
+            session_timeout_sec=int(rpc.get("session_timeout_s") or 60),
+        )
+        _check_tracker(rpc_config)
+        return ms.runner.RPCRunner(rpc_config=rpc_config, max_workers=1)
+    number = job.get("number")
+    repeat = job.get("repeat")
+    if number is not None or repeat is not None:
+        number, repeat = _int_field(job, "number", 1), _int_field(job, "repeat", 1)
+
+        def make():
+            evaluator = ms.runner.EvaluatorConfig(number=number, repeat=repeat)
+            return ms.runner.LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator)
+
+        return _kept(("runner", run_timeout, number, repeat), make)
+    return _kept(("runner", run_timeout), lambda: ms.runner.LocalRunner(timeout_sec=run_timeout))
+
+
+def _builder(ms, built, max_workers: int, build_timeout: int):
+    f_build = None
+    if built.target_json.get("kind") == "llvm" and not os.environ.get("TUNEFLEET_FULL_TENSOR_INTRIN"):
+        f_build = cpu_build
+        if __name__ != "__main__":  # imported: ship cpu_build to the workers by value
+            import cloudpickle
+
+            cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    if not KEEP_POOLS:
+        return ms.builder.LocalBuilder(max_workers=max_workers, timeout_sec=build_timeout, f_build=f_build)
+    return _kept(("builder", max_workers, build_timeout, f_build is None),
+                 lambda: _kept_builder(ms, max_workers, build_timeout, f_build))
+
+
+def _kept_builder(ms, max_workers: int, build_timeout: int, f_build):
+    """A LocalBuilder whose pool of build processes lives across batches (and
+    jobs), restarted every BUILDER_POOL_BATCHES batches."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import local_builder as lb
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    # TVM's FFI objects are subclassed through the undecorated class (`_cls`).
+    @derived_object
+    class KeptPoolBuilder(ms.builder.LocalBuilder._cls):
+        def build(self, build_inputs):
+            pool = getattr(self, "_tunefleet_pool", None)
+            uses = getattr(self, "_tunefleet_uses", 0)
+            if pool is None or uses >= BUILDER_POOL_BATCHES:
+                if pool is not None:
+                    pool.shutdown()
+                pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec,
+                                         initializer=self.initializer)
+                self._tunefleet_pool, uses = pool, 0
+            self._tunefleet_uses = uses + 1
+            args = [(self.f_build, self.f_export, bi.mod, bi.target, lb._serialize_params(bi.params))
+                    for bi in build_inputs]
+            results = []
+            for res in pool.map_with_error_catching(lambda x: lb._worker_func(*x), args):
+                if res.status == lb.StatusKind.COMPLETE:
+                    results.append(ms.builder.BuilderResult(res.value, None))
+                elif res.status == lb.StatusKind.TIMEOUT:
+                    results.append(ms.builder.BuilderResult(
+                        None, f"LocalBuilder: Timeout, killed after {self.timeout_sec} seconds"))
+                else:
+                    results.append(ms.builder.BuilderResult(
+                        None, "LocalBuilder: An exception occurred\n" + str(res.value)))
+            return results
+
+    return KeptPoolBuilder(max_workers=max_workers, timeout_sec=build_timeout, f_build=f_build)
+
+
 def _export(tvm, mod, target, path: str) -> None:
     tmp = path + ".tmp.so"
     tvm.compile(mod, target=target).export_library(tmp)
@@ -768,40 +873,8 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
     if strategy not in _STRATEGIES:
         raise JobError(f"unknown strategy {strategy!r} (known: {', '.join(_STRATEGIES)})")
 
-    rpc = job.get("rpc")
-    if rpc is not None:
-        if not isinstance(rpc, dict):
-            raise JobError("job field `rpc` must be null or an object")
-        missing = [k for k in ("tracker_host", "tracker_port", "key") if rpc.get(k) in (None, "")]
-        if missing:
-            raise JobError(f"rpc config is missing {', '.join(missing)}")
-        rpc_config = ms.runner.RPCConfig(
-            tracker_host=str(rpc["tracker_host"]),
-            tracker_port=int(rpc["tracker_port"]),
-            tracker_key=str(rpc["key"]),
-            session_timeout_sec=int(rpc.get("session_timeout_s") or 60),
-        )
-        _check_tracker(rpc_config)
-        runner = ms.runner.RPCRunner(rpc_config=rpc_config, max_workers=1)
-    else:
-        number = job.get("number")
-        repeat = job.get("repeat")
-        if number is not None or repeat is not None:
-            evaluator = ms.runner.EvaluatorConfig(
-                number=_int_field(job, "number", 1), repeat=_int_field(job, "repeat", 1)
-            )
-            runner = ms.runner.LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator)
-        else:
-            runner = ms.runner.LocalRunner(timeout_sec=run_timeout)
-
-    f_build = None
-    if built.target_json.get("kind") == "llvm" and not os.environ.get("TUNEFLEET_FULL_TENSOR_INTRIN"):
-        f_build = cpu_build
-        if __name__ != "__main__":  # imported: ship cpu_build to the workers by value
-            import cloudpickle
-
-            cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    builder = ms.builder.LocalBuilder(max_workers=max_workers, timeout_sec=build_timeout, f_build=f_build)
+    runner = _runner(ms, job, run_timeout)
+    builder = _builder(ms, built, max_workers, build_timeout)
 
     proto.emit({"event": "started", "tvm_version": tvm.__version__, "trials_total": trials})
 
@@ -826,6 +899,7 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
     callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
     callbacks.append(_make_progress_callback(ms, proto, trials, state))
 
+    tune_start = time.monotonic()
     db = ms.tune_tir(
         built.mod,
         built.target,
@@ -840,6 +914,9 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
         num_tuning_cores=max_workers,
         seed=seed,
     )
+    # MetaSchedule's own time (search, build, measure): the rest of a round's
+    # wall time is the fleet's overhead (docs/benchmarks.md).
+    tune_s = time.monotonic() - tune_start
 
     # Read back exactly what MetaSchedule wrote.
     wl_lines = _read_json_lines(os.path.join(work_dir, "database_workload.json"))
@@ -869,19 +946,24 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
         detail = f" (first error: {_summarise_error(state['first_error'])})" if state["first_error"] else ""
         raise JobError(f"no valid measurement in {measured} trials{detail}")
 
-    tuned_path = os.path.join(work_dir, "tuned.so")
-    ref_path = os.path.join(work_dir, "reference.so")
-    sch = ms.tir_integration.compile_tir(db, built.mod, built.target)
-    if sch is None:
-        raise JobError("the database holds no applicable record for the tuned workload")
-    try:
-        _export(tvm, sch.mod, built.target, tuned_path)
-    except Exception as err:  # noqa: BLE001
-        raise JobError(f"building the tuned library failed: {_shorten(str(err))}") from err
-    try:
-        _export(tvm, built.mod, built.target, ref_path)
-    except Exception as err:  # noqa: BLE001
-        raise JobError(f"building the reference library failed: {_shorten(str(err))}") from err
+    # `check_kernel: false` (a model's round): the whole model is compared
+    # with onnxruntime when it is compiled, so the two libraries the worker
+    # would check this kernel with are not built (seconds a round).
+    tuned_path = ref_path = None
+    if job.get("check_kernel", True) is not False:
+        tuned_path = os.path.join(work_dir, "tuned.so")
+        ref_path = os.path.join(work_dir, "reference.so")
+        sch = ms.tir_integration.compile_tir(db, built.mod, built.target)
+        if sch is None:
+            raise JobError("the database holds no applicable record for the tuned workload")
+        try:
+            _export(tvm, sch.mod, built.target, tuned_path)
+        except Exception as err:  # noqa: BLE001
+            raise JobError(f"building the tuned library failed: {_shorten(str(err))}") from err
+        try:
+            _export(tvm, built.mod, built.target, ref_path)
+        except Exception as err:  # noqa: BLE001
+            raise JobError(f"building the reference library failed: {_shorten(str(err))}") from err
 
     return {
         "event": "result",
@@ -892,8 +974,9 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
         "flops": built.flops,
         "records": [{"latency_s": mean, "record": rec} for mean, rec in fresh_scored[:nbest]],
         "workload": wl_lines[wl_index],
-        "tuned_lib": os.path.abspath(tuned_path),
-        "reference_lib": os.path.abspath(ref_path),
+        "tuned_lib": tuned_path and os.path.abspath(tuned_path),
+        "reference_lib": ref_path and os.path.abspath(ref_path),
+        "tune_s": round(tune_s, 3),
         "entry": "main",
         "args": built.args,
         "outputs": built.outputs,
@@ -952,17 +1035,23 @@ class _ArgParser(argparse.ArgumentParser):
         raise JobError(f"bad arguments: {message}")
 
 
+def new_protocol() -> Protocol:
+    """The protocol stream, with the signal handlers that report on it."""
+    global _PROTOCOL
+    proto = Protocol()
+    _PROTOCOL = proto
+    _install_signal_handlers()
+    return proto
+
+
 def driver_main(run, description: str, failure: str, argv=None, before_import=None) -> int:
     """The shared entry of the drivers (this one and tunefleet_model.py):
     protocol and signal set-up, `--job JOB.json --work-dir DIR`, `import tvm`
     with a clear error, then `run(job, work_dir, proto, t0)`, whose result line
     is emitted; errors become the protocol's `error` line and exit code 1.
     `before_import(job)` runs before TVM is imported (e.g. to set its threads)."""
-    global _PROTOCOL
     t0 = time.monotonic()
-    proto = Protocol()
-    _PROTOCOL = proto
-    _install_signal_handlers()
+    proto = new_protocol()
     try:
         ap = _ArgParser(description=description)
         ap.add_argument("--job", required=True, help="job JSON file")
@@ -974,13 +1063,20 @@ def driver_main(run, description: str, failure: str, argv=None, before_import=No
         except (OSError, ValueError) as err:
             raise JobError(f"cannot read job file {args.job}: {err}") from err
         work_dir = os.path.abspath(args.work_dir)
-        _check_compiler()
+        check_compiler()
         if before_import is not None:
             before_import(job)
     except JobError as err:
         proto.error(str(err))
         return 1
 
+    if not import_tvm(proto):
+        return 1
+    return run_reported(run, job, work_dir, proto, t0, failure)
+
+
+def import_tvm(proto: Protocol) -> bool:
+    """`import tvm` and MetaSchedule; False (after an `error` line) when it fails."""
     # Keep MetaSchedule's console logger at INFO (its DEBUG output is huge);
     # the per-task logs under work_dir/logs still get everything it logs.
     import logging
@@ -992,8 +1088,12 @@ def driver_main(run, description: str, failure: str, argv=None, before_import=No
     except BaseException as err:  # noqa: BLE001  (incl. SystemExit from a broken install)
         traceback.print_exc(file=sys.stderr)
         proto.error(f"cannot import tvm: {type(err).__name__}: {_shorten(str(err))}")
-        return 1
+        return False
+    return True
 
+
+def run_reported(run, job: dict, work_dir: str, proto: Protocol, t0: float, failure: str) -> int:
+    """Runs one job and emits its `result` (0) or `error` line (1)."""
     try:
         result = run(job, work_dir, proto, t0)
     except (JobError, WorkloadError) as err:
@@ -1007,7 +1107,7 @@ def driver_main(run, description: str, failure: str, argv=None, before_import=No
     return 0
 
 
-def _check_compiler() -> None:
+def check_compiler() -> None:
     """TVM links every kernel it measures with a C/C++ compiler; without one,
     every candidate fails to build and the job would end with only "no valid
     measurement". Same search as tvm.support.cc.get_cc (CXX or CC, else the

@@ -332,6 +332,7 @@ impl Worker {
                 nbest,
                 warm_start,
                 tuner,
+                model_round,
             } => {
                 // Tune, compile and measure for the machine that runs the
                 // kernel: what the job leaves open comes from this worker.
@@ -345,6 +346,7 @@ impl Worker {
                     nbest,
                     warm_start,
                     tuner: tuner.map(|t| *t).unwrap_or_default(),
+                    model_round,
                 };
                 Step::Assigned(self.start_job(spec, token))
             }

@@ -26,5 +26,6 @@ pub(crate) fn job(workload: Workload, nbest: u32) -> JobSpec {
         nbest,
         warm_start: None,
         tuner: Default::default(),
+        model_round: false,
     }
 }

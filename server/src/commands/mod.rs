@@ -28,6 +28,7 @@ use tunefleet_shared::protocol::{ErrorCode, JobView};
 // Shared with the web dashboard, which exports the same files in the browser.
 pub use tunefleet_shared::export::{csv_field, csv_line, format_latency, job_gflops};
 
+pub mod compile;
 pub mod export;
 pub mod import;
 pub mod import_lorien;
@@ -206,6 +207,9 @@ pub enum ClientCli {
     Results(results::ResultsArgs),
     /// Write tuning results to a file.
     Export(export::ExportArgs),
+    /// Compile your ONNX model, with its own weights, using a model run's
+    /// records; verify it against onnxruntime and time it on this machine.
+    Compile(compile::CompileArgs),
     /// Seed the farm with records a team already has (a MetaSchedule
     /// database directory; admin token).
     Import(import::ImportArgs),
@@ -227,6 +231,7 @@ impl ClientCli {
             ClientCli::Status(args) => status::run(args).await,
             ClientCli::Results(args) => results::run(args).await,
             ClientCli::Export(args) => export::run(args).await,
+            ClientCli::Compile(args) => compile::run(args).await,
             ClientCli::Import(args) => import::run(args).await,
             ClientCli::ImportLorien(args) => import_lorien::run(args).await,
             ClientCli::Shutdown(args) => shutdown::run(args).await,

@@ -274,6 +274,7 @@ pub(super) fn round_job(
         prior_trials: 0,
         workload_line: task.workload_line.clone(),
         seeded: 0,
+        model_round: true,
     };
     (workload, extras)
 }

@@ -108,6 +108,9 @@ pub struct JobExtras {
     /// Imported records added to the warm start (`tunefleet import`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub seeded: u32,
+    /// A round of a model run's task (sent as the `assign`'s `model_round`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub model_round: bool,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -244,6 +244,7 @@ impl Scheduler {
                     let tuner = job.extras.tuner.over(&job.view.workload.tuner);
                     (!tuner.is_default()).then(|| Box::new(tuner))
                 },
+                model_round: job.extras.model_round,
             },
         });
         out.push(Output::JobChanged(job_id.to_string()));

@@ -137,6 +137,11 @@ pub enum MasterMessage {
         /// Tuner settings of the job's model run; defaults when absent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tuner: Option<Box<TunerSettings>>,
+        /// A round of a model run's task: the model is checked whole against
+        /// onnxruntime when it is compiled, so the worker need not build and
+        /// check the round's kernel on its own (seconds a round).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        model_round: bool,
     },
     /// Stop working on this lease (job cancelled, timed out, or finished elsewhere).
     Cancel {
@@ -256,6 +261,7 @@ impl std::fmt::Debug for MasterMessage {
                 nbest,
                 warm_start,
                 tuner,
+                model_round,
             } => f
                 .debug_struct("Assign")
                 .field("job_id", job_id)
@@ -265,6 +271,7 @@ impl std::fmt::Debug for MasterMessage {
                 .field("nbest", nbest)
                 .field("warm_start", &warm_start.as_ref().map(|w| w.records.len()))
                 .field("tuner", tuner)
+                .field("model_round", model_round)
                 .finish(),
             MasterMessage::Cancel {
                 job_id,

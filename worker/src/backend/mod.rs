@@ -53,6 +53,9 @@ pub struct JobSpec {
     /// Records to seed the search with (a model task's later rounds).
     pub warm_start: Option<Box<WarmStart>>,
     pub tuner: TunerSettings,
+    /// A round of a model run's task: the kernel need not be checked here
+    /// (the assign's `model_round`).
+    pub model_round: bool,
 }
 
 /// One progress report from a running job.

@@ -48,37 +48,32 @@ use super::verify::{Verification, VerifyOptions, VerifyRequest};
 use super::{Backend, JobSpec, ProgressSink, TuneError, TuneFuture};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tunefleet_shared::model::{base64, ModelStage};
 use tunefleet_shared::protocol::JobResult;
 use tunefleet_shared::workload::Op;
 
 mod driver_output;
+mod live;
 mod process;
 mod setup;
 #[cfg(test)]
 mod tests;
 
-use driver_output::{handle_stdout_line, reduction_len, DriverResult, Tail};
-use process::{io_other, wait_exit_no_reap, work_dir_failure, ProcessGroupGuard, WorkDir};
+use driver_output::{reduction_len, DriverResult};
+use live::{JobEnd, LiveDriver, MAX_JOBS_PER_DRIVER};
+use process::{io_other, work_dir_failure, WorkDir};
 use setup::{absolute, find_driver, find_python, probe_tvm, Probe};
 
-/// The whole-model driver (task extraction, compile and verify), next to the
-/// kernel driver.
-pub const MODEL_DRIVER_FILE: &str = "tunefleet_model.py";
 /// Largest compiled model the worker sends back (base64 adds a third).
 const MAX_LIBRARY_BYTES: u64 = 12 * 1024 * 1024;
 
 /// Lines of the driver's stderr kept for error messages.
 pub const STDERR_TAIL_LINES: usize = 50;
-/// The driver script, relative to the repository root.
-pub const DRIVER_RELATIVE_PATH: &str = "worker/python/tunefleet_tune.py";
+/// The long-lived driver script, relative to the repository root.
+pub const DRIVER_RELATIVE_PATH: &str = "worker/python/tunefleet_driver.py";
 /// The Python interpreter, relative to the repository root.
-pub const VENV_PYTHON_RELATIVE_PATH: &str = ".venv/bin/python";
-/// How long the driver may take to exit after its result or error line.
-const EXIT_GRACE: Duration = Duration::from_secs(30);
+pub use tunefleet_client::repo_files::VENV_PYTHON_RELATIVE_PATH;
 /// How long `python -c "import tvm"` may take at start-up.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -179,6 +174,8 @@ pub struct TvmBackend {
     runtime_lib: Option<PathBuf>,
     host_cpu: Option<String>,
     config: TvmConfig,
+    /// The long-lived driver between jobs (`live.rs`); a running job holds it.
+    live: tokio::sync::Mutex<Option<LiveDriver>>,
 }
 
 impl fmt::Debug for TvmBackend {
@@ -233,6 +230,7 @@ impl TvmBackend {
             runtime_lib,
             host_cpu,
             config,
+            live: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -249,11 +247,6 @@ impl TvmBackend {
     /// The driver script in use.
     pub fn driver(&self) -> &Path {
         &self.driver
-    }
-
-    /// The whole-model driver, beside the kernel driver.
-    fn model_driver(&self) -> PathBuf {
-        self.driver.with_file_name(MODEL_DRIVER_FILE)
     }
 
     async fn run(&self, job: JobSpec, progress: ProgressSink) -> Result<JobResult, TuneError> {
@@ -278,6 +271,7 @@ impl TvmBackend {
             "runner_timeout_s": tuner.runner_timeout_s,
             "number": tuner.number,
             "repeat": tuner.repeat,
+            "check_kernel": !job.model_round,
             "rpc": self.config.rpc.as_ref().map(|rpc| serde_json::json!({
                 "tracker_host": rpc.host,
                 "tracker_port": rpc.port,
@@ -297,19 +291,32 @@ impl TvmBackend {
         );
 
         let outcome = self
-            .drive(&self.driver, &job_file, work.path(), &progress)
+            .drive("tune", &job, &job_file, work.path(), &progress)
             .await?;
         let driver_result: DriverResult = serde_json::from_value(outcome?).map_err(|e| {
             TuneError::Failed(format!("tuning driver failed: malformed result event: {e}"))
         })?;
+        let (Some(tuned_lib), Some(reference_lib)) = (
+            driver_result.tuned_lib.clone(),
+            driver_result.reference_lib.clone(),
+        ) else {
+            if !job.model_round {
+                return Err(TuneError::Failed(
+                    "tuning driver failed: its result names no libraries to check".into(),
+                ));
+            }
+            // A model's round: checked whole when the model is compiled.
+            drop(work);
+            return Ok(self.round_result(&job, driver_result, started));
+        };
 
         let mut options = self.config.verify.clone();
         if options.reduction_len.is_none() {
             options.reduction_len = reduction_len(&job.workload);
         }
         let request = VerifyRequest {
-            tuned_lib: driver_result.tuned_lib.clone(),
-            reference_lib: driver_result.reference_lib.clone(),
+            tuned_lib,
+            reference_lib,
             entry: driver_result.entry.clone(),
             args: driver_result.args.clone(),
             outputs: driver_result.outputs.clone(),
@@ -337,6 +344,37 @@ impl TvmBackend {
         );
         drop(work);
         Ok(self.job_result(&job, driver_result, verification, started))
+    }
+
+    /// A model round's result: MetaSchedule's measurement is the latency.
+    fn round_result(&self, job: &JobSpec, driver: DriverResult, started: Instant) -> JobResult {
+        let latency = driver.best_latency_s;
+        let flops = driver
+            .flops
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .or_else(|| job.workload.flops());
+        JobResult {
+            best_latency_s: latency,
+            gflops: flops.map(|f| f / latency / 1e9),
+            records: driver.records,
+            trials: driver.trials,
+            wall_time_s: started.elapsed().as_secs_f64(),
+            backend: self.name().to_string(),
+            tvm_version: Some(
+                driver
+                    .tvm_version
+                    .unwrap_or_else(|| self.tvm_version.clone()),
+            ),
+            extra: serde_json::json!({
+                "workload": driver.workload,
+                "metaschedule_best_latency_s": driver.best_latency_s,
+                "tune_s": driver.tune_s,
+                "verified": false,
+                "warm_start_records": driver.warm_start_records,
+                "warm_start_ignored": driver.warm_start_ignored,
+            }),
+            target: Some(job.workload.target.clone()),
+        }
     }
 
     fn job_result(
@@ -380,153 +418,70 @@ impl TvmBackend {
         }
     }
 
-    /// Runs the driver to its end. The outer error is I/O trouble of our
-    /// own; the inner one is the driver's failure.
+    /// Runs one job on the long-lived driver (started when there is none,
+    /// or when the last one died or served its share). The outer error is
+    /// I/O trouble of our own; the inner one is the driver's failure.
     async fn drive(
         &self,
-        script: &Path,
+        kind: &str,
+        job: &JobSpec,
         job_file: &Path,
         work_dir: &Path,
         progress: &ProgressSink,
     ) -> Result<Result<serde_json::Value, TuneError>, TuneError> {
-        let mut command = tokio::process::Command::new(&self.python);
-        command
-            .arg(script)
-            .arg("--job")
-            .arg(job_file)
-            .arg("--work-dir")
-            .arg(work_dir)
-            .current_dir(work_dir)
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        // If this worker dies without running its destructors (SIGKILL, OOM
-        // killer), the driver gets SIGTERM, on which it kills its own children
-        // and exits. (The signal follows the spawning *thread*; Tokio's worker
-        // threads live as long as the runtime.)
-        let parent = std::process::id();
-        // SAFETY: the closure runs between fork and exec and only calls
-        // async-signal-safe functions (prctl, getppid, _exit).
-        unsafe {
-            command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
+        let mut slot = self.live.lock().await;
+        let mut driver = match slot.take() {
+            Some(driver) if !driver.has_exited() && driver.jobs < MAX_JOBS_PER_DRIVER => driver,
+            stale => {
+                if let Some(old) = stale {
+                    let (status, _) = old.retire().await;
+                    tracing::info!(%status, "replacing the tuning driver");
                 }
-                // The parent may have died before prctl took effect.
-                if u32::try_from(libc::getppid()).ok() != Some(parent) {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
-        let mut child = command.spawn().map_err(|e| {
-            TuneError::Failed(format!(
-                "cannot start the tuning driver {} {}: {e}",
-                self.python.display(),
-                script.display()
-            ))
-        })?;
-        let pid = child
-            .id()
-            .ok_or_else(|| TuneError::Failed("the tuning driver exited at once".into()))?;
-        // Declared after `child`, so dropped before it: the group dies while
-        // the leader is still unreaped.
-        let mut group = ProcessGroupGuard::new(pid);
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let mut out_lines = BufReader::new(stdout).lines();
-        let mut err_lines = BufReader::new(stderr).lines();
-        let mut tail = Tail::new(STDERR_TAIL_LINES);
-
-        // The leader's exit, observed without reaping it (WNOWAIT).
-        let mut leader_exit = Some(tokio::task::spawn_blocking(move || wait_exit_no_reap(pid)));
-        let (mut stdout_open, mut stderr_open) = (true, true);
-        let mut final_event: Option<Result<serde_json::Value, String>> = None;
-        // Once the result (or error) is in, the driver has this long to exit.
-        let grace = tokio::time::sleep(Duration::from_secs(365 * 24 * 3600));
-        tokio::pin!(grace);
-        let mut grace_armed = false;
-        while stdout_open || stderr_open {
-            tokio::select! {
-                line = out_lines.next_line(), if stdout_open => match line? {
-                    Some(line) => {
-                        if let Some(event) = handle_stdout_line(&line, progress, &mut tail) {
-                            final_event = Some(event);
-                            if !grace_armed {
-                                grace_armed = true;
-                                grace.as_mut().reset(tokio::time::Instant::now() + EXIT_GRACE);
-                            }
-                        }
-                    }
-                    None => stdout_open = false,
-                },
-                () = &mut grace, if grace_armed => {
-                    tracing::warn!(
-                        "the tuning driver did not exit within {EXIT_GRACE:?} of its last event; killing it"
-                    );
-                    grace_armed = false;
-                    group.kill();
-                }
-                line = err_lines.next_line(), if stderr_open => match line {
-                    Ok(Some(line)) => {
-                        tracing::debug!(target: "tunefleet_worker::tvm_driver", "{line}");
-                        tail.push(line);
-                    }
-                    Ok(None) | Err(_) => stderr_open = false,
-                },
-                exited = async { leader_exit.as_mut().expect("guarded").await }, if leader_exit.is_some() => {
-                    leader_exit = None;
-                    if let Err(e) = exited.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
-                        tracing::warn!(error = %e, "cannot wait for the tuning driver");
-                    }
-                    // Stragglers (pool workers) may hold our pipes open; with
-                    // the leader gone they have nothing left to do.
-                    group.kill();
-                }
+                LiveDriver::spawn(&self.python, &self.driver, &self.work_root()?)?
             }
-        }
-        if let Some(mut exit) = leader_exit.take() {
-            // The driver closed its output but has not exited yet.
-            if tokio::time::timeout(EXIT_GRACE, &mut exit).await.is_err() {
-                tracing::warn!("the tuning driver closed its output but did not exit; killing it");
-                group.kill();
-                let _ = exit.await;
-            }
-        }
-        group.kill();
-        group.disarm();
-        let status = child.wait().await?;
-
-        let stderr_tail = tail.text();
-        let failure = |message: String| {
+        };
+        let request = serde_json::json!({
+            "kind": kind,
+            "job": job_file,
+            "work_dir": work_dir,
+            "threads": job.workload.target.attrs().get("num-cores").and_then(serde_json::Value::as_u64),
+        });
+        let failure = |message: String, (lines, tail): (usize, String)| {
             let mut text = format!("tuning driver failed: {message}");
-            if !stderr_tail.is_empty() {
+            if !tail.is_empty() {
                 text.push_str(&format!(
-                    "\n--- driver stderr (last {} lines) ---\n{stderr_tail}",
-                    tail.len()
+                    "\n--- driver stderr (last {lines} lines) ---\n{tail}"
                 ));
             }
             TuneError::Failed(text)
         };
-        Ok(match final_event {
-            Some(Ok(result)) => {
-                if !status.success() {
-                    // The result is complete and is verified independently
-                    // next; a crash while the interpreter shuts down must not
-                    // throw the work away.
-                    tracing::warn!(%status, "the tuning driver sent a result but exited badly");
-                }
+        Ok(match driver.run_job(&request, progress).await? {
+            JobEnd::Finished(Ok(result)) => {
+                *slot = Some(driver);
                 Ok(result)
             }
-            Some(Err(message)) => Err(failure(message)),
-            None if status.success() => Err(failure(
-                "it exited without reporting a result or an error".into(),
-            )),
-            None => Err(failure(format!("it exited with {status} without a result"))),
+            JobEnd::Finished(Err(message)) => {
+                let tail = driver.stderr_tail();
+                *slot = Some(driver);
+                Err(failure(message, tail))
+            }
+            JobEnd::Died(how) => {
+                let (status, tail) = driver.retire().await;
+                Err(failure(format!("{how} (exit status: {status})"), tail))
+            }
         })
+    }
+
+    /// Where the driver stays between jobs (the jobs' own directories are
+    /// made under it too).
+    fn work_root(&self) -> Result<PathBuf, TuneError> {
+        let root = self
+            .config
+            .work_root
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&root).map_err(|e| work_dir_failure(&root, e))?;
+        Ok(absolute(&root))
     }
 }
 
@@ -560,17 +515,9 @@ impl TvmBackend {
             serde_json::to_vec_pretty(&job_json).map_err(io_other)?,
         )
         .map_err(|e| work_dir_failure(&job_file, e))?;
-        let script = self.model_driver();
-        if !script.is_file() {
-            return Err(TuneError::Failed(format!(
-                "the model driver {} is missing (it ships beside {})",
-                script.display(),
-                self.driver.display()
-            )));
-        }
         tracing::info!(job_id = %job.job_id, mode, work_dir = %work.path().display(), "starting the model driver");
         let mut value = self
-            .drive(&script, &job_file, work.path(), &progress)
+            .drive("model", job, &job_file, work.path(), &progress)
             .await??;
         let object = value
             .as_object_mut()

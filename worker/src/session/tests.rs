@@ -135,6 +135,7 @@ fn assign(workload: Workload, lease: Lease, nbest: u32) -> MasterMessage {
         nbest,
         warm_start: None,
         tuner: None,
+        model_round: false,
     }
 }
 

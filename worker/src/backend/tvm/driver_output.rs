@@ -52,8 +52,15 @@ pub(super) struct DriverResult {
     pub(super) records: Vec<TuningRecord>,
     #[serde(default)]
     pub(super) workload: serde_json::Value,
-    pub(super) tuned_lib: PathBuf,
-    pub(super) reference_lib: PathBuf,
+    /// The libraries to check the kernel with; none for a model's round
+    /// (`check_kernel: false`).
+    #[serde(default)]
+    pub(super) tuned_lib: Option<PathBuf>,
+    #[serde(default)]
+    pub(super) reference_lib: Option<PathBuf>,
+    /// MetaSchedule's own time in the job (search, build, measure).
+    #[serde(default)]
+    pub(super) tune_s: Option<f64>,
     #[serde(default = "default_entry")]
     pub(super) entry: String,
     pub(super) args: Vec<ArgSpec>,

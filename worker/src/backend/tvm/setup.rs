@@ -5,54 +5,17 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use super::{TvmSetupError, DRIVER_RELATIVE_PATH, PROBE_TIMEOUT, VENV_PYTHON_RELATIVE_PATH};
+use super::{TvmSetupError, DRIVER_RELATIVE_PATH, PROBE_TIMEOUT};
 
 pub(super) fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Directories to search for repository-relative files: the current
-/// directory and its parents, then the executable's directory's grandparent
-/// (`target/debug/..`/..) and its parents.
-pub(super) fn search_roots() -> Vec<PathBuf> {
-    let mut roots = Vec::new();
-    if let Ok(cwd) = std::env::current_dir() {
-        roots.extend(cwd.ancestors().map(Path::to_path_buf));
-    }
-    if let Some(exe_dir) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf))
-    {
-        let start = exe_dir.parent().and_then(Path::parent).unwrap_or(&exe_dir);
-        for dir in start.ancestors() {
-            if !roots.iter().any(|r| r == dir) {
-                roots.push(dir.to_path_buf());
-            }
-        }
-    }
-    roots
-}
-
-pub(super) fn find_python() -> PathBuf {
-    search_roots()
-        .into_iter()
-        .map(|root| root.join(VENV_PYTHON_RELATIVE_PATH))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| PathBuf::from("python3"))
-}
+pub(super) use tunefleet_client::repo_files::find_python;
 
 pub(super) fn find_driver() -> Result<PathBuf, TvmSetupError> {
-    let candidates: Vec<PathBuf> = search_roots()
-        .into_iter()
-        .map(|root| root.join(DRIVER_RELATIVE_PATH))
-        .collect();
-    candidates
-        .iter()
-        .find(|candidate| candidate.is_file())
-        .cloned()
-        .ok_or(TvmSetupError::DriverNotFound {
-            searched: candidates,
-        })
+    tunefleet_client::repo_files::find_repo_file(DRIVER_RELATIVE_PATH)
+        .map_err(|searched| TvmSetupError::DriverNotFound { searched })
 }
 
 /// What the start-up check learnt.

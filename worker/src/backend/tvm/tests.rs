@@ -1,4 +1,4 @@
-use super::driver_output::parse_json_line;
+use super::driver_output::{parse_json_line, Tail};
 use super::*;
 use crate::backend::verify::fixtures;
 use crate::backend::ProgressUpdate;
@@ -52,60 +52,66 @@ fn fake_driver(dir: &Path, mode: &str, fixture_dir: &Path, runtime: &Path) -> Pa
 }
 
 const FAKE_DRIVER: &str = r#"
+# Speaks the long-lived driver's protocol: one request a line on stdin.
 import json, os, subprocess, sys, time
 FIX = json.loads(FIX)
-argv = sys.argv[1:]
-job = json.load(open(argv[argv.index("--job") + 1]))
-work = argv[argv.index("--work-dir") + 1]
 def emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
-for i in range(60):
-    print(f"fake driver log line {i}", file=sys.stderr)
-sys.stderr.flush()
-assert os.path.samefile(os.getcwd(), work), (os.getcwd(), work)
-emit({"event": "started", "tvm_version": "fake-0", "trials_total": job["workload"]["trials"]})
-if MODE == "hang":
-    for _ in range(2):
+
+def serve(job, work):
+    for i in range(60):
+        print(f"fake driver log line {i}", file=sys.stderr)
+    sys.stderr.flush()
+    emit({"event": "started", "tvm_version": "fake-0", "trials_total": job["workload"]["trials"]})
+    if MODE == "hang" or (MODE == "mixed" and job["workload"]["name"].startswith("hang")):
+        for _ in range(2):
+            subprocess.Popen(["sleep", "1000"])
+        subprocess.Popen([sys.executable, "-c",
+            "import subprocess, time; subprocess.Popen(['sleep', '1000']); time.sleep(1000)"])
+        time.sleep(0.5)
+        emit({"event": "progress", "trials_done": 1, "trials_total": 10, "best_latency_s": None})
+        time.sleep(1000)
+    if MODE == "error":
+        print("Traceback: something broke", file=sys.stderr)
+        sys.stderr.flush()
+        emit({"event": "error", "message": "no valid measurement in 8 trials"})
+        return
+    if MODE == "crash":
+        print("Segmentation fault (pretend)", file=sys.stderr)
+        sys.exit(3)
+    expected = {"nbest": 3, "seed": 0, "num_trials_per_iter": 8, "max_workers": 2, "rpc": None}
+    for key, value in expected.items():
+        if job.get(key) != value:
+            emit({"event": "error", "message": f"JOB.json {key} = {job.get(key)!r}, expected {value!r}"})
+            return
+    print("not json, should be tolerated")
+    emit({"event": "progress", "trials_done": 4, "trials_total": 8, "best_latency_s": 2e-5})
+    sys.stdout.write('{"event":"progress","trials_done":8,"trials_total":8,"best_latency_s":NaN}\n')
+    sys.stdout.flush()
+    if MODE == "straggler":
+        # Keeps our stdout open after we exit; the worker must not wait for it.
         subprocess.Popen(["sleep", "1000"])
-    subprocess.Popen([sys.executable, "-c",
-        "import subprocess, time; subprocess.Popen(['sleep', '1000']); time.sleep(1000)"])
-    time.sleep(0.5)
-    emit({"event": "progress", "trials_done": 1, "trials_total": 10, "best_latency_s": None})
-    time.sleep(1000)
-if MODE == "error":
-    print("Traceback: something broke", file=sys.stderr)
-    emit({"event": "error", "message": "no valid measurement in 8 trials"})
-    sys.exit(1)
-if MODE == "crash":
-    print("Segmentation fault (pretend)", file=sys.stderr)
-    sys.exit(3)
-expected = {"nbest": 3, "seed": 0, "num_trials_per_iter": 8, "max_workers": 2, "rpc": None}
-for key, value in expected.items():
-    if job.get(key) != value:
-        emit({"event": "error", "message": f"JOB.json {key} = {job.get(key)!r}, expected {value!r}"})
-        sys.exit(1)
-print("not json, should be tolerated")
-emit({"event": "progress", "trials_done": 4, "trials_total": 8, "best_latency_s": 2e-5})
-sys.stdout.write('{"event":"progress","trials_done":8,"trials_total":8,"best_latency_s":NaN}\n')
-sys.stdout.flush()
-if MODE == "straggler":
-    # Keeps our stdout open after we exit; the worker must not wait for it.
-    subprocess.Popen(["sleep", "1000"])
-tuned = "float32-wrong.so" if MODE == "wrong" else "float32-tuned.so"
-n = job["workload"]["shape"]["m"]
-records = [{"latency_s": 2e-5 * (1 + i), "record": [0, [[], []], [2e-5 * (1 + i)]]} for i in range(3)]
-emit({
-    "event": "result", "best_latency_s": 2e-5, "trials": 8, "wall_time_s": 1.0,
-    "tvm_version": "fake-0", "flops": 2.0 * n ** 3, "records": records,
-    "workload": ["0x1234", "b64"],
-    "tuned_lib": os.path.join(FIX["dir"], tuned),
-    "reference_lib": os.path.join(FIX["dir"], "float32-reference.so"),
-    "entry": "main",
-    "args": [{"shape": [n, n], "dtype": "float32"}] * 3,
-    "outputs": [2],
-    "tvm_runtime_lib": FIX["runtime"],
-})
+    tuned = "float32-wrong.so" if MODE == "wrong" else "float32-tuned.so"
+    n = job["workload"]["shape"]["m"]
+    records = [{"latency_s": 2e-5 * (1 + i), "record": [0, [[], []], [2e-5 * (1 + i)]]} for i in range(3)]
+    emit({
+        "event": "result", "best_latency_s": 2e-5, "trials": 8, "wall_time_s": 1.0,
+        "tvm_version": "fake-0", "flops": 2.0 * n ** 3, "records": records,
+        "workload": ["0x1234", "b64"],
+        "tuned_lib": os.path.join(FIX["dir"], tuned),
+        "reference_lib": os.path.join(FIX["dir"], "float32-reference.so"),
+        "entry": "main",
+        "args": [{"shape": [n, n], "dtype": "float32"}] * 3,
+        "outputs": [2],
+        "tvm_runtime_lib": FIX["runtime"],
+    })
+    if MODE == "straggler":
+        sys.exit(0)
+
+for line in sys.stdin:
+    req = json.loads(line)
+    serve(json.load(open(req["job"])), req["work_dir"])
 "#;
 
 /// Collects progress until the watch ends.
@@ -149,7 +155,7 @@ fn driver_pid(needle: &Path) -> Option<i32> {
             let pid = entry.file_name().to_string_lossy().parse::<i32>().ok()?;
             let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            (cmdline.contains("--job") && cmdline.contains(&needle)).then_some(pid)
+            (cmdline.contains("--work-root") && cmdline.contains(&needle)).then_some(pid)
         })
 }
 
@@ -187,7 +193,7 @@ async fn until_first_trial(tune: &mut TuneFuture<'_>, watch: &mut ProgressWatch)
 }
 
 fn real_driver() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tunefleet_tune.py");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tunefleet_driver.py");
     path.is_file().then_some(path)
 }
 
@@ -356,6 +362,45 @@ async fn cancelling_kills_the_whole_process_group() {
     }
 }
 
+#[tokio::test]
+async fn one_driver_serves_job_after_job_and_a_cancel_replaces_it() {
+    let fix = tempfile::tempdir().unwrap();
+    let runtime = fixtures::build_matmuls(fix.path(), 16, &["float32"]);
+    let root = tempfile::tempdir().unwrap();
+    let driver = fake_driver(root.path(), "mixed", fix.path(), &runtime);
+    let work_root = root.path().join("work");
+    let backend = TvmBackend::new(config(&driver, &work_root)).unwrap();
+    let run = |name: &str| {
+        let (sink, _watch) = progress_channel();
+        backend.tune(job(matmul(name, 16, 8), 3), sink)
+    };
+    run("a16").await.expect("first job");
+    let first = driver_pid(&work_root).expect("the driver stays up between jobs");
+    run("b16").await.expect("second job");
+    assert_eq!(
+        driver_pid(&work_root),
+        Some(first),
+        "the second job ran on the same driver"
+    );
+
+    // A job cancelled mid-way takes the driver and its children with it...
+    let (sink, mut watch) = progress_channel();
+    let mut tune = backend.tune(job(matmul("hang16", 16, 10), 3), sink);
+    until_first_trial(&mut tune, &mut watch).await;
+    assert_eq!(driver_pid(&work_root), Some(first));
+    assert!(group_members(first).len() >= 5);
+    drop(tune);
+    assert_group_dies(first).await;
+
+    // ...and the next job starts a new one, which serves the job after it.
+    let result = run("c16").await.expect("the job after a cancel");
+    assert_eq!(result.extra["verified"], true);
+    let second = driver_pid(&work_root).expect("a new driver");
+    assert_ne!(second, first);
+    run("d16").await.expect("fourth job");
+    assert_eq!(driver_pid(&work_root), Some(second));
+}
+
 // ---- set-up ----------------------------------------------------------
 
 #[test]
@@ -466,7 +511,7 @@ fn driver_lines_and_reduction_lengths() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_driver_tunes_and_verifies_a_small_matmul() {
     let Some(driver) = real_driver() else {
-        eprintln!("skipped: worker/python/tunefleet_tune.py does not exist yet");
+        eprintln!("skipped: worker/python/tunefleet_driver.py does not exist yet");
         return;
     };
     let root = tempfile::tempdir().unwrap();
@@ -591,7 +636,7 @@ async fn a_full_work_disk_is_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_driver_cancel_leaves_no_orphans() {
     let Some(driver) = real_driver() else {
-        eprintln!("skipped: worker/python/tunefleet_tune.py does not exist yet");
+        eprintln!("skipped: worker/python/tunefleet_driver.py does not exist yet");
         return;
     };
     let root = tempfile::tempdir().unwrap();

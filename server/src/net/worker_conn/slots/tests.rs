@@ -16,6 +16,7 @@ fn assign(job: &str) -> MasterMessage {
         nbest: 1,
         warm_start: None,
         tuner: None,
+        model_round: false,
     }
 }
 

@@ -1,0 +1,58 @@
+//! Where a binary finds the repository's Python side: the TVM venv's
+//! interpreter and the drivers under `worker/python/`.
+//!
+//! The worker (which runs the drivers for jobs) and the CLI (`tunefleet
+//! compile`, which runs the model driver on the user's machine) look in the
+//! same places, so a checkout that works for one works for the other: the
+//! current directory and its parents first (a user inside the checkout),
+//! then the executable's `target/<profile>/../..` and its parents (a binary
+//! run from anywhere).
+
+use std::path::{Path, PathBuf};
+
+/// The venv `scripts/setup-tvm.sh` creates, relative to the repository root.
+pub const VENV_PYTHON_RELATIVE_PATH: &str = ".venv/bin/python";
+
+/// Directories to search for repository-relative files, in order.
+pub fn search_roots() -> Vec<PathBuf> {
+    let mut roots = Vec::new();
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.extend(cwd.ancestors().map(Path::to_path_buf));
+    }
+    if let Some(exe_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+    {
+        let start = exe_dir.parent().and_then(Path::parent).unwrap_or(&exe_dir);
+        for dir in start.ancestors() {
+            if !roots.iter().any(|r| r == dir) {
+                roots.push(dir.to_path_buf());
+            }
+        }
+    }
+    roots
+}
+
+/// `.venv/bin/python` under the first search root that has one, else
+/// `python3` from `PATH`.
+pub fn find_python() -> PathBuf {
+    search_roots()
+        .into_iter()
+        .map(|root| root.join(VENV_PYTHON_RELATIVE_PATH))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// The first `root/relative` that is a file; `Err` lists every place looked
+/// at, for an error message that says where to put it.
+pub fn find_repo_file(relative: &str) -> Result<PathBuf, Vec<PathBuf>> {
+    let candidates: Vec<PathBuf> = search_roots()
+        .into_iter()
+        .map(|root| root.join(relative))
+        .collect();
+    candidates
+        .iter()
+        .find(|candidate| candidate.is_file())
+        .cloned()
+        .ok_or(candidates)
+}

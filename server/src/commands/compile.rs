@@ -1,0 +1,365 @@
+//! `tunefleet compile MODEL.onnx --model NAME --out FILE.so`: the user's own
+//! model, with its real weights, compiled with a run's records on this
+//! machine.
+//!
+//! Why on the user's machine and not on a worker: the farm never holds the
+//! weights (`submit` uploads the graph without them), and a model whose
+//! weights are compiled in is what a user wants to run — one input, like
+//! onnxruntime — and what lets TVM fold and pre-pack them. The master gives
+//! the run's database (every record so far, during a run or after it) and
+//! its target; the model driver (`worker/python/tunefleet_model.py`, mode
+//! `compile` with `"weights": "bound"`) binds the weights as constants,
+//! applies every record with the `main`-keyed lookup and counts them,
+//! compiles, checks the outputs against onnxruntime with the same weights on
+//! seeded random inputs, and times untuned TVM, tuned TVM and onnxruntime
+//! with the same threads. A mismatch is an error: the command exits 0 only
+//! for a verified library.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::client::repo_files::{find_python, find_repo_file};
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use tunefleet_shared::export::format_latency;
+use tunefleet_shared::model::{ModelArtifactKind, ModelView};
+use tunefleet_shared::onnx;
+use tunefleet_shared::protocol::{ClientCommand, ReplyBody};
+
+use super::{emit, ConnectArgs};
+
+/// The model driver, relative to the repository root.
+pub const MODEL_DRIVER_RELATIVE_PATH: &str = "worker/python/tunefleet_model.py";
+
+/// How to get a Python with TVM, for every error that lacks one.
+const SETUP_HINT: &str =
+    "run scripts/setup-tvm.sh (it creates .venv with TVM 0.27, onnx and onnxruntime) or pass --python";
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompileFormat {
+    /// A summary for people.
+    #[default]
+    Text,
+    /// One JSON object: `applied`, `tasks`, `verified`, `latency_s`, ...
+    Json,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompileArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The ONNX model with its weights (the file the run was submitted from,
+    /// or the same graph with your trained weights).
+    #[arg(value_name = "MODEL.onnx")]
+    pub model_file: PathBuf,
+    /// The model run whose records to apply.
+    #[arg(long = "model", value_name = "NAME")]
+    pub run: String,
+    /// Where to write the compiled model (a shared library).
+    #[arg(long, value_name = "FILE.so")]
+    pub out: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = CompileFormat::Text)]
+    pub format: CompileFormat,
+    /// The Python interpreter with TVM (default: .venv/bin/python of this
+    /// checkout, else python3).
+    #[arg(long, value_name = "PATH", env = "TUNEFLEET_PYTHON")]
+    pub python: Option<PathBuf>,
+    /// Timed runs of each of the three models (median reported).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub repeat: u32,
+}
+
+pub async fn run(args: CompileArgs) -> anyhow::Result<()> {
+    let model_file = std::path::absolute(&args.model_file)
+        .with_context(|| format!("cannot resolve {}", args.model_file.display()))?;
+    check_model_file(&model_file)?;
+    let out = std::path::absolute(&args.out)
+        .with_context(|| format!("cannot resolve {}", args.out.display()))?;
+    let python = args.python.clone().unwrap_or_else(find_python);
+    let driver = find_repo_file(MODEL_DRIVER_RELATIVE_PATH).map_err(|searched| {
+        anyhow::anyhow!(
+            "the model driver {MODEL_DRIVER_RELATIVE_PATH} was not found (looked in: {}): \
+             run tunefleet compile from a tunefleet checkout",
+            searched
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
+
+    let (view, database) = fetch_run(&args.connect, &args.run).await?;
+    let work = tempfile::Builder::new()
+        .prefix("tunefleet-compile-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let db_dir = work.path().join("db");
+    std::fs::create_dir_all(&db_dir).context("cannot create the database directory")?;
+    for (name, text) in &database {
+        std::fs::write(db_dir.join(name), text)
+            .with_context(|| format!("cannot write {}", db_dir.join(name).display()))?;
+    }
+    let job = driver_job(&view, &model_file, &db_dir, &out, args.repeat);
+    let job_path = work.path().join("job.json");
+    std::fs::write(&job_path, serde_json::to_vec(&job)?).context("cannot write the job file")?;
+
+    let quiet = args.format == CompileFormat::Json;
+    let result = run_driver(
+        &python,
+        &driver,
+        &job_path,
+        &work.path().join("work"),
+        quiet,
+    )?;
+    let report = report(&view, &result);
+    match args.format {
+        CompileFormat::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&report)?)),
+        CompileFormat::Text => emit(&to_text(&report)),
+    }
+}
+
+/// A readable ONNX file with nothing stripped that the farm cannot compile:
+/// checked here so a wrong path is an error before Python starts.
+fn check_model_file(path: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let summary =
+        onnx::summarize(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    onnx::check_ops(&summary).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// The run's view and its database files (name, text). A run with no records
+/// yet compiles untuned (said in the report), so a user can check the whole
+/// path before the first round ends.
+async fn fetch_run(
+    connect: &ConnectArgs,
+    name: &str,
+) -> anyhow::Result<(ModelView, Vec<(String, String)>)> {
+    let mut client = connect.connect().await?;
+    client.set_request_timeout(Duration::from_secs(300));
+    let reply = client
+        .request(ClientCommand::Models {
+            name: Some(name.to_string()),
+        })
+        .await
+        .map_err(|e| connect.explain(e))?;
+    let view = match reply {
+        ReplyBody::Models { mut models } if !models.is_empty() => models.remove(0),
+        _ => bail!("no model run named `{name}`"),
+    };
+    if view.io.get("inputs").is_none() {
+        bail!(
+            "model run `{name}` has not extracted its tasks yet (it is {}): wait for its first rounds",
+            view.state
+        );
+    }
+    let reply = client
+        .request(ClientCommand::ModelArtifact {
+            name: name.to_string(),
+            artifact: ModelArtifactKind::Database,
+        })
+        .await;
+    let _ = client.close().await;
+    let files = match reply {
+        Ok(ReplyBody::Artifact { files, .. }) => files
+            .into_iter()
+            .map(|f| (f.name, f.text.unwrap_or_default()))
+            .collect(),
+        Ok(_) => bail!("unexpected reply to model_artifact"),
+        Err(e) if e.to_string().contains("no tuning records yet") => {
+            eprintln!("model run `{name}` has no tuning records yet: compiling untuned");
+            vec![
+                ("database_workload.json".into(), String::new()),
+                ("database_tuning_record.json".into(), String::new()),
+            ]
+        }
+        Err(e) => return Err(connect.explain(e)),
+    };
+    Ok((view, files))
+}
+
+/// The model driver's job: the user's file, its weights bound, the run's
+/// target and input shapes (the records were tuned for exactly those).
+fn driver_job(view: &ModelView, model: &Path, db_dir: &Path, out: &Path, repeat: u32) -> Value {
+    let input_shapes: serde_json::Map<String, Value> = view.io["inputs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| Some((i["name"].as_str()?.to_string(), i["shape"].clone())))
+        .collect();
+    json!({
+        "mode": "compile",
+        "weights": "bound",
+        "model_path": model,
+        "input_shapes": input_shapes,
+        "target": view.target,
+        "seed": 0,
+        "database_dir": db_dir,
+        "out": out,
+        "repeat": repeat.max(1),
+    })
+}
+
+/// Runs the model driver to its end: progress to stderr (unless `quiet`),
+/// its own log kept for the error message; the `result` line, or an error
+/// that says what went wrong and how to get TVM when that is what's missing.
+fn run_driver(
+    python: &Path,
+    driver: &Path,
+    job: &Path,
+    work_dir: &Path,
+    quiet: bool,
+) -> anyhow::Result<Value> {
+    let log_path = work_dir.with_extension("log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("cannot create {}", log_path.display()))?;
+    let mut child = Command::new(python)
+        .arg(driver)
+        .arg("--job")
+        .arg(job)
+        .arg("--work-dir")
+        .arg(work_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot run the Python interpreter {}: {e} — {SETUP_HINT}",
+                python.display()
+            )
+        })?;
+    let stdout = child.stdout.take().context("no stdout from the driver")?;
+    let mut result = None;
+    let mut error = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("cannot read the driver's output")?;
+        let Ok(event) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        match event["event"].as_str() {
+            Some("result") => result = Some(event),
+            Some("error") => error = Some(event["message"].as_str().unwrap_or("").to_string()),
+            Some("progress") if !quiet => {
+                if let Some(stage) = event["stage"].as_str() {
+                    eprintln!(
+                        "compile: {} ({:.0} s)",
+                        stage.replace('_', " "),
+                        event["elapsed_s"].as_f64().unwrap_or(0.0)
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    let status = child.wait().context("cannot wait for the driver")?;
+    if let Some(result) = result.filter(|_| status.success()) {
+        return Ok(result);
+    }
+    let tail = log_tail(&log_path, 20);
+    match error {
+        Some(msg) if msg.starts_with("cannot import tvm") => {
+            bail!("{msg} (Python {}) — {SETUP_HINT}", python.display())
+        }
+        Some(msg) => bail!("{msg}"),
+        None => {
+            bail!("the model driver ended with {status} and no result; its last lines:\n{tail}")
+        }
+    }
+}
+
+fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The command's JSON: the driver's figures under the names the contract
+/// gives, plus the run they came from. `tasks` counts the run's tasks with at
+/// least one measured trial (what was tuned); `applied` the model's functions
+/// that got a tuned schedule.
+fn report(view: &ModelView, result: &Value) -> Value {
+    let tasks = view.tasks.iter().filter(|t| t.trials > 0).count();
+    let untuned_tasks: Vec<&str> = view
+        .tasks
+        .iter()
+        .filter(|t| t.trials == 0)
+        .map(|t| t.name.as_str())
+        .collect();
+    let mut report = json!({
+        "model": view.name,
+        "run_state": view.state,
+        "trials_done": view.trials_done,
+        "tasks": tasks,
+        "tasks_total": view.tasks.len(),
+        "untuned_tasks": untuned_tasks,
+    });
+    for key in [
+        "applied",
+        "tuned_functions",
+        "functions",
+        "records",
+        "verified",
+        "max_abs_err",
+        "tolerance",
+        "latency_s",
+        "repeat",
+        "library",
+        "library_bytes",
+        "target",
+        "host_cpu",
+        "inputs",
+        "outputs",
+        "timings",
+    ] {
+        report[key] = result[key].clone();
+    }
+    report
+}
+
+fn to_text(report: &Value) -> String {
+    let lat = |k: &str| report["latency_s"][k].as_f64();
+    let show = |x: Option<f64>| x.map_or_else(|| "-".into(), format_latency);
+    let mut out = format!(
+        "compiled `{}` ({}, {} trials) with its own weights → {} ({} bytes)\n\
+         schedules applied: {} of {} tuned functions ({} in the model; {} of {} tasks tuned)\n\
+         verified against onnxruntime: {} (max abs err {})\n\
+         latency on this machine: untuned {}  tuned {}  onnxruntime {}",
+        report["model"].as_str().unwrap_or(""),
+        report["run_state"].as_str().unwrap_or(""),
+        report["trials_done"],
+        report["library"].as_str().unwrap_or(""),
+        report["library_bytes"],
+        report["applied"],
+        report["tuned_functions"],
+        report["functions"],
+        report["tasks"],
+        report["tasks_total"],
+        if report["verified"] == true {
+            "yes"
+        } else {
+            "no"
+        },
+        report["max_abs_err"],
+        show(lat("untuned")),
+        show(lat("tuned")),
+        show(lat("onnxruntime")),
+    );
+    if let (Some(tuned), Some(ort)) = (lat("tuned"), lat("onnxruntime")) {
+        out.push_str(&format!(" ({:.2}x onnxruntime's time)", tuned / ort));
+    }
+    out.push('\n');
+    let mcpu = report["target"]["mcpu"].as_str();
+    let host = report["host_cpu"].as_str();
+    if let (Some(mcpu), Some(host)) = (mcpu, host) {
+        if mcpu != host {
+            out.push_str(&format!(
+                "note: the run tuned for {mcpu}, this machine is {host}: time it where it will run\n"
+            ));
+        }
+    }
+    out
+}
