@@ -370,6 +370,72 @@ async fn squeezenet_in_faster_squeezenet_out() {
         "{}",
         text(&run.stdout)
     );
+
+    // `tunefleet compile` with the model's own weights: verified against
+    // onnxruntime, every tuned task's record applied, and a library that runs
+    // with the input alone (README's second snippet, verbatim).
+    let compiled = dir.path().join("squeezenet_tuned.so");
+    let out = master.cli(&[
+        "compile",
+        model.to_str().unwrap(),
+        "--model",
+        "squeezenet",
+        "--out",
+        compiled.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "tunefleet compile: {}",
+        text(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("compile --format json is JSON");
+    eprintln!("tunefleet compile: {}", report["latency_s"]);
+    assert_eq!(report["verified"], true, "{report:#}");
+    assert_eq!(
+        report["tasks"].as_u64(),
+        Some(tuned.len() as u64),
+        "{report:#}"
+    );
+    let applied = report["applied"].as_u64().expect("applied");
+    assert!(applied >= tuned.len() as u64, "{report:#}");
+    assert_eq!(
+        Some(applied),
+        report["tuned_functions"].as_u64(),
+        "{report:#}"
+    );
+    let lat = &report["latency_s"];
+    for key in ["untuned", "tuned", "onnxruntime"] {
+        assert!(lat[key].as_f64().is_some_and(|l| l > 0.0), "{lat}");
+    }
+    assert!(
+        lat["tuned"].as_f64() < lat["untuned"].as_f64(),
+        "tuned must beat untuned: {lat}"
+    );
+    let snippet = readme
+        .split("<!-- compile-snippet -->\n```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("README has the compile snippet");
+    let run = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(snippet)
+        .current_dir(dir.path())
+        .output()
+        .expect("run the compile snippet");
+    assert!(
+        run.status.success(),
+        "README compile snippet failed:\n{}",
+        text(&run.stderr)
+    );
+    assert!(
+        text(&run.stdout).contains("(1, 1000, 1, 1)"),
+        "{}",
+        text(&run.stdout)
+    );
+
     let open_db = std::process::Command::new(&python)
         .arg("-c")
         .arg(

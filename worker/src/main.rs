@@ -53,8 +53,9 @@ struct Cli {
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
 
-    /// tvm: the tuning driver script (default: worker/python/tunefleet_tune.py
-    /// in the current directory or above, or near the executable).
+    /// tvm: the long-lived driver script (default:
+    /// worker/python/tunefleet_driver.py in the current directory or above,
+    /// or near the executable).
     #[arg(long, value_name = "PATH")]
     tvm_driver: Option<PathBuf>,
 

@@ -1,10 +1,11 @@
 //! Tuning backends: what actually turns a workload into measured schedules.
 //!
 //! The session code only knows the [`Backend`] trait. Two implementations:
-//! - `tvm` (feature `tvm`, the default backend): runs the MetaSchedule driver
-//!   `worker/python/tunefleet_tune.py` in its own process group, then
-//!   verifies the tuned kernel against the untuned one and times it in-process
-//!   through `tvm-ffi` (`verify`);
+//! - `tvm` (feature `tvm`, the default backend): sends each job to its
+//!   long-lived MetaSchedule driver (`worker/python/tunefleet_driver.py`, one
+//!   process group), then verifies the tuned kernel against the untuned one
+//!   and times it in-process through `tvm-ffi` (`verify`) — except a model's
+//!   rounds, which the model's compile checks whole;
 //! - [`sim::SimBackend`]: a fleet-testing tool that fakes tuning with
 //!   deterministic numbers; never the default.
 //!

@@ -5,34 +5,40 @@
 //! 1. A work directory is made for the job (under `--work-dir`, or the system
 //!    temp dir) and `JOB.json` written into it:
 //!    `{"workload": <wire form>, "nbest": N, "seed": 0, "num_trials_per_iter": T,
-//!    "max_workers": W, "rpc": null | {"tracker_host", "tracker_port", "key",
-//!    "session_timeout_s"}}`.
-//! 2. The driver (`worker/python/tunefleet_tune.py`) runs as
-//!    `PYTHON DRIVER --job JOB.json --work-dir DIR`, in `DIR`, in a new process
-//!    group (`setpgid(0, 0)`), with `PYTHONUNBUFFERED=1`. Its stdout carries
-//!    JSON lines only: `started`, `progress` (forwarded to the [`ProgressSink`]),
-//!    then `result` or `error`. Its stderr is logged at debug level and the last
-//!    [`STDERR_TAIL_LINES`] lines are kept for error messages.
-//! 3. When the driver has exited, whatever is left of its process group
-//!    (MetaSchedule's builder and runner pools) is killed.
-//! 4. The best schedule is checked against the untuned reference and both are
-//!    timed here, through tvm-ffi ([`super::verify`]), on the blocking pool. A
-//!    mismatch fails the job.
-//! 5. The [`JobResult`]: `best_latency_s` is the latency measured here, not
-//!    MetaSchedule's; `records` are the driver's (with MetaSchedule's
-//!    latencies); `extra` holds `workload` (MetaSchedule's `[hash, b64]`),
-//!    `metaschedule_best_latency_s`, `untuned_latency_s` (measured here),
-//!    `speedup_vs_untuned`, `max_abs_error`, `max_rel_error`, `timer`,
-//!    `verified: true`, and `warm_start_records` / `warm_start_ignored` (the
-//!    warm start's records the driver loaded, or why it ignored them).
+//!    "max_workers": W, "check_kernel": bool, "rpc": null | {"tracker_host",
+//!    "tracker_port", "key", "session_timeout_s"}}`.
+//! 2. The job goes to the worker's long-lived driver
+//!    (`worker/python/tunefleet_driver.py`, see `live.rs`), started on the
+//!    first job as `PYTHON DRIVER --work-root DIR` in a new process group
+//!    (`setpgid(0, 0)`) with `PYTHONUNBUFFERED=1`, and sent one request line
+//!    `{"kind": "tune" | "model", "job", "work_dir", "threads"}`. Its stdout
+//!    carries JSON lines only: `started`, `progress` (forwarded to the
+//!    [`ProgressSink`]), then `result` or `error`, after which it waits for the
+//!    next job. Its stderr is logged at debug level and the last
+//!    [`STDERR_TAIL_LINES`] lines of the job are kept for error messages.
+//! 3. Unless the job is a model's round (`model_round`: the model is checked
+//!    whole when it is compiled), the best schedule is checked against the
+//!    untuned reference and both are timed here, through tvm-ffi
+//!    ([`super::verify`]), on the blocking pool. A mismatch fails the job.
+//! 4. The [`JobResult`]: `best_latency_s` is the latency measured here (a
+//!    round's: MetaSchedule's); `records` are the driver's (with
+//!    MetaSchedule's latencies); `extra` holds `workload` (MetaSchedule's
+//!    `[hash, b64]`), `metaschedule_best_latency_s`, `untuned_latency_s`
+//!    (measured here), `speedup_vs_untuned`, `max_abs_error`,
+//!    `max_rel_error`, `timer`, `verified: true` (a round: `tune_s`,
+//!    MetaSchedule's own time, and `verified: false`), and
+//!    `warm_start_records` / `warm_start_ignored` (the warm start's records
+//!    the driver loaded, or why it ignored them).
 //!
 //! # Cancellation
-//! Dropping the future kills the driver's whole process group with SIGKILL
-//! (a guard's `Drop`), so no builder or runner process survives the job. The
-//! group is always killed while its leader (the driver) is not yet reaped, so
-//! its id cannot have been reused by an unrelated group. A verification that
-//! has already started runs to its end on the blocking pool (a kernel call
-//! cannot be interrupted) and its result is dropped.
+//! A job holds the driver while it runs. Dropping the job's future drops
+//! the driver, which kills its whole process group with SIGKILL (a guard's
+//! `Drop`), so no builder or runner process survives the job; the next job
+//! starts a new driver. The group is always killed while its leader (the
+//! driver) is not yet reaped, so its id cannot have been reused by an
+//! unrelated group. A verification that has already started runs to its end
+//! on the blocking pool (a kernel call cannot be interrupted) and its result
+//! is dropped.
 //!
 //! # RPC
 //! With `--rpc-tracker`, MetaSchedule measures candidates on the devices of
@@ -40,9 +46,10 @@
 //! so the worker must be able to run the target's code itself.
 //!
 //! # Code
-//! Here: the backend and a job's run. `driver_output.rs` reads what the
-//! driver prints, `process.rs` holds its process group and work directory
-//! (drop guards), `setup.rs` finds Python, the driver and TVM.
+//! Here: the backend and a job's run. `live.rs` keeps the long-lived
+//! driver, `driver_output.rs` reads what it prints, `process.rs` holds its
+//! process group and a job's work directory (drop guards), `setup.rs` finds
+//! Python, the driver and TVM.
 
 use super::verify::{Verification, VerifyOptions, VerifyRequest};
 use super::{Backend, JobSpec, ProgressSink, TuneError, TuneFuture};
@@ -119,8 +126,8 @@ pub struct TvmConfig {
     /// executable (`<exe dir>/../../.venv/bin/python` and further up), then
     /// `python3` on `PATH`.
     pub python: Option<PathBuf>,
-    /// The tuning driver. `None`: `worker/python/tunefleet_tune.py` in the
-    /// current directory or one of its parents, then above the executable.
+    /// The long-lived driver. `None`: `worker/python/tunefleet_driver.py` in
+    /// the current directory or one of its parents, then above the executable.
     pub driver: Option<PathBuf>,
     /// Where job directories are made. `None`: the system temp dir.
     pub work_root: Option<PathBuf>,
