@@ -55,6 +55,11 @@ start=$(date +%s.%N)
   --trials-per-round "$PER_ROUND" --wait >"$OUT/fleet.txt"
 end=$(date +%s.%N)
 "$BIN/tunefleet" results --model bench --format json >"$OUT/fleet.json"
+# Every job of the run, for the per-round split (wall against MetaSchedule's own time).
+"$BIN/tunefleet" results --format json >"$OUT/fleet-jobs.json"
+# The user's model with its own weights, compiled with the run's records here.
+"$BIN/tunefleet" compile "$model" --model bench --out "$OUT/bench_tuned.so" --format json \
+  >"$OUT/compile.json" 2>"$OUT/compile.log" || echo "bench-model: tunefleet compile failed (see $OUT/compile.log)" >&2
 cleanup
 pids=()
 fleet_wall=$(python3 -c "print(round($end - $start, 1))")
@@ -79,6 +84,25 @@ l = d["latency_s"] or {}
 print(f"{'direct':10} {d['wall_s']:>8.0f}s {d['trials']:>7} {ms(d['estimated_latency_s']):>10} "
       f"{ms(l.get('untuned')):>10} {ms(l.get('tuned')):>10} {ms(l.get('onnxruntime')):>12} "
       f"{str(d['applied']) + '/' + str(d['tuned_functions']):>8} {d['verified']}")
+# Per round: the worker's wall time for the job against MetaSchedule's own
+# (tune_tir: search, build, measure); the rest is the fleet's overhead.
+jobs = json.load(open(f"{out}/fleet-jobs.json"))
+rounds = [j["result"] for j in jobs if "/r" in j["name"] and j.get("result")]
+split = [(r["wall_time_s"], r["extra"].get("tune_s")) for r in rounds if r.get("extra", {}).get("tune_s") is not None]
+if split:
+    over = sorted(w - t for w, t in split)
+    walls = sorted(w for w, _ in split)
+    med = lambda xs: xs[len(xs) // 2]
+    print(f"rounds {len(split)}: median wall {med(walls):.2f} s, median MetaSchedule {med(sorted(t for _, t in split)):.2f} s, "
+          f"median overhead {med(over):.2f} s (max {over[-1]:.2f} s; the first round pays the driver's start)")
+try:
+    c = json.load(open(f"{out}/compile.json"))
+    cl = c["latency_s"]
+    print(f"tunefleet compile (weights bound): applied {c['applied']}/{c['tuned_functions']}, tasks {c['tasks']}, "
+          f"untuned {ms(cl['untuned'])}, tuned {ms(cl['tuned'])}, onnxruntime {ms(cl['onnxruntime'])}, "
+          f"verified {c['verified']}")
+except (OSError, ValueError, KeyError) as err:
+    print(f"tunefleet compile: no report ({err})")
 print("fleet estimated-latency curve (trials, ms):",
       ", ".join(f"({p['trials']}, {p['estimated_latency_s'] * 1e3:.1f})" for p in f["curve"]))
 EOF

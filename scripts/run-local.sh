@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job in one command: set up TVM, build, start a master with the
 # example workloads and one local worker that tunes them with real TVM
-# MetaSchedule, follow progress in the terminal, print the results.
+# MetaSchedule, and a small model (SqueezeNet, MODEL_TRIALS trials); follow
+# progress in the terminal, print the results, and compile the model with its
+# own weights (`tunefleet compile`: untuned, tuned and onnxruntime latencies).
 # The master keeps serving (dashboard at http://$BIND/) until Ctrl-C.
 #
 #   scripts/run-local.sh                 # examples/workloads.yaml
@@ -36,9 +38,24 @@ for _ in $(seq 100); do curl -sf "http://$BIND/healthz" >/dev/null 2>&1 && break
 
 echo "master: ws://$BIND  dashboard: http://$BIND/  admin token: $TOKEN"
 echo "log: tunefleet-master.log (the local workers' lines are in it, under their names)"
-export TUNEFLEET_TOKEN="$TOKEN"
-"$BIN/tunefleet" watch --server "ws://$BIND" || true
-"$BIN/tunefleet" results --server "ws://$BIND" --format table
+export TUNEFLEET_TOKEN="$TOKEN" TUNEFLEET_SERVER="ws://$BIND"
+
+# A small model too: SqueezeNet from the onnx wheel (nothing is downloaded),
+# a small budget (MODEL_TRIALS), then compiled here with its own weights.
+MODEL=${TUNEFLEET_MODEL:-$(.venv/bin/python -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_squeezenet.onnx"))')}
+MODEL_TRIALS=${MODEL_TRIALS:-48}
+"$BIN/tunefleet" submit "$MODEL" --name squeezenet --trials "$MODEL_TRIALS" --trials-per-round 4
+
+# Until every job has ended and the model run is compiled.
+"$BIN/tunefleet" watch || true
+"$BIN/tunefleet" results --format table
+"$BIN/tunefleet" results --model squeezenet
+echo
+echo "== tunefleet compile: the model with its own weights, on this machine"
+"$BIN/tunefleet" compile "$MODEL" --model squeezenet --out squeezenet_tuned.so || true
+echo
+echo "Your own model: tunefleet submit MODEL.onnx --name NAME --trials 2000, then"
+echo "  $BIN/tunefleet compile MODEL.onnx --model NAME --out NAME.so   (TUNEFLEET_SERVER=ws://$BIND TUNEFLEET_TOKEN=...)"
 if [ -z "${EXIT_WHEN_DONE:-}" ]; then
     echo "tuning finished; the master keeps serving http://$BIND/ until Ctrl-C"
     wait "$master"

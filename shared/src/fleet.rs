@@ -278,6 +278,8 @@ impl Fleet {
     pub fn all_terminal(&self) -> bool {
         (!self.jobs.is_empty() || self.archived.total > 0)
             && self.jobs.iter().all(|j| j.state.is_terminal())
+            // A run between two rounds has no job in flight but plans more.
+            && self.models.iter().all(|m| m.state.is_terminal())
     }
 }
 

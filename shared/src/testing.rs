@@ -5,6 +5,35 @@
 use crate::protocol::{JobChange, JobChangeOf, JobState, JobView, TuningRecord};
 use crate::workload::Workload;
 
+/// A model run `name` in `state`, 16 of 64 trials done, nothing measured.
+pub fn model_view(name: &str, state: crate::model::ModelState) -> crate::model::ModelView {
+    crate::model::ModelView {
+        name: name.into(),
+        state,
+        target: crate::target::Target::parse(r#"{"kind":"llvm"}"#).expect("target"),
+        trials_total: 64,
+        trials_done: 16,
+        trials_per_round: 16,
+        tasks: vec![],
+        estimated_latency_s: None,
+        verified: false,
+        latency_s: crate::model::ModelLatencies::default(),
+        records_applied: None,
+        functions_tuned: None,
+        error: None,
+        curve: vec![],
+        extract_job: "e".repeat(64),
+        compile_job: None,
+        stop_requested: false,
+        io: serde_json::Value::Null,
+        tuner: crate::model::TunerSettings::default(),
+        verification: serde_json::Value::Null,
+        created_at: 1,
+        updated_at: 1,
+        finished_at: None,
+    }
+}
+
 /// A 64³ float32 matmul for plain `llvm`, 16 trials.
 pub fn workload(name: &str) -> Workload {
     serde_json::from_value(serde_json::json!({

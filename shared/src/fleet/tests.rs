@@ -82,6 +82,16 @@ fn applies_a_snapshot_then_events_in_order() {
     assert!(!fleet.all_terminal());
     fleet.apply_event(14, updated("b", JobState::Cancelled));
     assert!(fleet.all_terminal());
+
+    // A model run between two rounds: every job ended, more to come.
+    use crate::model::ModelState;
+    let run = |state| FleetEvent::ModelUpdated {
+        model: Box::new(crate::testing::model_view("sq", state)),
+    };
+    fleet.apply_event(15, run(ModelState::Tuning));
+    assert!(!fleet.all_terminal(), "the run plans more rounds");
+    fleet.apply_event(16, run(ModelState::Done));
+    assert!(fleet.all_terminal());
 }
 
 #[test]
