@@ -60,6 +60,7 @@ usage: tunefleet-bench [FLAGS]            fleet throughput, recycle latency and 
        tunefleet-bench chaos              kills and restarts under load
        tunefleet-bench parse              reading a round's workload file, fast path and serde-saphyr
        tunefleet-bench frames [FLAGS]     the echo with 1 to 16 messages per frame (frames --help)
+       tunefleet-bench model-scaling ...  a recorded model run replayed with 1 to 64 workers (model-scaling --help)
        tunefleet-bench join ...           helper process of the scale run
 
 flags of the fleet run (defaults in brackets):
@@ -145,6 +146,8 @@ impl MasterProcess {
 mod frames;
 #[path = "bench/join.rs"]
 mod join;
+#[path = "bench/model_scaling.rs"]
+mod model_scaling;
 #[path = "bench/parse.rs"]
 mod parse;
 #[path = "bench/procfs.rs"]
@@ -356,6 +359,14 @@ async fn main() -> anyhow::Result<()> {
             &exe_dir.join("tunefleet-worker"),
         )
         .await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("model-scaling") {
+        let exe_dir = std::env::current_exe()?
+            .parent()
+            .context("bench binary has a directory")?
+            .to_path_buf();
+        let args = model_scaling::parse(std::env::args().skip(2))?;
+        return model_scaling::run(args, &exe_dir.join("tunefleet")).await;
     }
     if std::env::args().nth(1).as_deref() == Some("scale") {
         let exe_dir = std::env::current_exe()?
