@@ -17,6 +17,11 @@
 //! 4. Dead tasks (no valid candidate after their first round) and trivial
 //!    tasks get nothing; a task with a round in flight waits for its result,
 //!    because its next round warm-starts from it.
+//! 5. Only when every live task is busy and workers are idle does
+//!    [`extra_round`] give a busy task another round at once (a second
+//!    search from the same records with another seed): the task whose
+//!    rounds in flight are fewest, then the highest score. A farm larger
+//!    than the model's task count is not left idle.
 
 /// α: weight of the recent improvement against the latency left.
 pub const ALPHA: f64 = 0.2;
@@ -34,7 +39,13 @@ pub struct TaskStats<'a> {
     pub live: bool,
     /// A round of this task is queued or running.
     pub busy: bool,
+    /// Rounds of this task queued or running.
+    pub in_flight: usize,
 }
+
+/// Most rounds of one task in flight at once: past a few, searches from
+/// the same records find the same candidates.
+pub const MAX_ROUNDS_AT_ONCE: usize = 4;
 
 /// The task to tune next, or `None` when no live task is free.
 pub fn next_task(tasks: &[TaskStats<'_>]) -> Option<usize> {
@@ -54,6 +65,27 @@ pub fn next_task(tasks: &[TaskStats<'_>]) -> Option<usize> {
         }
     }
     best.map(|(i, _)| i)
+}
+
+/// A busy task for another round at once, when no live task is free (rule
+/// 5): only a task with a finished round (so the new round starts from its
+/// records), fewest rounds in flight first, then the highest score.
+pub fn extra_round(tasks: &[TaskStats<'_>]) -> Option<usize> {
+    let mut best: Option<(usize, usize, f64)> = None;
+    for (i, task) in tasks.iter().enumerate() {
+        if !task.live || task.history.is_empty() || task.in_flight >= MAX_ROUNDS_AT_ONCE {
+            continue;
+        }
+        let score = score(task.weight, task.history);
+        let better = match best {
+            None => true,
+            Some((_, n, s)) => task.in_flight < n || (task.in_flight == n && score > s),
+        };
+        if better {
+            best = Some((i, task.in_flight, score));
+        }
+    }
+    best.map(|(i, _, _)| i)
 }
 
 /// The gradient score of one task (see the module docs).

@@ -13,7 +13,10 @@
 //!   that all of a run's records come from one kind of CPU;
 //! - each round is a `tvmscript` job of `trials_per_round` trials (fewer when
 //!   the budget runs short) carrying a warm start from all the task's records
-//!   so far; [`allocation::next_task`] picks which task gets a round;
+//!   so far; [`allocation::next_task`] picks which task gets a round, and
+//!   when workers are idle while every task is busy, [`allocation::extra_round`]
+//!   gives a task another round at once (each round's search is seeded by
+//!   its job, so two from the same records differ);
 //! - when the budget is spent (or on `stop`) and no round is in flight, one
 //!   compile job applies the best records, verifies against onnxruntime and
 //!   times the three variants.
@@ -83,6 +86,9 @@ impl Task {
     fn busy(&self) -> bool {
         self.rounds.iter().any(Round::in_flight)
     }
+    fn in_flight(&self) -> usize {
+        self.rounds.iter().filter(|r| r.in_flight()).count()
+    }
     fn live(&self) -> bool {
         !self.trivial && !self.dead
     }
@@ -132,8 +138,9 @@ impl ModelRun {
         self.tasks.iter().map(Task::trials).sum()
     }
 
+    /// Rounds queued or running: each holds a worker.
     fn rounds_in_flight(&self) -> usize {
-        self.tasks.iter().filter(|t| t.busy()).count()
+        self.tasks.iter().map(Task::in_flight).sum()
     }
 
     /// Σ weight × best over the tasks that have a best.
@@ -508,9 +515,13 @@ impl ModelRuns {
                         history: h,
                         live: t.live(),
                         busy: t.busy(),
+                        in_flight: t.in_flight(),
                     })
                     .collect();
-                let Some(i) = allocation::next_task(&stats) else {
+                let idle = run.rounds_in_flight() < parallel;
+                let Some(i) = allocation::next_task(&stats)
+                    .or_else(|| idle.then(|| allocation::extra_round(&stats)).flatten())
+                else {
                     break;
                 };
                 let warm_up = run.tasks[i].rounds.is_empty();

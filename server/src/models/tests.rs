@@ -252,18 +252,73 @@ fn tasks_without_a_valid_first_round_are_dead_and_stopping_compiles() {
     runs.job_ended(&view(&a1, JobState::Failed), 3, &|_| 2);
     assert!(runs.get("m").unwrap().tasks[0].dead);
     let plan = runs.job_ended(&done(&b1, Value::Null, &[1e-3]), 4, &|_| 2);
-    assert_eq!(names(&plan), ["m/b/r2"], "dead tasks get no rounds");
+    // Dead tasks get no rounds; the one live task gets both workers.
+    assert_eq!(names(&plan), ["m/b/r2", "m/b/r3"]);
     let plan = runs.stop("m", 5, &|_| 2).unwrap();
-    assert!(plan.jobs.is_empty(), "waits for the round in flight");
-    let b2 = runs.get("m").unwrap().tasks[1].rounds[1].job_id.clone();
-    let mut b2_view = view(&a1, JobState::Done);
-    b2_view.job_id = b2;
-    let plan = runs.job_ended(&b2_view, 6, &|_| 2);
-    assert_eq!(names(&plan), ["m/compile"]);
+    assert!(plan.jobs.is_empty(), "waits for the rounds in flight");
+    for (round, now) in [(1, 6), (2, 7)] {
+        let id = runs.get("m").unwrap().tasks[1].rounds[round].job_id.clone();
+        let mut ended = view(&a1, JobState::Done);
+        ended.job_id = id;
+        let plan = runs.job_ended(&ended, now, &|_| 2);
+        if round == 1 {
+            assert!(plan.jobs.is_empty(), "r3 still runs");
+        } else {
+            assert_eq!(names(&plan), ["m/compile"]);
+        }
+    }
     assert!(matches!(
         runs.submit(submission("m", 1, 1), Target::of_kind("llvm"), 7),
         Err(ModelError::Exists(_))
     ));
+}
+
+#[test]
+fn idle_workers_run_a_task_twice_at_once_and_its_records_merge() {
+    let four = |_: &Target| 4;
+    let mut runs = ModelRuns::default();
+    let plan = runs
+        .submit(submission("m", 40, 4), Target::of_kind("llvm"), 1)
+        .unwrap();
+    let extract = plan.jobs[0].0.clone();
+    let line = serde_json::json!({"workload": ["hash", "b64"]});
+    let plan = runs.job_ended(
+        &done(
+            &extract,
+            extracted(&[("a", 1, false), ("b", 3, false)]),
+            &[],
+        ),
+        2,
+        &four,
+    );
+    // The warm-up: one round each (nothing to start a second search from).
+    assert_eq!(names(&plan), ["m/a/r1", "m/b/r1"]);
+    let (a1, b1) = (plan.jobs[0].0.clone(), plan.jobs[1].0.clone());
+    let plan = runs.job_ended(&done(&a1, line.clone(), &[1e-3]), 3, &four);
+    // a is free again; b still runs its first round: a gets its second, and
+    // three more at once from the same records, to fill the idle workers.
+    assert_eq!(names(&plan), ["m/a/r2", "m/a/r3", "m/a/r4"]);
+    let warm: Vec<_> = plan
+        .jobs
+        .iter()
+        .map(|(_, e)| e.warm_start.clone().expect("warm-started"))
+        .collect();
+    assert!(warm.iter().all(|w| *w == warm[0]), "the same records");
+    let ids: std::collections::HashSet<_> = plan.jobs.iter().map(|(w, _)| w.job_id()).collect();
+    assert_eq!(ids.len(), 3, "distinct jobs");
+    assert_eq!(runs.get("m").unwrap().rounds_in_flight(), 4);
+    let (a2, a3) = (plan.jobs[0].0.clone(), plan.jobs[1].0.clone());
+
+    // b's first round ends: its worker is free, and b, free too, comes first.
+    let plan = runs.job_ended(&done(&b1, line.clone(), &[2e-3]), 4, &four);
+    assert_eq!(names(&plan), ["m/b/r2"]);
+    // Two of a's rounds end with new records: each adds to the task's.
+    runs.job_ended(&done(&a2, line.clone(), &[0.8e-3, 0.9e-3]), 5, &four);
+    runs.job_ended(&done(&a3, line.clone(), &[0.7e-3]), 6, &four);
+    let task = &runs.get("m").unwrap().tasks[0];
+    let best: Vec<f64> = task.records.iter().map(|r| r.latency_s).collect();
+    assert_eq!(&best[..3], [0.7e-3, 0.8e-3, 0.9e-3], "merged, best first");
+    assert_eq!(task.best(), Some(0.7e-3));
 }
 
 #[test]
@@ -356,6 +411,11 @@ mod properties {
                     if w.name.contains("/r2") {
                         second_round_seen = true;
                     }
+                    // Dead tasks get no new rounds (rounds already in flight end on their own).
+                    let run = runs.get("p").unwrap();
+                    if let Some(task) = run.tasks.iter().find(|t| w.name.starts_with(&format!("p/{}/r", t.name))) {
+                        prop_assert!(!task.dead, "{} planned for a dead task", w.name);
+                    }
                     if let Some(warm) = &extras.warm_start {
                         prop_assert!(!warm.records.is_empty());
                     }
@@ -366,12 +426,16 @@ mod properties {
                 // The budget is never overspent, counting rounds in flight.
                 prop_assert!(run.trials_committed() <= budget, "{} > {budget}", run.trials_committed());
                 for task in &run.tasks {
-                    // One round in flight per task: the next warm-starts from it.
-                    prop_assert!(task.rounds.iter().filter(|r| r.in_flight()).count() <= 1);
-                    prop_assert!(!task.trivial || task.rounds.is_empty(), "trivial tasks get no rounds");
-                    if task.dead {
-                        prop_assert!(!task.busy() || task.rounds.len() <= 1);
+                    // Several rounds of a task at once only from its records,
+                    // up to the cap, and only on workers that were idle.
+                    let in_flight = task.rounds.iter().filter(|r| r.in_flight()).count();
+                    prop_assert!(in_flight <= allocation::MAX_ROUNDS_AT_ONCE);
+                    if in_flight > 1 {
+                        prop_assert!(!task.history.is_empty());
+                        prop_assert!(run.rounds_in_flight() <= workers, "{} rounds on {workers} workers", run.rounds_in_flight());
                     }
+                    prop_assert!(!task.trivial || task.rounds.is_empty(), "trivial tasks get no rounds");
+
                     // Histories only ever improve.
                     prop_assert!(task.history.windows(2).all(|w| w[1] <= w[0]));
                 }

@@ -268,7 +268,7 @@ impl TvmBackend {
         let job_json = serde_json::json!({
             "workload": job.workload,
             "nbest": job.nbest,
-            "seed": 0,
+            "seed": search_seed(&job),
             "num_trials_per_iter": tuner.trials_per_round.unwrap_or(self.config.trials_per_round),
             "max_workers": self.config.max_workers,
             "warm_start": job.warm_start,
@@ -581,6 +581,19 @@ impl TvmBackend {
             target: Some(job.workload.target.clone()),
         })
     }
+}
+
+/// A model round's search seed comes from its job's id: the planner may run
+/// two rounds of a task at once from the same records, which must not search
+/// alike. Other jobs keep seed 0 (repeatable).
+fn search_seed(job: &JobSpec) -> u64 {
+    if !job.model_round {
+        return 0;
+    }
+    job.job_id
+        .get(..7)
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .unwrap_or(0)
 }
 
 impl Backend for TvmBackend {

@@ -6,7 +6,40 @@ fn live<'a>(weight: f64, history: &'a [f64]) -> TaskStats<'a> {
         history,
         live: true,
         busy: false,
+        in_flight: 0,
     }
+}
+
+fn busy<'a>(weight: f64, history: &'a [f64], in_flight: usize) -> TaskStats<'a> {
+    TaskStats {
+        busy: true,
+        in_flight,
+        ..live(weight, history)
+    }
+}
+
+#[test]
+fn an_extra_round_goes_to_the_busy_task_with_fewest_rounds_then_the_best_score() {
+    // No extra round while a task is free: next_task has one.
+    let tasks = [busy(1.0, &[1.0], 1), live(1.0, &[1.0])];
+    assert_eq!(next_task(&tasks), Some(1));
+    // All busy: the fewest rounds in flight wins over the score...
+    let tasks = [busy(100.0, &[1.0], 2), busy(1.0, &[1.0], 1)];
+    assert_eq!(next_task(&tasks), None);
+    assert_eq!(extra_round(&tasks), Some(1));
+    // ...and among equals, the score (weight × latency left).
+    let tasks = [busy(1.0, &[1.0], 1), busy(3.0, &[1.0], 1)];
+    assert_eq!(extra_round(&tasks), Some(1));
+    // Never a task still in its first round (nothing to start from), a dead
+    // or trivial one, or one already at the cap.
+    let mut dead = busy(9.0, &[1.0], 1);
+    dead.live = false;
+    let tasks = [
+        busy(5.0, &[], 1),
+        dead,
+        busy(5.0, &[1.0], MAX_ROUNDS_AT_ONCE),
+    ];
+    assert_eq!(extra_round(&tasks), None);
 }
 
 #[test]

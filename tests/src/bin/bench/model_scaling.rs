@@ -49,7 +49,7 @@ usage: tunefleet-bench model-scaling --jobs JOBS.json --model MODEL.onnx [--comp
 pub(crate) fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
     let mut jobs = None;
     let mut model = None;
-    let mut compress = 50.0;
+    let mut compress: f64 = 50.0;
     let mut workers = vec![1, 2, 4, 8, 16, 32, 64];
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -74,7 +74,7 @@ pub(crate) fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args
     let (Some(jobs), Some(model)) = (jobs, model) else {
         bail!("--jobs and --model are required\n\n{USAGE}");
     };
-    if !(compress >= 1.0) || workers.iter().any(|&k| k == 0) {
+    if compress.is_nan() || compress < 1.0 || workers.contains(&0) {
         bail!("--compress must be at least 1 and every worker count at least 1");
     }
     Ok(Args {
