@@ -139,11 +139,17 @@ def test_extract():
     assert r["inputs"] == [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}], r["inputs"]
     assert [p["name"] for p in r["params"]] == ["conv_w", "conv_b", "fc_w"], r["params"]
     assert r["outputs"] == [{"name": "y", "shape": [1, 10], "dtype": "float32"}], r["outputs"]
-    assert r["target"] == TARGET and r["tvm_version"] and r["untuned_estimate_s"] is None
+    assert r["target"] == TARGET and r["tvm_version"]
+    # The untuned model was timed once: trivial means under 0.5% of its time.
+    total = r["untuned_estimate_s"]
+    assert total is not None and total > 0, r["untuned_estimate_s"]
     tasks = {t["name"]: t for t in r["tasks"]}
+    for t in r["tasks"]:
+        assert t["untuned_time_s"] >= 0, t
+        assert t["trivial"] == (t["untuned_time_s"] < 0.005 * total), (t["name"], t["untuned_time_s"], total)
     conv = [t for n, t in tasks.items() if "conv2d" in n]
     assert len(conv) == 1 and not conv[0]["trivial"] and conv[0]["flops"] > 1e5, r["tasks"]
-    assert all(t["trivial"] for n, t in tasks.items() if "reshape" in n), r["tasks"]
+    assert all(t["untuned_time_s"] < conv[0]["untuned_time_s"] for n, t in tasks.items() if "reshape" in n), r["tasks"]
     for t in r["tasks"]:
         assert isinstance(t["weight"], int) and t["weight"] >= 1
         tt.build_workload({"op": "tvmscript", "tvmscript": t["tvmscript"], "target": TARGET, "trials": 8,

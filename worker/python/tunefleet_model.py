@@ -117,8 +117,12 @@ JobError = tt.JobError
 #: activation magnitudes through ReLU layers, so outputs are not flat).
 WEIGHT_GAIN = math.sqrt(2.0)
 
-#: Share of the model's estimated FLOPs (flops * weight) under which a task is trivial.
+#: Share of the model's estimated FLOPs (flops * weight) under which a task is
+#: trivial, when the untuned model could not be timed.
 TRIVIAL_FLOPS_SHARE = 0.005
+
+#: Share of the untuned model's time under which a task is trivial.
+TRIVIAL_TIME_SHARE = 0.005
 
 _FLOAT_TYPES = None  # onnx TensorProto float element types, filled lazily
 
@@ -633,8 +637,20 @@ def run_extract(job: dict, prep: Prepared, proto, t0: float) -> dict:
         rows.append({"name": task.task_name, "weight": int(task.weight), "tvmscript": text, "flops": flops,
                      "workload": [str(line[0]), str(line[1])], "_reductions": _reduction_blocks(func)})
     total = sum(r["flops"] * r["weight"] for r in rows if r["flops"] is not None)
+    # What matters is time, not FLOPs: on CPU TVM's default schedule of a
+    # pooling or LRN is a single-threaded loop nest that can cost more than a
+    # convolution. Time each function of the untuned model once.
+    t = time.monotonic()
+    times = _untuned_task_times(prep, [r["workload"][0] for r in rows])
+    prep.timings["untuned_profile_s"] = round(time.monotonic() - t, 3)
+    total_time = sum(times.values()) if times else 0.0
     for r in rows:
-        r["trivial"] = is_trivial(r["flops"], r["weight"], total, r.pop("_reductions"))
+        reductions = r.pop("_reductions")
+        if times and total_time > 0:
+            r["untuned_time_s"] = times.get(r["workload"][0], 0.0)
+            r["trivial"] = r["untuned_time_s"] < TRIVIAL_TIME_SHARE * total_time
+        else:
+            r["trivial"] = is_trivial(r["flops"], r["weight"], total, reductions)
 
     return {
         "event": "result",
@@ -647,9 +663,65 @@ def run_extract(job: dict, prep: Prepared, proto, t0: float) -> dict:
         "outputs": prep.outputs,
         "functions": _count_prim_funcs(prep.mod),
         "tasks": rows,
-        "untuned_estimate_s": None,
+        "untuned_estimate_s": total_time or None,
         "timings": prep.timings,
     }
+
+
+def time_functions(ex, args: list) -> dict:
+    """Seconds each function call of one run of `main` took, summed by
+    symbol, after a warm-up run (the VM's instrument hook: TVM 0.27's VM has
+    no profiler)."""
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    vm["main"](*args)
+    spent: dict = {}
+    started: dict = {}
+
+    def instrument(func, symbol, before_run, ret_value, *call_args):
+        now = time.perf_counter()
+        if before_run:
+            started[symbol] = now
+        elif symbol in started:
+            spent[symbol] = spent.get(symbol, 0.0) + now - started.pop(symbol)
+        return 0
+
+    vm.set_instrument(instrument)
+    vm["main"](*args)
+    return spent
+
+
+def _func_keys(mod) -> dict:
+    """PrimFunc name -> its MetaSchedule workload hash (what a task is keyed by)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    db = ms.database.MemoryDatabase(module_equality="structural")
+    return {gv.name_hint: str(db.commit_workload(_workload_mod(f)).as_json()[0])
+            for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def _untuned_task_times(prep: Prepared, keys: list) -> dict:
+    """Seconds per task key (workload hash) in one run of the untuned model;
+    {} when it cannot be built or run (the FLOPs rule decides then)."""
+    import tvm
+
+    try:
+        ex = tvm.compile(prep.mod, target=prep.target)
+        args = ([tvm.runtime.tensor(x) for x in random_inputs(prep.inputs, 0)]
+                + [tvm.runtime.tensor(w) for w in prep.param_values])
+        spent = time_functions(ex, args)
+    except Exception as err:  # noqa: BLE001
+        print(f"tunefleet: cannot time the untuned model ({type(err).__name__}: {err}); "
+              "trivial tasks are chosen by FLOPs", file=sys.stderr)
+        return {}
+    times = dict.fromkeys(keys, 0.0)
+    for name, key in _func_keys(prep.mod).items():
+        if key in times:
+            times[key] += spent.get(name, 0.0)
+    return times
 
 
 def _count_prim_funcs(mod) -> int:
@@ -701,6 +773,7 @@ def apply_database(mod, db, target):
 
     out = tvm.IRModule(mod.functions, attrs=mod.attrs) if mod.attrs else tvm.IRModule(mod.functions)
     total = tuned = applied = 0
+    applied_names = []
     matched_keys = []  # workload hashes (database_workload.json's first column) that matched
     failures = []
     for gv, func in mod.functions_items():
@@ -726,8 +799,9 @@ def apply_database(mod, db, target):
         new = new.with_attr("global_symbol", symbol).with_attr("tirx.is_scheduled", True)
         out[gv] = new
         applied += 1
+        applied_names.append(gv.name_hint)
     return out, {"functions": total, "tuned_functions": tuned, "applied": applied,
-                 "matched_keys": matched_keys, "failures": failures}
+                 "applied_names": applied_names, "matched_keys": matched_keys, "failures": failures}
 
 
 def random_inputs(inputs: list, seed: int) -> list:
@@ -915,6 +989,20 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
     if not u_ok:
         print(f"tunefleet: warning: untuned model does not match onnxruntime either: {u_msg}", file=sys.stderr)
 
+    # Where the tuned model's time goes: the functions still on TVM's default
+    # schedule, and their share (what more tuning, or a task marked trivial,
+    # leaves on the table).
+    t = time.monotonic()
+    spent = time_functions(tuned_ex, args)
+    run_total = sum(spent.values()) or 1.0
+    applied_names = set(stats["applied_names"])
+    prim_funcs = {gv.name_hint for gv, f in prep.mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    default_schedule = sorted(
+        ({"name": name, "time_s": secs, "share": secs / run_total}
+         for name, secs in spent.items() if name in prim_funcs and name not in applied_names),
+        key=lambda f: -f["time_s"])
+    prep.timings["profile_s"] = round(time.monotonic() - t, 3)
+
     t = time.monotonic()
     lat_untuned = _median_time(lambda: untuned_vm["main"](*args), repeat)
     lat_tuned = _median_time(lambda: tuned_vm["main"](*args), repeat)
@@ -940,6 +1028,8 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
                               "atol = 1e-4 * max|onnxruntime output| (per output)"},
         "latency_s": {"untuned": lat_untuned, "tuned": lat_tuned, "onnxruntime": lat_ort},
         "weights": _weights_mode(job),
+        "default_schedule": default_schedule,
+        "default_schedule_share": sum(f["share"] for f in default_schedule),
         "target": prep.target_json,
         "host_cpu": _host_cpu(),
         "records": len(db.get_all_tuning_records()),

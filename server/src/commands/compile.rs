@@ -314,6 +314,8 @@ fn report(view: &ModelView, result: &Value) -> Value {
         "inputs",
         "outputs",
         "timings",
+        "default_schedule",
+        "default_schedule_share",
     ] {
         report[key] = result[key].clone();
     }
@@ -352,6 +354,32 @@ fn to_text(report: &Value) -> String {
         out.push_str(&format!(" ({:.2}x onnxruntime's time)", tuned / ort));
     }
     out.push('\n');
+    if let (Some(share), Some(funcs)) = (
+        report["default_schedule_share"].as_f64(),
+        report["default_schedule"].as_array(),
+    ) {
+        let top: Vec<String> = funcs
+            .iter()
+            .take(3)
+            .map(|f| {
+                format!(
+                    "{} {:.1}%",
+                    f["name"].as_str().unwrap_or("?"),
+                    f["share"].as_f64().unwrap_or(0.0) * 100.0
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "on TVM's default schedule: {} functions, {:.1}% of the tuned model's time{}\n",
+            funcs.len(),
+            share * 100.0,
+            if top.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", top.join(", "))
+            }
+        ));
+    }
     let mcpu = report["target"]["mcpu"].as_str();
     let host = report["host_cpu"].as_str();
     if let (Some(mcpu), Some(host)) = (mcpu, host) {
