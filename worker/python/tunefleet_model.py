@@ -60,7 +60,8 @@ mode=extract result::
 ...})` and builds exactly the extracted task's module (checked for every task
 at extraction), so records tuned from it apply at compile time; `workload` is
 the module's MetaSchedule database line `[structural_hash, base64]`. See
-`is_trivial` for the `trivial` rule.
+`TRIVIAL_TIME_SHARE` for the `trivial` rule (`is_trivial`, by FLOPs, when
+the untuned model cannot be timed); each row has `untuned_time_s`.
 
 mode=compile result::
 
