@@ -255,7 +255,12 @@ pub struct ModelTaskView {
     pub share: Option<f64>,
     #[serde(default)]
     pub flops: Option<f64>,
-    /// Too small to be worth trials; compiled with TVM's default schedule.
+    /// Share of the untuned model's time (every function timed once at
+    /// extraction): what a trivial task costs on TVM's default schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untuned_share: Option<f64>,
+    /// Under 0.5% of the untuned model's time (by FLOPs when it could not be
+    /// timed): compiled with TVM's default schedule, no trials.
     pub trivial: bool,
     /// No valid candidate after its first round: gets no more rounds.
     pub dead: bool,

@@ -323,7 +323,13 @@ pub fn to_table(view: &ModelView) -> String {
             t.share
                 .map_or_else(|| "-".into(), |s| format!("{:.1}%", s * 100.0)),
             if t.trivial {
-                "trivial: default schedule".into()
+                match t.untuned_share {
+                    Some(s) => format!(
+                        "trivial: default schedule ({:.2}% of the untuned model's time)",
+                        s * 100.0
+                    ),
+                    None => "trivial: default schedule".into(),
+                }
             } else if t.dead {
                 "no valid candidate".into()
             } else {

@@ -65,6 +65,8 @@ pub struct Task {
     pub weight: u32,
     pub tvmscript: String,
     pub flops: Option<f64>,
+    /// Share of the untuned model's time (timed once at extraction).
+    pub untuned_share: Option<f64>,
     pub trivial: bool,
     pub dead: bool,
     pub rounds: Vec<Round>,
@@ -181,6 +183,7 @@ impl ModelRun {
                         _ => None,
                     },
                     flops: t.flops,
+                    untuned_share: t.untuned_share,
                     trivial: t.trivial,
                     dead: t.dead,
                     rounds: t.rounds.iter().map(|r| r.job_id.clone()).collect(),

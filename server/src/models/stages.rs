@@ -60,6 +60,13 @@ pub(super) fn extract_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> b
         return true;
     };
     let mut parsed = Vec::new();
+    // Each task's time in the untuned model, over the whole (the worker
+    // timed every function once; older workers did not).
+    let untuned_total = meta
+        .extra
+        .get("untuned_estimate_s")
+        .and_then(Value::as_f64)
+        .filter(|t| t.is_finite() && *t > 0.0);
     for (i, t) in tasks.iter().enumerate() {
         let name = t.get("name").and_then(Value::as_str);
         let script = t.get("tvmscript").and_then(Value::as_str);
@@ -79,6 +86,11 @@ pub(super) fn extract_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> b
                 .map_or(1, |w| w.clamp(1, u64::from(u32::MAX)) as u32),
             tvmscript: script.to_string(),
             flops: t.get("flops").and_then(Value::as_f64),
+            untuned_share: t
+                .get("untuned_time_s")
+                .and_then(Value::as_f64)
+                .zip(untuned_total)
+                .map(|(t, total)| t / total),
             trivial: t.get("trivial").and_then(Value::as_bool).unwrap_or(false),
             dead: false,
             rounds: Vec::new(),

@@ -451,6 +451,7 @@ fn a_model_run_comes_back_as_it_was_stored() {
         weight: 3,
         tvmscript: format!("# {name}\n"),
         flops: Some(1.5e6),
+        untuned_share: Some(0.25),
         trivial: false,
         dead,
         rounds: vec![

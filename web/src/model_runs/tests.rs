@@ -89,6 +89,7 @@ fn task_notes_and_shares() {
         best_latency_s: Some(1e-4),
         share: Some(0.4123),
         flops: None,
+        untuned_share: None,
         trivial: false,
         dead: false,
         rounds: vec![],
