@@ -85,12 +85,11 @@ def main() -> int:
             flops.append(float(estimate_tir_flops(task.mod)))
         except Exception:  # noqa: BLE001
             flops.append(None)
-    total = sum(f * t.weight for f, t in zip(flops, extracted) if f is not None)
-    chosen = [
-        t
-        for f, t in zip(flops, extracted)
-        if not tm.is_trivial(f, int(t.weight), total, tm._reduction_blocks(t.mod["main"]))
-    ]
+    # The fleet's rule for what is worth tuning (its share of the untuned model's time).
+    trivial, _, _ = tm.trivial_tasks(
+        prep, [tm.task_key(t.mod) for t in extracted], flops, [int(t.weight) for t in extracted],
+        [tm._reduction_blocks(t.mod["main"]) for t in extracted])
+    chosen = [t for t, skip in zip(extracted, trivial) if not skip]
 
     os.makedirs(args.work_dir, exist_ok=True)
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(

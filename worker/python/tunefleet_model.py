@@ -637,21 +637,15 @@ def run_extract(job: dict, prep: Prepared, proto, t0: float) -> dict:
         line = ms.database.MemoryDatabase(module_equality="structural").commit_workload(built.mod).as_json()
         rows.append({"name": task.task_name, "weight": int(task.weight), "tvmscript": text, "flops": flops,
                      "workload": [str(line[0]), str(line[1])], "_reductions": _reduction_blocks(func)})
-    total = sum(r["flops"] * r["weight"] for r in rows if r["flops"] is not None)
-    # What matters is time, not FLOPs: on CPU TVM's default schedule of a
-    # pooling or LRN is a single-threaded loop nest that can cost more than a
-    # convolution. Time each function of the untuned model once.
     t = time.monotonic()
-    times = _untuned_task_times(prep, [r["workload"][0] for r in rows])
+    flags, times, total_time = trivial_tasks(
+        prep, [r["workload"][0] for r in rows], [r["flops"] for r in rows], [r["weight"] for r in rows],
+        [r.pop("_reductions") for r in rows])
     prep.timings["untuned_profile_s"] = round(time.monotonic() - t, 3)
-    total_time = sum(times.values()) if times else 0.0
-    for r in rows:
-        reductions = r.pop("_reductions")
-        if times and total_time > 0:
-            r["untuned_time_s"] = times.get(r["workload"][0], 0.0)
-            r["trivial"] = r["untuned_time_s"] < TRIVIAL_TIME_SHARE * total_time
-        else:
-            r["trivial"] = is_trivial(r["flops"], r["weight"], total, reductions)
+    for r, trivial, secs in zip(rows, flags, times):
+        r["trivial"] = trivial
+        if secs is not None:
+            r["untuned_time_s"] = secs
 
     return {
         "event": "result",
@@ -702,6 +696,32 @@ def _func_keys(mod) -> dict:
     db = ms.database.MemoryDatabase(module_equality="structural")
     return {gv.name_hint: str(db.commit_workload(_workload_mod(f)).as_json()[0])
             for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def trivial_tasks(prep: Prepared, keys: list, flops: list, weights: list, reductions: list) -> tuple:
+    """Which tasks (by workload hash `keys`) are not worth trials, the fleet's
+    rule (and the direct baseline's in tests/python/bench_model_direct.py):
+    under TRIVIAL_TIME_SHARE of one run of the untuned model. What matters is
+    time, not FLOPs: on CPU TVM's default schedule of a pooling, a transpose
+    or an LRN is a single-threaded loop nest that can cost more than a
+    convolution. When the model cannot be run, `is_trivial`'s FLOPs rule.
+    Returns (flags, seconds per task or None, total seconds or 0)."""
+    times = _untuned_task_times(prep, keys)
+    total_time = sum(times.values()) if times else 0.0
+    if total_time > 0:
+        secs = [times.get(k, 0.0) for k in keys]
+        return [x < TRIVIAL_TIME_SHARE * total_time for x in secs], secs, total_time
+    total = sum(f * w for f, w in zip(flops, weights) if f is not None)
+    flags = [is_trivial(f, w, total, r) for f, w, r in zip(flops, weights, reductions)]
+    return flags, [None] * len(keys), 0.0
+
+
+def task_key(task_mod) -> str:
+    """An extracted task's workload hash (the key its records have)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    db = ms.database.MemoryDatabase(module_equality="structural")
+    return str(db.commit_workload(_workload_mod(task_mod["main"])).as_json()[0])
 
 
 def _untuned_task_times(prep: Prepared, keys: list) -> dict:
