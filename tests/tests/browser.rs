@@ -1830,6 +1830,16 @@ async fn the_first_load_is_small_and_the_checker_comes_when_needed() {
         first_render.as_f64().is_some(),
         "the app marks its first render"
     );
+    // The byte budget (issue 32): the goal is under 150 KB, the hard limit
+    // 200 KB. The goal is reported, the limit enforced.
+    eprintln!(
+        "FIGURE first load against the budget: {on_wire} bytes; goal 150,000 {}; hard limit 200,000",
+        if on_wire < 150_000 { "met" } else { "NOT met" }
+    );
+    assert!(
+        on_wire < 200_000,
+        "first load {on_wire} bytes: over the hard limit of 200,000"
+    );
     // Only the page's own module: the checker waits for the upload box.
     assert!(
         first.iter().any(|t| t.0.starts_with("/web_bg-")),
