@@ -110,7 +110,7 @@ fi
 # Its passes: -Oz without inlining. Inlining makes the module smaller raw but
 # larger compressed (the inlined copies compress worse than the calls): on
 # the Yew page -Oz alone is 13% smaller raw and 5% larger in brotli; with
-# inlining off it is 10% smaller raw and 1.5% smaller in brotli
+# inlining off it is 10% smaller raw and 1.2% smaller in brotli
 # (docs/benchmarks.md, "Yew again"). The result is kept only when it gzips
 # smaller.
 WASM_OPT_FLAGS=${WASM_OPT_FLAGS:--Oz --always-inline-max-function-size 0 --one-caller-inline-max-function-size 0}
