@@ -73,7 +73,16 @@ pub(crate) fn send(msg: Msg) {
         return;
     }
     let mut changed = false;
-    while let Some(msg) = QUEUE.with(|q| q.borrow_mut().pop_front()) {
+    loop {
+        // An event the browser dispatches while Yew renders (the views hold
+        // the state then) waits in the queue for the next task.
+        if APP.with(|app| app.try_borrow_mut().is_err()) {
+            Timeout::new(0, || send(Msg::Wake)).forget();
+            break;
+        }
+        let Some(msg) = QUEUE.with(|q| q.borrow_mut().pop_front()) else {
+            break;
+        };
         APP.with(|app| {
             if let Some(app) = app.borrow_mut().as_mut() {
                 changed |= app.update(msg);
@@ -176,6 +185,8 @@ pub(crate) enum Msg {
     Frame(u64, String),
     Closed(u64, u16, String),
     Flush,
+    /// Works off messages that had to wait (see [`send`]).
+    Wake,
     Reconnect,
     // Token
     TokenInput(String),
@@ -388,6 +399,7 @@ impl App {
             Msg::Opened(generation) => self.on_opened(generation),
             Msg::Frame(generation, text) => self.on_frame(generation, text),
             Msg::Flush => self.on_flush(),
+            Msg::Wake => false,
             Msg::Closed(generation, code, reason) => self.on_closed(generation, code, reason),
             Msg::Reconnect => {
                 self.connect();
