@@ -16,6 +16,14 @@ use crate::format::{
 use crate::model::{visible_jobs, SortKey, StateFilter};
 use crate::model_runs;
 
+/// Enter on a focused row itself (not on a button in it) opens the row, as
+/// a click does.
+fn on_row(e: &KeyboardEvent) -> bool {
+    e.key() == "Enter"
+        && e.target_dyn_into::<web_sys::Element>()
+            .is_some_and(|t| t.tag_name() == "TR")
+}
+
 #[derive(Properties, PartialEq)]
 pub(super) struct TrialsProps {
     pub done: u32,
@@ -88,7 +96,7 @@ fn model_row(app: &App, m: &ModelView) -> Html {
     let open = move || Msg::SelectModel(Some(name.clone()));
     let name = m.name.clone();
     let onkeydown = Callback::from(move |e: KeyboardEvent| {
-        if e.key() == "Enter" {
+        if on_row(&e) {
             super::super::send(Msg::SelectModel(Some(name.clone())));
         }
     });
@@ -486,7 +494,7 @@ fn job_row(app: &App, job: &JobView) -> Html {
     // Rows are focusable: Enter opens the detail, as a click does.
     let id = job.job_id.clone();
     let onkeydown = Callback::from(move |e: KeyboardEvent| {
-        if e.key() == "Enter" {
+        if on_row(&e) {
             super::super::send(Msg::Select(Some(id.clone())));
         }
     });
