@@ -7,7 +7,7 @@ use web_check::downloads::Download;
 use yew::prelude::*;
 
 use super::detail::ChartSvg;
-use super::{on, on_inner, on_input, on_link};
+use super::{cls, on, on_inner, on_input, on_link};
 use crate::app::{browser, App, Msg};
 use crate::chart;
 use crate::format::{
@@ -41,7 +41,7 @@ pub(super) fn TrialsBar(p: &TrialsProps) -> Html {
         <div class="trials">
             <div class="bar small" role="progressbar" aria-valuemin="0"
                 aria-valuemax={p.total.to_string()} aria-valuenow={p.done.to_string()}>
-                <div class={classes!("seg", format!("st-{}", p.state))}
+                <div class={format!("seg st-{}", p.state)}
                     style={format!("width:{pct:.1}%")}></div>
             </div>
             <span class={p.label_class}>{ format!("{}/{}", p.done, p.total) }</span>
@@ -56,7 +56,7 @@ pub(super) fn TrialsBar(p: &TrialsProps) -> Html {
 fn model_state_badge(state: ModelState) -> Html {
     let s = state.as_str();
     html! {
-        <span class={classes!("badge", "model-state", format!("st-{s}"))} data-state={s}>{ s }</span>
+        <span class={format!("badge model-state st-{s}")} data-state={s}>{ s }</span>
     }
 }
 
@@ -109,7 +109,7 @@ fn model_row(app: &App, m: &ModelView) -> Html {
                 </td>
                 <td class="num">{ x.onnxruntime.clone() }
                     if let Some(r) = &x.vs_onnxruntime {
-                        <div class={classes!("sub", if x.beats_onnxruntime { "ok" } else { "warnish" })}>{ r.clone() }</div>
+                        <div class={if x.beats_onnxruntime { "sub ok" } else { "sub warnish" }}>{ r.clone() }</div>
                     }
                 </td>
             </>
@@ -123,7 +123,7 @@ fn model_row(app: &App, m: &ModelView) -> Html {
     html! {
         <>
             <tr key={format!("model:{}", m.name)}
-                class={classes!("model-row", selected.then_some("selected"))}
+                class={cls(&[("model-row", true), ("selected", selected)])}
                 data-model={m.name.clone()} data-state={m.state.as_str()} tabindex="0"
                 aria-expanded={if selected { "true" } else { "false" }}
                 onclick={on(open)} {onkeydown}>
@@ -139,8 +139,8 @@ fn model_row(app: &App, m: &ModelView) -> Html {
                     state={m.state.as_str()} label_class="sub model-trials" /></td>
                 <td class="num model-estimate">{ model_runs::latency(m.estimated_latency_s) }</td>
                 { cells }
-                <td class={classes!("model-verified", (verified == "yes").then_some("ok"),
-                    (verified == "no").then_some("bad"))}>{ verified }</td>
+                <td class={cls(&[("model-verified", true), ("ok", verified == "yes"),
+                    ("bad", verified == "no")])}>{ verified }</td>
                 <td class="num">{ model_runs::applied(m) }</td>
             </tr>
             if let Some(e) = &m.error {
@@ -191,7 +191,7 @@ fn model_detail(app: &App) -> Html {
                     </tr></thead>
                     <tbody>
                         { for m.tasks.iter().map(|t| html! {
-                            <tr data-task={t.name.clone()} class={classes!((t.trivial || t.dead).then_some("known"))}>
+                            <tr data-task={t.name.clone()} class={(t.trivial || t.dead).then_some("known")}>
                                 <td class="mono task-name" title={t.name.clone()}>{ t.name.clone() }</td>
                                 <td class="num">{ t.weight }</td>
                                 <td class="num">{ t.trials }</td>
@@ -377,7 +377,7 @@ pub(super) fn jobs_card(app: &App) -> Html {
     let chips = StateFilter::ALL.into_iter().map(|f| {
         let pressed = app.filter == f;
         html! {
-            <button class={classes!("chip", pressed.then_some("on"))} data-filter={f.label()}
+            <button class={if pressed { "chip on" } else { "chip" }} data-filter={f.label()}
                 aria-pressed={if pressed { "true" } else { "false" }}
                 onclick={on(move || Msg::Filter(f))}>
                 { f.label() }<span class="n">{ f.count(&o) }</span>
@@ -460,7 +460,7 @@ pub(super) fn jobs_card(app: &App) -> Html {
 
 pub(super) fn state_badge(state: JobState) -> Html {
     let s = state.as_str();
-    html! { <span class={classes!("badge", format!("st-{s}"))}>{ s }</span> }
+    html! { <span class={format!("badge st-{s}")}>{ s }</span> }
 }
 
 pub(super) fn job_actions(app: &App, job: &JobView) -> Html {
@@ -507,7 +507,7 @@ fn job_row(app: &App, job: &JobView) -> Html {
     });
     html! {
         <tr key={job.job_id.clone()} data-job={job.job_id.clone()} data-name={job.name.clone()}
-            data-state={job.state.as_str()} class={classes!("job", selected.then_some("selected"))}
+            data-state={job.state.as_str()} class={if selected { "job selected" } else { "job" }}
             tabindex="0" onclick={on(open)} {onkeydown}>
             <td class="name">
                 <div>{ job.name.clone() }</div>

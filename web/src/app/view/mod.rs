@@ -58,6 +58,21 @@ pub(super) fn on_input(msg: impl Fn(String) -> Msg + 'static) -> Callback<InputE
     })
 }
 
+/// A `class` value from the names whose condition holds. One plain function
+/// instead of `classes!`, whose set type and expansions cost the module more.
+pub(super) fn cls(names: &[(&str, bool)]) -> String {
+    let mut out = String::new();
+    for (name, on) in names {
+        if *on {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(name);
+        }
+    }
+    out
+}
+
 /// The page's root component.
 #[function_component]
 pub(super) fn Dashboard() -> Html {
@@ -79,8 +94,8 @@ fn page(app: &App) -> Html {
         <div class="page">
             { header(app) }
             { banner(app) }
-            <main id="main" class={classes!("grid", (!app.session.live()).then_some("stale"),
-                (!app.session.fleet.models().is_empty()).then_some("with-models"))}>
+            <main id="main" class={cls(&[("grid", true), ("stale", !app.session.live()),
+                ("with-models", !app.session.fleet.models().is_empty())])}>
                 { overall(app, now) }
                 { fleet::models_card(app) }
                 { upload::upload_card(app) }
@@ -126,7 +141,7 @@ fn header(app: &App) -> Html {
                 </svg>
                 <span>{ "tunefleet" }</span>
             </div>
-            <div id="conn" class={classes!("conn", state)} data-state={state} role="status">
+            <div id="conn" class={format!("conn {state}")} data-state={state} role="status">
                 <span class="dot"></span>{ text }
             </div>
             <div class="spacer"></div>
@@ -156,7 +171,7 @@ fn token_area(app: &App) -> Html {
         super::send(Msg::SignIn)
     });
     html! {
-        <form class={classes!("token", needs.then_some("attention"))} {onsubmit}>
+        <form class={if needs { "token attention" } else { "token" }} {onsubmit}>
             <input id="token" type="password" placeholder="admin token" autocomplete="off"
                 aria-label="admin token" value={app.token_input.clone()}
                 oninput={on_input(Msg::TokenInput)} />
@@ -211,7 +226,7 @@ fn notices(app: &App) -> Html {
             { for app.notices.iter().map(|n| {
                 let id = n.id;
                 html! {
-                    <div key={id} class={classes!("notice", n.error.then_some("error"))}>
+                    <div key={id} class={if n.error { "notice error" } else { "notice" }}>
                         <span>{ n.text.clone() }</span>
                         <button class="icon small" aria-label="dismiss"
                             onclick={on(move || Msg::DismissNotice(id))}>{ "×" }</button>
@@ -256,7 +271,7 @@ fn overall(app: &App, now: u64) -> Html {
             </div>
             <div id="overall-text" class="stats">
                 <span><b>{ o.counts.done }</b>{ format!(" / {} done", o.counts.total) }</span>
-                <span class={classes!((o.counts.failed > 0).then_some("bad"))}>
+                <span class={(o.counts.failed > 0).then_some("bad")}>
                     <b>{ o.counts.failed }</b>{ " failed" }
                 </span>
                 <span><b>{ o.counts.running }</b>{ " running" }</span>

@@ -82,7 +82,7 @@ fn drop_zone(app: &App) -> Html {
         }
     });
     html! {
-        <div class={classes!("drop", app.dragging.then_some("over"))} {ondragover} {ondragleave} {ondrop}>
+        <div class={if app.dragging { "drop over" } else { "drop" }} {ondragover} {ondragleave} {ondrop}>
             <p>{ "Drop a workload YAML file or an ONNX model here, or choose one:" }</p>
             <input id="upload-file" type="file"
                 accept=".yaml,.yml,.json,.onnx,text/yaml,application/json"
@@ -191,7 +191,7 @@ fn preview_row(row: &PreviewRow) -> Html {
         }
     });
     html! {
-        <tr key={row.job_id.clone()} class={classes!(row.known.then_some("known"))}>
+        <tr key={row.job_id.clone()} class={row.known.then_some("known")}>
             <td class="name">{ row.name.clone() }
                 if row.known { <span class="tag">{ "exists" }</span> }
             </td>
@@ -335,12 +335,12 @@ fn model_result(app: &App, upload: &ModelUpload) -> Html {
             <div class="model-form">
                 <label><span class="sub">{ "Run name" }</span>
                     <input id="model-name" type="text" spellcheck="false" autocomplete="off"
-                        class={classes!(invalid(&Field::Name).then_some("invalid"))}
+                        class={invalid(&Field::Name).then_some("invalid")}
                         value={upload.form.name.clone()} oninput={on_input(Msg::ModelName)} />
                 </label>
                 <label><span class="sub">{ "Trials (whole model)" }</span>
                     <input id="model-trials" type="text" inputmode="numeric" autocomplete="off"
-                        class={classes!(invalid(&Field::Trials).then_some("invalid"))}
+                        class={invalid(&Field::Trials).then_some("invalid")}
                         value={upload.form.trials.clone()} oninput={on_input(Msg::ModelTrials)} />
                 </label>
             </div>
@@ -373,7 +373,7 @@ fn model_input_row(upload: &ModelUpload, input: &model_upload::InputRow, invalid
         html! {
             <div class="shape-field">
                 <input type="text" spellcheck="false" autocomplete="off"
-                    class={classes!("model-shape", invalid.then_some("invalid"))}
+                    class={if invalid { "model-shape invalid" } else { "model-shape" }}
                     data-shape={input.name.clone()} placeholder={input.example.clone()}
                     aria-label={format!("shape of {}", input.name)} {value}
                     oninput={on_input(move |v| Msg::ModelShape(name.clone(), v))} />
