@@ -4,7 +4,8 @@
 # MetaSchedule, and a small model (SqueezeNet, MODEL_TRIALS trials); follow
 # progress in the terminal, print the results, and compile the model with its
 # own weights (`tunefleet compile`: untuned, tuned and onnxruntime latencies).
-# The master keeps serving (dashboard at http://$BIND/) until Ctrl-C.
+# The master keeps serving (dashboard at http://$BIND/) until Ctrl-C; the
+# link it prints with `#token=` opens the dashboard signed in as admin.
 #
 #   scripts/run-local.sh                 # examples/workloads.yaml
 #   scripts/run-local.sh my.yaml ...     # your own workload files
@@ -36,7 +37,15 @@ master=$!
 trap 'kill "$master" 2>/dev/null || true; wait 2>/dev/null || true' EXIT INT TERM
 for _ in $(seq 100); do curl -sf "http://$BIND/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 
+# The master prints the dashboard's sign-in link (`#token=…`) once it listens.
+LINK=
+for _ in $(seq 50); do
+    LINK=$(grep -o 'https\{0,1\}://[^ ]*/#token=[^ ]*' tunefleet-master.log 2>/dev/null | tail -1 || true)
+    [ -n "$LINK" ] && break
+    sleep 0.1
+done
 echo "master: ws://$BIND  dashboard: http://$BIND/  admin token: $TOKEN"
+echo "open the dashboard signed in: ${LINK:-http://$BIND/#token=$TOKEN}"
 echo "log: tunefleet-master.log (the local workers' lines are in it, under their names)"
 export TUNEFLEET_TOKEN="$TOKEN" TUNEFLEET_SERVER="ws://$BIND"
 

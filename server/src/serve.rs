@@ -170,6 +170,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             t
         }
     };
+    let sign_in_token = admin_token.clone();
     let web_dir = args.web_dir.clone().or_else(default_web_dir);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
@@ -217,6 +218,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     // Tests and scripts wait for this line.
     println!("tunefleet master listening on {addr} (dashboard {http}://{addr}/, workers {ws}://{addr}/ws/worker)");
+    // The dashboard link that signs in, as Jupyter prints one: the token is
+    // in the fragment, which the browser never sends (so no server log has
+    // it); the page stores it and takes it out of the address bar.
+    eprintln!(
+        "dashboard, signed in as admin: {http}://{addr}/#token={}",
+        fragment_escape(&sign_in_token)
+    );
     info!(%addr, state = %args.state, tls = tls.is_some(), "master up");
 
     let local_fleet = match args.local_workers {
@@ -325,3 +333,18 @@ fn default_web_dir() -> Option<PathBuf> {
 
 #[cfg(test)]
 mod tests;
+
+/// `text` as it can stand in a URL's fragment: bytes other than letters,
+/// digits and `-._~` as `%XX` (the dashboard decodes them). A generated
+/// token is hex and passes unchanged.
+fn fragment_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

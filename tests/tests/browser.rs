@@ -5,7 +5,7 @@
 //! The page is driven like a user would: files go in through the file input,
 //! drag and drop (a synthetic drop event carrying a real `File`) and typing
 //! into the text area; buttons are clicked. Assertions read the DOM through
-//! the stable ids and `data-*` attributes of `web/src/app/view.rs`.
+//! the stable ids and `data-*` attributes of `web/src/app/view/`.
 //!
 //! Screenshots land in `target/screenshots/*.png` (CI keeps them as artifacts).
 //!
@@ -1116,6 +1116,173 @@ async fn the_page_reconnects_and_resyncs_after_a_master_restart() {
     browser.close().await;
 }
 
+/// The sign-in link `tunefleet serve` prints on its standard error once it
+/// listens (`http://HOST:PORT/#token=…`, as Jupyter's), read from its log.
+fn printed_sign_in_link(master: &Master) -> String {
+    let prefix = format!("http://{}/#token=", master.addr);
+    let deadline = Instant::now() + SHORT;
+    loop {
+        let log = master.log();
+        if let Some(at) = log.find(&prefix) {
+            let link = log[at..].split_whitespace().next().unwrap_or_default();
+            return link.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no line with {prefix} on the master's stderr:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The link the master prints signs the page in: admin controls without a
+/// token typed, the token kept as a typed one is, and gone from the address.
+#[tokio::test]
+async fn the_printed_sign_in_link_opens_the_dashboard_signed_in() {
+    let _serial = SERIAL.lock().await;
+    let Some(browser) = Browser::start("sign_in_link", "2d").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("link.yaml");
+    std::fs::write(&file, matmul_yaml(1, "link")).unwrap();
+    // No --public-read: without the token the page shows nothing.
+    let mut extra = web_args(&web_dist());
+    extra.extend(["--workloads".into(), file.display().to_string()]);
+    let master = Master::start(dir.path(), &args(&extra));
+    let link = printed_sign_in_link(&master);
+    assert_eq!(
+        link,
+        format!("http://{}/#token={ADMIN_TOKEN}", master.addr),
+        "the printed link"
+    );
+
+    browser.goto(&link).await;
+    browser
+        .wait(
+            "live as admin without typing the token",
+            LONG,
+            "return document.querySelector('#conn')?.dataset.state === 'live' && document.querySelector('#conn').textContent.includes('admin')",
+        )
+        .await;
+    browser
+        .wait(
+            "the admin controls",
+            SHORT,
+            "return document.querySelector('#jobs tr[data-name=link0] button[data-action=cancel]') && document.querySelector('#sign-out') && !document.querySelector('#token')",
+        )
+        .await;
+    let state = browser
+        .js(
+            "return [sessionStorage.getItem('tunefleet.token'), location.hash, location.href.includes('token')]",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        state,
+        json!([ADMIN_TOKEN, "", false]),
+        "the token is stored and gone from the address bar"
+    );
+    browser.shot("01-signed-in-by-link").await;
+
+    // A reload keeps the session (the token is in session storage now).
+    browser.goto(&format!("http://{}/", master.addr)).await;
+    browser
+        .wait(
+            "admin again after a reload without the fragment",
+            LONG,
+            "return document.querySelector('#conn')?.dataset.state === 'live' && document.querySelector('#conn').textContent.includes('admin')",
+        )
+        .await;
+    browser.close().await;
+}
+
+/// Text that comes with the data (a job's name, a file's line) is shown as
+/// text, whatever it looks like: never parsed as markup, never run.
+#[tokio::test]
+async fn markup_in_the_data_is_shown_as_text() {
+    let _serial = SERIAL.lock().await;
+    let Some(browser) = Browser::start("markup_as_text", "2e").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let name = r#"<img src=x onerror="window.pwned=1"><b>bold</b>&amp;"#;
+    let file = dir.path().join("markup.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "target: {{kind: llvm, num-cores: 2}}\ntrials: 8\nworkloads:\n  - name: '{name}'\n    op: matmul\n    shape: {{m: 8, n: 8, k: 8}}\n"
+        ),
+    )
+    .unwrap();
+    let mut extra = web_args(&web_dist());
+    extra.extend([
+        "--public-read".into(),
+        "--workloads".into(),
+        file.display().to_string(),
+    ]);
+    let master = Master::start(dir.path(), &args(&extra));
+    browser.goto(&format!("http://{}/", master.addr)).await;
+    browser
+        .wait(
+            "the job listed",
+            LONG,
+            "return document.querySelectorAll('#jobs tbody tr[data-job]').length === 1",
+        )
+        .await;
+    let shown = browser
+        .js(
+            "const r = document.querySelector('#jobs tbody tr[data-job]');
+             return [r.dataset.name, r.querySelector('td.name div').textContent,
+                     document.querySelectorAll('#jobs img, #jobs tbody b').length,
+                     window.pwned ?? null]",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        shown,
+        json!([name, name, 0, null]),
+        "the name is text, not markup"
+    );
+    // Its drawer too.
+    browser.click("#jobs tbody tr[data-job] td.name").await;
+    let title = browser
+        .wait(
+            "the drawer",
+            SHORT,
+            "return document.querySelector('#job-detail h2')?.textContent",
+        )
+        .await;
+    assert_eq!(title, json!(name));
+
+    // A line of a pasted file, quoted in its error, is text as well.
+    browser
+        .type_into(
+            "#upload-text",
+            "target: {kind: llvm}\nworkloads:\n  - {name: '<i>x</i>', op: matmul, shape: {m: 8, n: -1, k: 8}}\n",
+        )
+        .await;
+    let quoted = browser
+        .wait(
+            "the error quoting the line",
+            LONG,
+            "return document.querySelector('#upload-errors pre.src')?.textContent",
+        )
+        .await;
+    assert!(quoted.as_str().unwrap().contains("<i>x</i>"), "{quoted}");
+    assert_eq!(
+        browser
+            .js(
+                "return [document.querySelectorAll('#upload-errors i').length, window.pwned ?? null]",
+                vec![]
+            )
+            .await,
+        json!([0, null])
+    );
+    browser.shot("01-markup-as-text").await;
+    browser.close().await;
+}
+
 /// Registers a scripted worker that says it has the tvm backend; returns its token.
 async fn register_fake_tvm(ws: &mut raw::Ws, worker_id: &str) -> String {
     raw::send(
@@ -1662,6 +1829,16 @@ async fn the_first_load_is_small_and_the_checker_comes_when_needed() {
     assert!(
         first_render.as_f64().is_some(),
         "the app marks its first render"
+    );
+    // The byte budget (issue 32): the goal is under 150 KB, the hard limit
+    // 200 KB. The goal is reported, the limit enforced.
+    eprintln!(
+        "FIGURE first load against the budget: {on_wire} bytes; goal 150,000 {}; hard limit 200,000",
+        if on_wire < 150_000 { "met" } else { "NOT met" }
+    );
+    assert!(
+        on_wire < 200_000,
+        "first load {on_wire} bytes: over the hard limit of 200,000"
     );
     // Only the page's own module: the checker waits for the upload box.
     assert!(

@@ -15,24 +15,20 @@
 //!   in the checker module, the form here);
 //! - [`model_runs`]: what the Models card says about a model run;
 //! - [`chart`], [`format`](mod@format): the tuning curve's geometry and text formatting;
-//! - [`html`]: the markup writer the views render into (escaping);
-//! - [`action`]: what the page's buttons and fields ask for, as the views
-//!   write it into the markup and the event listeners read it back;
 //! - [`wire`]: frames read into the shared message types with the shared
 //!   JSON tree and its decoders instead of serde_json's (the page's size).
 //!
-//! The browser part (`app`, wasm32 only) renders that state and moves frames
-//! between the WebSocket and [`model::Session`]. Build it with
+//! The browser part (`app`, wasm32 only) is a Yew application: function
+//! components render that state (never HTML strings: text is text), and the
+//! app moves frames between the WebSocket and [`model::Session`]. Build it with
 //! `scripts/build-web.sh` (bundle in `web/dist/`, packed by `web/pack` with
 //! content-hashed names and brotli/gzip copies).
 
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
-pub mod action;
 pub mod chart;
 pub mod format;
-pub mod html;
 pub mod model;
 pub mod model_runs;
 pub mod model_upload;

@@ -31,6 +31,35 @@ mod table;
 pub use progress::{fleet_overall, overall, Overall};
 pub use table::{visible_jobs, Sort, SortKey, StateFilter};
 
+/// The admin token of a sign-in link's fragment: `#token=T` (as `tunefleet
+/// serve` prints it; other `&`-separated entries are ignored, `%XX` escapes
+/// decoded). `None` when there is none, or it is empty or not UTF-8.
+pub fn token_from_fragment(fragment: &str) -> Option<String> {
+    let fragment = fragment.strip_prefix('#').unwrap_or(fragment);
+    let raw = fragment
+        .split('&')
+        .find_map(|entry| entry.strip_prefix("token="))?;
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h)? * 16 + hex(l)?) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    let token = String::from_utf8(out).ok()?;
+    let token = token.trim();
+    (!token.is_empty()).then(|| token.to_string())
+}
+
 /// The connection as the page shows it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Link {

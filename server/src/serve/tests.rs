@@ -12,3 +12,12 @@ fn durations() {
     assert!(parse_duration("5y").is_err());
     assert!(parse_duration("-1s").is_err());
 }
+
+#[test]
+fn a_token_in_the_sign_in_link() {
+    use super::fragment_escape;
+    assert_eq!(fragment_escape("0123abcdef"), "0123abcdef");
+    assert_eq!(fragment_escape("test-admin-token"), "test-admin-token");
+    assert_eq!(fragment_escape("a b&c#d%"), "a%20b%26c%23d%25");
+    assert_eq!(fragment_escape("é"), "%C3%A9");
+}

@@ -107,7 +107,34 @@ fn local_storage() -> Option<web_sys::Storage> {
 }
 
 /// The admin token of this tab (session storage: gone when the tab closes).
+/// A sign-in link's `#token=…` (as `tunefleet serve` prints it) is stored
+/// first, as a typed token is, and taken out of the address bar.
 pub(super) fn stored_token() -> Option<String> {
+    if let Some(token) = token_from_address() {
+        store_token(Some(&token));
+    }
+    stored_token_only()
+}
+
+/// The token of a sign-in link (`#token=…`), removed from the address (and
+/// so from the history and any bookmark) with `history.replaceState`.
+fn token_from_address() -> Option<String> {
+    let window = gloo::utils::window();
+    let location = window.location();
+    let hash = location.hash().ok()?;
+    let token = crate::model::token_from_fragment(&hash)?;
+    let path = format!(
+        "{}{}",
+        location.pathname().unwrap_or_default(),
+        location.search().unwrap_or_default()
+    );
+    if let Ok(history) = window.history() {
+        let _ = history.replace_state_with_url(&JsValue::NULL, "", Some(&path));
+    }
+    Some(token)
+}
+
+fn stored_token_only() -> Option<String> {
     session_storage()?
         .get_item(TOKEN_KEY)
         .ok()

@@ -1,7 +1,10 @@
-//! The browser side: one [`App`] that owns the WebSocket, feeds its frames
-//! to [`Session`], and renders the state (`view/`) as an HTML string that
-//! `dom.rs` patches into the document. Events reach it through listeners on
-//! the page's root (`events.rs`) as [`Msg`]s, one queue for all of them.
+//! The browser side: [`App`] owns the WebSocket, feeds its frames to
+//! [`Session`] and holds what the page shows; the Yew component
+//! [`view::Dashboard`] renders it. Events reach the app from the views'
+//! callbacks, the socket and timers as [`Msg`]s, through one queue
+//! ([`send`]); once the queue is empty and a message changed something, the
+//! component is asked to render (Yew renders on its next turn, diffing its
+//! virtual DOM against the last one).
 //!
 //! Nothing polls: the page renders when a frame arrives (batched per 30 ms so
 //! a burst of progress events costs one render) or when the user does
@@ -11,8 +14,6 @@
 
 mod browser;
 mod checker;
-mod dom;
-mod events;
 mod link;
 mod upload_box;
 mod view;
@@ -24,14 +25,14 @@ use gloo::file::callbacks::FileReader;
 use gloo::timers::callback::Timeout;
 use tunefleet_shared::protocol::{ClientCommand, JobId, Role};
 use wasm_bindgen::prelude::*;
+use yew::functional::UseForceUpdateHandle;
 
-use crate::action::Download;
 use crate::model::{Effect, Session, Sort, SortKey, StateFilter};
 use crate::model_upload::{self, LoadedModel, ModelForm};
 use crate::upload::Checked;
 use browser::Socket;
 use wasm_bindgen_futures::spawn_local;
-use web_check::downloads::Files;
+use web_check::downloads::{Download, Files};
 
 /// Jobs table rows rendered at first (and added per "show more").
 const PAGE_ROWS: usize = 200;
@@ -44,43 +45,44 @@ pub(crate) fn start() {
     if let Some(boot) = document.get_element_by_id("boot") {
         boot.remove();
     }
-    let root = match document.get_element_by_id("app") {
-        Some(root) => root,
-        None => {
-            // An index.html without the mount point: make one.
-            let Ok(root) = document.create_element("div") else {
-                return;
-            };
-            let _ = gloo::utils::body().append_child(&root);
-            root
-        }
-    };
-    events::listen(&root);
-    ROOT.with(|r| *r.borrow_mut() = Some(root));
     APP.with(|app| *app.borrow_mut() = Some(App::new()));
+    match document.get_element_by_id("app") {
+        Some(root) => yew::Renderer::<view::Dashboard>::with_root(root).render(),
+        // An index.html without the mount point: Yew mounts on the body.
+        None => yew::Renderer::<view::Dashboard>::new().render(),
+    };
     send(Msg::Reconnect);
 }
 
 thread_local! {
     static APP: RefCell<Option<App>> = const { RefCell::new(None) };
-    static ROOT: RefCell<Option<web_sys::Element>> = const { RefCell::new(None) };
     /// Messages not yet handed to [`App::update`].
     static QUEUE: RefCell<VecDeque<Msg>> = const { RefCell::new(VecDeque::new()) };
     /// Set while the queue is being worked off: a message sent from inside
     /// an update waits its turn instead of re-entering the app.
     static BUSY: Cell<bool> = const { Cell::new(false) };
-    static RENDERED: Cell<bool> = const { Cell::new(false) };
+    /// The root component's handle to ask for a render.
+    static REDRAW: RefCell<Option<UseForceUpdateHandle>> = const { RefCell::new(None) };
 }
 
-/// Hands `msg` to the app; renders once when the queue is empty, if any
-/// message changed what the page shows.
+/// Hands `msg` to the app; asks for a render once the queue is empty, if
+/// any message changed what the page shows.
 pub(crate) fn send(msg: Msg) {
     QUEUE.with(|q| q.borrow_mut().push_back(msg));
     if BUSY.replace(true) {
         return;
     }
     let mut changed = false;
-    while let Some(msg) = QUEUE.with(|q| q.borrow_mut().pop_front()) {
+    loop {
+        // An event the browser dispatches while Yew renders (the views hold
+        // the state then) waits in the queue for the next task.
+        if APP.with(|app| app.try_borrow_mut().is_err()) {
+            Timeout::new(0, || send(Msg::Wake)).forget();
+            break;
+        }
+        let Some(msg) = QUEUE.with(|q| q.borrow_mut().pop_front()) else {
+            break;
+        };
         APP.with(|app| {
             if let Some(app) = app.borrow_mut().as_mut() {
                 changed |= app.update(msg);
@@ -88,28 +90,23 @@ pub(crate) fn send(msg: Msg) {
         });
     }
     if changed {
-        render();
+        REDRAW.with(|r| {
+            if let Some(redraw) = r.borrow().as_ref() {
+                redraw.force_update();
+            }
+        });
     }
     BUSY.set(false);
 }
 
-fn render() {
-    let markup = APP.with(|app| app.borrow().as_ref().map(view::page));
-    let Some(markup) = markup else {
-        return;
-    };
-    ROOT.with(|root| {
-        if let Some(root) = root.borrow().as_ref() {
-            dom::patch(root, &markup);
-        }
-    });
-    if !RENDERED.replace(true) {
-        // For the browser test's time to first render (performance marks
-        // are cheap and visible in the browser's own tools too).
-        if let Some(performance) = gloo::utils::window().performance() {
-            let _ = performance.mark("tunefleet-first-render");
-        }
-    }
+/// Called by the root component on each render with its handle.
+fn set_redraw(handle: UseForceUpdateHandle) {
+    REDRAW.with(|r| *r.borrow_mut() = Some(handle));
+}
+
+/// `f` on the app's state (for the views); `None` before it exists.
+fn with_app<R>(f: impl FnOnce(&App) -> R) -> Option<R> {
+    APP.with(|app| app.borrow().as_ref().map(f))
 }
 
 /// Light, dark, or what the system says.
@@ -188,6 +185,8 @@ pub(crate) enum Msg {
     Frame(u64, String),
     Closed(u64, u16, String),
     Flush,
+    /// Works off messages that had to wait (see [`send`]).
+    Wake,
     Reconnect,
     // Token
     TokenInput(String),
@@ -400,6 +399,7 @@ impl App {
             Msg::Opened(generation) => self.on_opened(generation),
             Msg::Frame(generation, text) => self.on_frame(generation, text),
             Msg::Flush => self.on_flush(),
+            Msg::Wake => false,
             Msg::Closed(generation, code, reason) => self.on_closed(generation, code, reason),
             Msg::Reconnect => {
                 self.connect();

@@ -786,3 +786,22 @@ fn job_history_and_result_survive_updates() {
     fleet.apply_event(1, job_event(done.clone()));
     assert_eq!(fleet.job("a"), Some(&done));
 }
+
+#[test]
+fn a_sign_in_link_fragment_gives_its_token() {
+    use super::token_from_fragment;
+    assert_eq!(
+        token_from_fragment("#token=abc123").as_deref(),
+        Some("abc123")
+    );
+    assert_eq!(token_from_fragment("token=abc").as_deref(), Some("abc"));
+    assert_eq!(
+        token_from_fragment("#x=1&token=a%2Fb%3D&y=2").as_deref(),
+        Some("a/b=")
+    );
+    assert_eq!(token_from_fragment("#token=50%").as_deref(), Some("50%"));
+    assert_eq!(token_from_fragment("#token="), None);
+    assert_eq!(token_from_fragment("#tokens=abc"), None);
+    assert_eq!(token_from_fragment(""), None);
+    assert_eq!(token_from_fragment("#jobs"), None);
+}

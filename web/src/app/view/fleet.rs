@@ -3,332 +3,313 @@
 use tunefleet_shared::export::{has_metaschedule_records, job_gflops};
 use tunefleet_shared::model::{ModelState, ModelView};
 use tunefleet_shared::protocol::{JobState, JobView, WorkerView};
+use web_check::downloads::Download;
+use yew::prelude::*;
 
-use super::detail::chart_svg;
-use crate::action::{Click, Download, TextField};
-use crate::app::{browser, App};
+use super::detail::ChartSvg;
+use super::{cls, on, on_inner, on_input, on_link};
+use crate::app::{browser, App, Msg};
 use crate::chart;
 use crate::format::{
     format_clock, format_duration, format_gflops, format_latency, short_id, target_summary,
 };
-use crate::html::Html;
 use crate::model::{visible_jobs, SortKey, StateFilter};
 use crate::model_runs;
 
-/// A progress bar of `done` out of `total`, coloured by `state`.
-fn trials(h: &mut Html, done: u32, total: u32, state: &str, label_class: &str) {
-    let pct = crate::format::trials_percent(done, total);
-    h.raw(
-        "<div class=\"trials\"><div class=\"bar small\" role=\"progressbar\" aria-valuemin=\"0\"",
-    )
-    .attrf("aria-valuemax", format_args!("{total}"))
-    .attrf("aria-valuenow", format_args!("{done}"))
-    .raw("><div class=\"seg st-")
-    .raw(state)
-    .raw("\"")
-    .attrf("style", format_args!("width:{pct:.1}%"))
-    .raw("></div></div><span")
-    .attr("class", label_class)
-    .raw(">")
-    .textf(format_args!("{done}/{total}"))
-    .raw("</span></div>");
+/// Enter on a focused row itself (not on a button in it) opens the row, as
+/// a click does.
+fn on_row(e: &KeyboardEvent) -> bool {
+    e.key() == "Enter"
+        && e.target_dyn_into::<web_sys::Element>()
+            .is_some_and(|t| t.tag_name() == "TR")
+}
+
+#[derive(Properties, PartialEq)]
+pub(super) struct TrialsProps {
+    pub done: u32,
+    pub total: u32,
+    /// The state its colour follows (`st-<state>`).
+    pub state: &'static str,
+    pub label_class: &'static str,
+}
+
+/// A progress bar of `done` out of `total` trials, coloured by `state`.
+#[function_component]
+pub(super) fn TrialsBar(p: &TrialsProps) -> Html {
+    let pct = crate::format::trials_percent(p.done, p.total);
+    html! {
+        <div class="trials">
+            <div class="bar small" role="progressbar" aria-valuemin="0"
+                aria-valuemax={p.total.to_string()} aria-valuenow={p.done.to_string()}>
+                <div class={format!("seg st-{}", p.state)}
+                    style={format!("width:{pct:.1}%")}></div>
+            </div>
+            <span class={p.label_class}>{ format!("{}/{}", p.done, p.total) }</span>
+        </div>
+    }
 }
 
 // ---------------------------------------------------------------------------
 // Model runs
 // ---------------------------------------------------------------------------
 
-fn model_state_badge(h: &mut Html, state: ModelState) {
-    h.raw("<span class=\"badge model-state st-")
-        .raw(state.as_str())
-        .raw("\" data-state=\"")
-        .raw(state.as_str())
-        .raw("\">")
-        .raw(state.as_str())
-        .raw("</span>");
+fn model_state_badge(state: ModelState) -> Html {
+    let s = state.as_str();
+    html! {
+        <span class={format!("badge model-state st-{s}")} data-state={s}>{ s }</span>
+    }
 }
 
-pub(super) fn models_card(h: &mut Html, app: &App) {
+pub(super) fn models_card(app: &App) -> Html {
     let models = app.session.fleet.models();
     if models.is_empty() {
-        return;
+        return Html::default();
     }
-    h.raw("<section id=\"models\" class=\"card models\" aria-label=\"model runs\"><h2>Models<span class=\"count\">")
-        .num(models.len())
-        .raw(
-            "</span><span class=\"sub\"> · whole ONNX models, tuned task by task; click a run for its tasks</span></h2>\
-             <div class=\"scroll\"><table id=\"models-table\"><thead><tr>\
-             <th>Run</th><th>State</th><th>Trials</th><th class=\"num\">Estimated</th>\
-             <th class=\"num\">Untuned</th><th class=\"num\">Tuned</th><th class=\"num\">onnxruntime</th>\
-             <th>Verified</th><th class=\"num\" title=\"tuned schedules applied / functions tuned\">Applied</th>\
-             </tr></thead><tbody>",
-        );
-    for m in models {
-        model_row(h, app, m);
+    html! {
+        <section id="models" class="card models" aria-label="model runs">
+            <h2>{ "Models" }<span class="count">{ models.len() }</span>
+                <span class="sub">{ " · whole ONNX models, tuned task by task; click a run for its tasks" }</span>
+            </h2>
+            <div class="scroll">
+                <table id="models-table">
+                    <thead><tr>
+                        <th>{ "Run" }</th><th>{ "State" }</th><th>{ "Trials" }</th>
+                        <th class="num">{ "Estimated" }</th><th class="num">{ "Untuned" }</th>
+                        <th class="num">{ "Tuned" }</th><th class="num">{ "onnxruntime" }</th>
+                        <th>{ "Verified" }</th>
+                        <th class="num" title="tuned schedules applied / functions tuned">{ "Applied" }</th>
+                    </tr></thead>
+                    <tbody>{ for models.iter().map(|m| model_row(app, m)) }</tbody>
+                </table>
+            </div>
+            { model_detail(app) }
+        </section>
     }
-    h.raw("</tbody></table></div>");
-    model_detail(h, app);
-    h.raw("</section>");
 }
 
-fn model_row(h: &mut Html, app: &App, m: &ModelView) {
+fn model_row(app: &App, m: &ModelView) -> Html {
     let selected = app.selected_model.as_deref() == Some(m.name.as_str());
     let measured = model_runs::measured(m);
     let hint = model_runs::state_hint(m);
     let verified = model_runs::verified(m);
-    h.raw("<tr")
-        .attrf("data-key", format_args!("model:{}", m.name))
-        .class(&[("model-row", true), ("selected", selected)])
-        .attr("data-model", &m.name)
-        .attr("data-state", m.state.as_str())
-        .raw(" tabindex=\"0\"")
-        .attr("aria-expanded", if selected { "true" } else { "false" })
-        .click(Click::Model(&m.name))
-        .raw("><td class=\"name\"><div>")
-        .text(&m.name)
-        .raw("</div><div class=\"sub\">")
-        .textf(format_args!(
-            "{} · {} tasks",
-            target_summary(&m.target),
-            m.tasks.len()
-        ))
-        .raw("</div></td><td>");
-    model_state_badge(h, m.state);
-    if !hint.is_empty() {
-        h.raw("<div class=\"sub hint\">").text(hint).raw("</div>");
-    }
-    h.raw("</td><td>");
-    trials(
-        h,
-        m.trials_done,
-        m.trials_total,
-        m.state.as_str(),
-        "sub model-trials",
-    );
-    h.raw("</td><td class=\"num model-estimate\">")
-        .text(&model_runs::latency(m.estimated_latency_s))
-        .raw("</td>");
-    if let Some(x) = &measured {
-        h.raw("<td class=\"num\">")
-            .text(&x.untuned)
-            .raw("</td><td class=\"num model-tuned\"><b>")
-            .text(&x.tuned)
-            .raw("</b>");
-        if let Some(s) = &x.speedup {
-            h.raw("<div class=\"sub ok\">").text(s).raw("</div>");
+    let name = m.name.clone();
+    let open = move || Msg::SelectModel(Some(name.clone()));
+    let name = m.name.clone();
+    let onkeydown = Callback::from(move |e: KeyboardEvent| {
+        if on_row(&e) {
+            super::super::send(Msg::SelectModel(Some(name.clone())));
         }
-        h.raw("</td><td class=\"num\">").text(&x.onnxruntime);
-        if let Some(r) = &x.vs_onnxruntime {
-            h.raw("<div class=\"sub ")
-                .raw(if x.beats_onnxruntime { "ok" } else { "warnish" })
-                .raw("\">")
-                .text(r)
-                .raw("</div>");
-        }
-        h.raw("</td>");
-    } else {
-        h.raw(
-            "<td class=\"num\">–</td><td class=\"num model-tuned\">–</td><td class=\"num\">–</td>",
-        );
-    }
-    h.raw("<td")
-        .class(&[
-            ("model-verified", true),
-            ("ok", verified == "yes"),
-            ("bad", verified == "no"),
-        ])
-        .raw(">")
-        .text(verified)
-        .raw("</td><td class=\"num\">")
-        .text(&model_runs::applied(m))
-        .raw("</td></tr>");
-    if let Some(e) = &m.error {
-        h.raw("<tr class=\"model-error\"")
-            .attrf("data-key", format_args!("model-error:{}", m.name))
-            .attr("data-model", &m.name)
-            .raw("><td colspan=\"9\"><span class=\"bad\"><b>error: </b>")
-            .text(e)
-            .raw("</span></td></tr>");
+    });
+    let cells = match &measured {
+        Some(x) => html! {
+            <>
+                <td class="num">{ x.untuned.clone() }</td>
+                <td class="num model-tuned"><b>{ x.tuned.clone() }</b>
+                    if let Some(s) = &x.speedup { <div class="sub ok">{ s.clone() }</div> }
+                </td>
+                <td class="num">{ x.onnxruntime.clone() }
+                    if let Some(r) = &x.vs_onnxruntime {
+                        <div class={if x.beats_onnxruntime { "sub ok" } else { "sub warnish" }}>{ r.clone() }</div>
+                    }
+                </td>
+            </>
+        },
+        None => html! {
+            <>
+                <td class="num">{ "–" }</td><td class="num model-tuned">{ "–" }</td><td class="num">{ "–" }</td>
+            </>
+        },
+    };
+    html! {
+        <>
+            <tr key={format!("model:{}", m.name)}
+                class={cls(&[("model-row", true), ("selected", selected)])}
+                data-model={m.name.clone()} data-state={m.state.as_str()} tabindex="0"
+                aria-expanded={if selected { "true" } else { "false" }}
+                onclick={on(open)} {onkeydown}>
+                <td class="name">
+                    <div>{ m.name.clone() }</div>
+                    <div class="sub">{ format!("{} · {} tasks", target_summary(&m.target), m.tasks.len()) }</div>
+                </td>
+                <td>
+                    { model_state_badge(m.state) }
+                    if !hint.is_empty() { <div class="sub hint">{ hint }</div> }
+                </td>
+                <td><TrialsBar done={m.trials_done} total={m.trials_total}
+                    state={m.state.as_str()} label_class="sub model-trials" /></td>
+                <td class="num model-estimate">{ model_runs::latency(m.estimated_latency_s) }</td>
+                { cells }
+                <td class={cls(&[("model-verified", true), ("ok", verified == "yes"),
+                    ("bad", verified == "no")])}>{ verified }</td>
+                <td class="num">{ model_runs::applied(m) }</td>
+            </tr>
+            if let Some(e) = &m.error {
+                <tr key={format!("model-error:{}", m.name)} class="model-error" data-model={m.name.clone()}>
+                    <td colspan="9"><span class="bad"><b>{ "error: " }</b>{ e.clone() }</span></td>
+                </tr>
+            }
+        </>
     }
 }
 
-fn model_detail(h: &mut Html, app: &App) {
+fn model_detail(app: &App) -> Html {
     let Some(name) = &app.selected_model else {
-        return;
+        return Html::default();
     };
     let Some(m) = app.session.fleet.models().iter().find(|m| &m.name == name) else {
-        return;
+        return Html::default();
     };
     let tz = browser::tz_offset_min();
     let when = |t: Option<u64>| t.map_or_else(|| "–".to_string(), |t| format_clock(t, tz));
-    h.raw("<div id=\"model-detail\" class=\"model-detail\"")
-        .attr("data-model", &m.name)
-        .raw("><div class=\"drawer-head\"><h2>")
-        .text(&m.name)
-        .raw("</h2>");
-    model_state_badge(h, m.state);
-    h.raw("<div class=\"spacer\"></div><button class=\"icon\" aria-label=\"close\"")
-        .click(Click::CloseModel)
-        .raw(
-            ">×</button></div><div class=\"model-detail-body\"><div><dl class=\"facts\"><dt>Target</dt><dd>",
-        )
-    .text(&target_summary(&m.target))
-    .raw("</dd><dt>Trials</dt><dd>")
-    .textf(format_args!(
-        "{} / {} ({} per round)",
-        m.trials_done, m.trials_total, m.trials_per_round
-    ))
-    .raw("</dd><dt>Estimated</dt><dd>")
-    .text(&model_runs::latency(m.estimated_latency_s))
-    .raw("</dd><dt>Extract job</dt><dd><a class=\"mono\" href=\"#\"")
-    .click(Click::Select(&m.extract_job))
-    .raw(">")
-    .text(short_id(&m.extract_job))
-    .raw("</a></dd><dt>Created</dt><dd>")
-    .text(&when(Some(m.created_at)))
-    .raw("</dd><dt>Finished</dt><dd>")
-    .text(&when(m.finished_at))
-    .raw("</dd>");
-    if m.stop_requested {
-        h.raw("<dt>Stop</dt><dd>requested: no more rounds</dd>");
-    }
-    h.raw("</dl><h3>Estimated latency over trials</h3>");
-    match chart::estimate_chart(&m.curve, m.trials_total) {
-        Some(c) => chart_svg(
-            h,
-            "model-chart",
-            &format!("estimated latency over trials for {}", m.name),
-            &c,
-            &format!(
+    let extract = m.extract_job.clone();
+    let chart = match chart::estimate_chart(&m.curve, m.trials_total) {
+        Some(c) => {
+            let caption = format!(
                 "x: trials · y: Σ weight × best latency of the tuned tasks, once every task has a first measurement{}",
                 if c.log { " (log scale)" } else { "" }
-            ),
-        ),
-        None => {
-            h.raw("<p class=\"empty\">No estimate yet: it starts once tasks have measured candidates.</p>");
+            );
+            html! {
+                <ChartSvg id="model-chart" label={format!("estimated latency over trials for {}", m.name)}
+                    chart={c} {caption} />
+            }
         }
-    }
-    h.raw("</div><div><h3>")
-        .textf(format_args!("Tasks ({})", m.tasks.len()))
-        .raw("</h3>");
-    if m.tasks.is_empty() {
-        h.raw("<p class=\"empty\">")
-            .raw(if m.state == ModelState::Extracting {
-                "Not extracted yet."
-            } else {
-                "No tasks."
-            })
-            .raw("</p>");
+        None => html! {
+            <p class="empty">{ "No estimate yet: it starts once tasks have measured candidates." }</p>
+        },
+    };
+    let tasks = if m.tasks.is_empty() {
+        html! {
+            <p class="empty">{ if m.state == ModelState::Extracting { "Not extracted yet." } else { "No tasks." } }</p>
+        }
     } else {
-        h.raw(
-            "<div class=\"scroll tasks-scroll\"><table id=\"model-tasks\" class=\"compact\"><thead><tr>\
-             <th>Task</th><th class=\"num\">Weight</th><th class=\"num\">Trials</th>\
-             <th class=\"num\">Best</th><th class=\"num\">Share</th><th>Note</th></tr></thead><tbody>",
-        );
-        for t in &m.tasks {
-            h.raw("<tr")
-                .attr("data-task", &t.name)
-                .class(&[("known", t.trivial || t.dead)])
-                .raw("><td class=\"mono task-name\"")
-                .attr("title", &t.name)
-                .raw(">")
-                .text(&t.name)
-                .raw("</td><td class=\"num\">")
-                .num(t.weight)
-                .raw("</td><td class=\"num\">")
-                .num(t.trials)
-                .raw("</td><td class=\"num\">")
-                .text(&model_runs::latency(t.best_latency_s))
-                .raw("</td><td class=\"num\">")
-                .text(&model_runs::share(t))
-                .raw("</td><td class=\"sub\">")
-                .text(model_runs::task_note(t))
-                .raw("</td></tr>");
+        html! {
+            <div class="scroll tasks-scroll">
+                <table id="model-tasks" class="compact">
+                    <thead><tr>
+                        <th>{ "Task" }</th><th class="num">{ "Weight" }</th><th class="num">{ "Trials" }</th>
+                        <th class="num">{ "Best" }</th><th class="num">{ "Share" }</th><th>{ "Note" }</th>
+                    </tr></thead>
+                    <tbody>
+                        { for m.tasks.iter().map(|t| html! {
+                            <tr data-task={t.name.clone()} class={(t.trivial || t.dead).then_some("known")}>
+                                <td class="mono task-name" title={t.name.clone()}>{ t.name.clone() }</td>
+                                <td class="num">{ t.weight }</td>
+                                <td class="num">{ t.trials }</td>
+                                <td class="num">{ model_runs::latency(t.best_latency_s) }</td>
+                                <td class="num">{ model_runs::share(t) }</td>
+                                <td class="sub">{ model_runs::task_note(t) }</td>
+                            </tr>
+                        }) }
+                    </tbody>
+                </table>
+            </div>
         }
-        h.raw("</tbody></table></div>");
+    };
+    html! {
+        <div id="model-detail" class="model-detail" data-model={m.name.clone()}>
+            <div class="drawer-head">
+                <h2>{ m.name.clone() }</h2>
+                { model_state_badge(m.state) }
+                <div class="spacer"></div>
+                <button class="icon" aria-label="close" onclick={on(|| Msg::SelectModel(None))}>{ "×" }</button>
+            </div>
+            <div class="model-detail-body">
+                <div>
+                    <dl class="facts">
+                        <dt>{ "Target" }</dt><dd>{ target_summary(&m.target) }</dd>
+                        <dt>{ "Trials" }</dt>
+                        <dd>{ format!("{} / {} ({} per round)", m.trials_done, m.trials_total, m.trials_per_round) }</dd>
+                        <dt>{ "Estimated" }</dt><dd>{ model_runs::latency(m.estimated_latency_s) }</dd>
+                        <dt>{ "Extract job" }</dt>
+                        <dd><a class="mono" href="#" onclick={on_link(move || Msg::Select(Some(extract.clone())))}>
+                            { short_id(&m.extract_job) }</a></dd>
+                        <dt>{ "Created" }</dt><dd>{ when(Some(m.created_at)) }</dd>
+                        <dt>{ "Finished" }</dt><dd>{ when(m.finished_at) }</dd>
+                        if m.stop_requested {
+                            <dt>{ "Stop" }</dt><dd>{ "requested: no more rounds" }</dd>
+                        }
+                    </dl>
+                    <h3>{ "Estimated latency over trials" }</h3>
+                    { chart }
+                </div>
+                <div>
+                    <h3>{ format!("Tasks ({})", m.tasks.len()) }</h3>
+                    { tasks }
+                </div>
+            </div>
+        </div>
     }
-    h.raw("</div></div></div>");
 }
 
 // ---------------------------------------------------------------------------
 // Workers
 // ---------------------------------------------------------------------------
 
-pub(super) fn workers_card(h: &mut Html, app: &App, now: u64) {
+pub(super) fn workers_card(app: &App, now: u64) -> Html {
     let workers = app.session.fleet.workers();
     let tz = browser::tz_offset_min();
-    h.raw(
-        "<section class=\"card workers\" aria-label=\"workers\"><h2>Workers<span class=\"count\">",
-    )
-    .num(workers.len())
-    .raw("</span></h2>");
-    if workers.is_empty() {
-        h.raw(
-            "<p class=\"empty\">No worker is connected. Start one with \
-             <code>tunefleet-worker --server ws://HOST:PORT --target …</code></p>",
-        );
-    } else {
-        h.raw(
-            "<div class=\"scroll\"><table id=\"workers\" class=\"compact\"><thead><tr>\
-             <th>Worker</th><th>State</th><th class=\"num\">Done</th><th>Connected</th>\
-             </tr></thead><tbody>",
-        );
-        for w in workers {
-            worker_row(h, app, w, now, tz);
-        }
-        h.raw("</tbody></table></div>");
+    html! {
+        <section class="card workers" aria-label="workers">
+            <h2>{ "Workers" }<span class="count">{ workers.len() }</span></h2>
+            if workers.is_empty() {
+                <p class="empty">{ "No worker is connected. Start one with " }
+                    <code>{ "tunefleet-worker --server ws://HOST:PORT --target …" }</code></p>
+            } else {
+                <div class="scroll">
+                    <table id="workers" class="compact">
+                        <thead><tr>
+                            <th>{ "Worker" }</th><th>{ "State" }</th><th class="num">{ "Done" }</th>
+                            <th>{ "Connected" }</th>
+                        </tr></thead>
+                        <tbody>{ for workers.iter().map(|w| worker_row(app, w, now, tz)) }</tbody>
+                    </table>
+                </div>
+            }
+        </section>
     }
-    h.raw("</section>");
 }
 
-fn worker_row(h: &mut Html, app: &App, w: &WorkerView, now: u64, tz: i64) {
+fn worker_row(app: &App, w: &WorkerView, now: u64, tz: i64) -> Html {
     let busy = w.current_job.is_some();
     let backend = match &w.tvm_version {
         Some(v) => format!("{} (TVM {v})", w.backend),
         None => w.backend.clone(),
     };
-    h.raw("<tr")
-        .attr("data-key", &w.session)
-        .attr("data-worker", &w.session)
-        .attr("data-name", &w.name)
-        .attr("data-state", if busy { "busy" } else { "idle" })
-        .raw("><td><div class=\"name\">")
-        .text(&w.name)
-        .raw("</div><div class=\"sub mono\"")
-        .attrf(
-            "title",
-            format_args!("worker id {} · session {}", w.worker_id, w.session),
-        )
-        .raw(">")
-        .textf(format_args!("{} · {backend}", short_id(&w.session)))
-        .raw("</div><div class=\"sub target\">")
-        .text(&target_summary(&w.target))
-        .raw("</div></td><td><span class=\"badge ")
-        .raw(if busy {
-            "st-running\">busy"
-        } else {
-            "st-idle\">idle"
-        })
-        .raw("</span>");
-    if let Some(id) = &w.current_job {
+    let job = w.current_job.as_ref().map(|id| {
         let name = app
             .session
             .fleet
             .job(id)
             .map_or_else(|| short_id(id), |j| j.name.as_str());
-        h.raw("<a class=\"sub link\" href=\"#\"")
-            .click(Click::Select(id))
-            .raw(">")
-            .text(name)
-            .raw("</a>");
+        let id = id.clone();
+        html! {
+            <a class="sub link" href="#" onclick={on_link(move || Msg::Select(Some(id.clone())))}>{ name }</a>
+        }
+    });
+    html! {
+        <tr key={w.session.clone()} data-worker={w.session.clone()} data-name={w.name.clone()}
+            data-state={if busy { "busy" } else { "idle" }}>
+            <td>
+                <div class="name">{ w.name.clone() }</div>
+                <div class="sub mono" title={format!("worker id {} · session {}", w.worker_id, w.session)}>
+                    { format!("{} · {backend}", short_id(&w.session)) }</div>
+                <div class="sub target">{ target_summary(&w.target) }</div>
+            </td>
+            <td>
+                if busy {
+                    <span class="badge st-running">{ "busy" }</span>
+                } else {
+                    <span class="badge st-idle">{ "idle" }</span>
+                }
+                { job }
+            </td>
+            <td class="num">{ w.jobs_done }</td>
+            <td>
+                <div>{ format_clock(w.connected_at, tz) }</div>
+                <div class="sub">{ "for " }{ format_duration(now.saturating_sub(w.connected_at)) }</div>
+            </td>
+        </tr>
     }
-    h.raw("</td><td class=\"num\">")
-        .num(w.jobs_done)
-        .raw("</td><td><div>")
-        .text(&format_clock(w.connected_at, tz))
-        .raw("</div><div class=\"sub\">for ")
-        .text(&format_duration(now.saturating_sub(w.connected_at)))
-        .raw("</div></td></tr>");
 }
 
 // ---------------------------------------------------------------------------
@@ -363,25 +344,20 @@ fn downloads_unavailable(app: &App) -> Option<&'static str> {
 /// A download button of the jobs card; `unavailable` (from
 /// [`downloads_unavailable`]) disables it and replaces its title.
 fn download_button(
-    h: &mut Html,
-    unavailable: Option<&str>,
-    (what, id, label): (Download, &str, &str),
-    title: &str,
+    unavailable: Option<&'static str>,
+    (what, id, label): (Download, &'static str, &'static str),
+    title: &'static str,
     off: bool,
-) {
+) -> Html {
     let title = unavailable.unwrap_or(title);
     let off = off || unavailable.is_some();
-    h.raw("<button class=\"ghost small\"")
-        .attr("id", id)
-        .attr("title", title)
-        .click(Click::Download(what))
-        .flag("disabled", off)
-        .raw(">")
-        .raw(label)
-        .raw("</button>");
+    html! {
+        <button class="ghost small" {id} {title} disabled={off}
+            onclick={on(move || Msg::Download(what))}>{ label }</button>
+    }
 }
 
-pub(super) fn jobs_card(h: &mut Html, app: &App) {
+pub(super) fn jobs_card(app: &App) -> Html {
     let fleet = &app.session.fleet;
     // The jobs listed: archived ones are counted in the header, not the chips.
     let o = crate::model::overall(fleet.jobs(), 0);
@@ -395,198 +371,157 @@ pub(super) fn jobs_card(h: &mut Html, app: &App) {
     } else {
         "No job has MetaSchedule records yet (only workers with the tvm backend produce them)"
     };
-    h.raw("<section class=\"card jobs\" aria-label=\"jobs\"><div class=\"card-head\"><h2>Jobs<span class=\"count\">")
-        .num(o.counts.total)
-        .raw("</span>");
-    if archived > 0 {
-        h.raw(
-            "<span class=\"sub\" id=\"archived-count\" title=\"Ended jobs the master archived (--job-retention): \
-             counted in the progress bar, listed by `tunefleet results --archived`\">",
-        )
-        .textf(format_args!(" + {archived} archived"))
-        .raw("</span>");
-    }
-    h.raw("</h2><div class=\"downloads\"><span class=\"sub\">Download</span>");
     // Archived jobs are in the files too (as in the CLI's exports).
     let none = no_jobs && archived == 0;
     let unavailable = downloads_unavailable(app);
-    download_button(
-        h,
-        unavailable,
-        (Download::Json, "dl-json", "JSON"),
-        "Every job, archived ones included, as the protocol's JobView objects",
-        none,
-    );
-    download_button(
-        h,
-        unavailable,
-        (Download::Csv, "dl-csv", "CSV"),
-        "One row per job, archived ones included",
-        none,
-    );
-    download_button(
-        h,
-        unavailable,
-        (Download::Metaschedule, "dl-metaschedule", "MetaSchedule"),
-        ms_title,
-        !any_ms && archived == 0,
-    );
-    h.raw(
-        "</div></div><div class=\"toolbar\"><div class=\"chips\" role=\"group\" aria-label=\"filter by state\">",
-    );
-    for f in StateFilter::ALL {
+    let chips = StateFilter::ALL.into_iter().map(|f| {
         let pressed = app.filter == f;
-        h.raw("<button")
-            .class(&[("chip", true), ("on", pressed)])
-            .attr("data-filter", f.label())
-            .attr("aria-pressed", if pressed { "true" } else { "false" })
-            .click(Click::Filter(f))
-            .raw(">")
-            .raw(f.label())
-            .raw("<span class=\"n\">")
-            .num(f.count(&o))
-            .raw("</span></button>");
-    }
-    h.raw(
-        "</div><input id=\"job-search\" type=\"search\" placeholder=\"Filter by name, op or id\" \
-         aria-label=\"filter jobs\"",
-    )
-    .field(TextField::Search)
-    .attr("value", &app.search)
-    .raw("></div>");
-    if no_jobs {
-        h.raw("<p class=\"empty\">").raw(if !fleet.synced() {
+        html! {
+            <button class={if pressed { "chip on" } else { "chip" }} data-filter={f.label()}
+                aria-pressed={if pressed { "true" } else { "false" }}
+                onclick={on(move || Msg::Filter(f))}>
+                { f.label() }<span class="n">{ f.count(&o) }</span>
+            </button>
+        }
+    });
+    let body = if no_jobs {
+        let text = if !fleet.synced() {
             "Waiting for the master…"
         } else if archived > 0 {
             "Every job has ended and been archived by the master (--job-retention): `tunefleet results --archived` lists them."
         } else {
             "No jobs yet: submit a workload file."
-        });
-        h.raw("</p>");
+        };
+        html! { <p class="empty">{ text }</p> }
     } else if rows.is_empty() {
-        h.raw("<p class=\"empty\">No job matches this filter.</p>");
+        html! { <p class="empty">{ "No job matches this filter." }</p> }
     } else {
-        h.raw("<div class=\"scroll jobs-scroll\"><table id=\"jobs\"><thead><tr>");
-        for (label, key, class) in COLUMNS {
+        let heads = COLUMNS.into_iter().map(|(label, key, class)| {
             let active = app.sort.key == key;
             let (arrow, aria) = match (active, app.sort.descending) {
                 (true, false) => (" ▲", "ascending"),
                 (true, true) => (" ▼", "descending"),
                 _ => ("", "none"),
             };
-            h.raw("<th")
-                .attr("class", class)
-                .attr("aria-sort", aria)
-                .raw("><button class=\"sort\"")
-                .attr("data-sort", label)
-                .click(Click::Sort(key))
-                .raw(">")
-                .raw(label)
-                .raw(arrow)
-                .raw("</button></th>");
+            html! {
+                <th {class} aria-sort={aria}>
+                    <button class="sort" data-sort={label} onclick={on(move || Msg::SortBy(key))}>
+                        { label }{ arrow }</button>
+                </th>
+            }
+        });
+        html! {
+            <>
+                <div class="scroll jobs-scroll">
+                    <table id="jobs">
+                        <thead><tr>
+                            { for heads }
+                            <th><span class="visually-hidden">{ "actions" }</span></th>
+                        </tr></thead>
+                        <tbody>{ for rows.iter().take(shown).map(|job| job_row(app, job)) }</tbody>
+                    </table>
+                </div>
+                if shown < rows.len() {
+                    <button class="ghost more" onclick={on(|| Msg::ShowMore)}>
+                        { format!("Show more ({} of {} shown)", shown, rows.len()) }</button>
+                }
+            </>
         }
-        h.raw("<th><span class=\"visually-hidden\">actions</span></th></tr></thead><tbody>");
-        for job in rows.iter().take(shown) {
-            job_row(h, app, job);
-        }
-        h.raw("</tbody></table></div>");
-        if shown < rows.len() {
-            h.raw("<button class=\"ghost more\"")
-                .click(Click::ShowMore)
-                .raw(">")
-                .textf(format_args!(
-                    "Show more ({} of {} shown)",
-                    shown,
-                    rows.len()
-                ))
-                .raw("</button>");
-        }
-    }
-    h.raw("</section>");
-}
-
-pub(super) fn state_badge(h: &mut Html, state: JobState) {
-    h.raw("<span class=\"badge st-")
-        .raw(state.as_str())
-        .raw("\">")
-        .raw(state.as_str())
-        .raw("</span>");
-}
-
-pub(super) fn job_actions(h: &mut Html, app: &App, job: &JobView) {
-    if !app.is_admin() {
-        return;
-    }
-    let id = job.job_id.as_str();
-    let (click, verb, class, label) = if job.state.is_terminal() && job.state != JobState::Done {
-        (Click::Retry(id), "retry", "ghost small action", "Retry")
-    } else if !job.state.is_terminal() {
-        (
-            Click::Cancel(id),
-            "cancel",
-            "ghost small action danger",
-            "Cancel",
-        )
-    } else {
-        return;
     };
-    h.raw("<button")
-        .attr("class", class)
-        .attr("data-action", verb)
-        .click(click)
-        .flag("disabled", !app.session.live())
-        .raw(">")
-        .raw(label)
-        .raw("</button>");
+    html! {
+        <section class="card jobs" aria-label="jobs">
+            <div class="card-head">
+                <h2>{ "Jobs" }<span class="count">{ o.counts.total }</span>
+                    if archived > 0 {
+                        <span class="sub" id="archived-count"
+                            title="Ended jobs the master archived (--job-retention): counted in the progress bar, listed by `tunefleet results --archived`">
+                            { format!(" + {archived} archived") }</span>
+                    }
+                </h2>
+                <div class="downloads">
+                    <span class="sub">{ "Download" }</span>
+                    { download_button(unavailable, (Download::Json, "dl-json", "JSON"),
+                        "Every job, archived ones included, as the protocol's JobView objects", none) }
+                    { download_button(unavailable, (Download::Csv, "dl-csv", "CSV"),
+                        "One row per job, archived ones included", none) }
+                    { download_button(unavailable, (Download::Metaschedule, "dl-metaschedule", "MetaSchedule"),
+                        ms_title, !any_ms && archived == 0) }
+                </div>
+            </div>
+            <div class="toolbar">
+                <div class="chips" role="group" aria-label="filter by state">{ for chips }</div>
+                <input id="job-search" type="search" placeholder="Filter by name, op or id"
+                    aria-label="filter jobs" value={app.search.clone()} oninput={on_input(Msg::Search)} />
+            </div>
+            { body }
+        </section>
+    }
 }
 
-fn job_row(h: &mut Html, app: &App, job: &JobView) {
-    let selected = app.selected.as_deref() == Some(job.job_id.as_str());
-    // Rows are focusable: Enter opens the detail, as a click does (events.rs).
-    h.raw("<tr")
-        .attr("data-key", &job.job_id)
-        .attr("data-job", &job.job_id)
-        .attr("data-name", &job.name)
-        .attr("data-state", job.state.as_str())
-        .class(&[("job", true), ("selected", selected)])
-        .raw(" tabindex=\"0\"")
-        .click(Click::Select(&job.job_id))
-        .raw("><td class=\"name\"><div>")
-        .text(&job.name)
-        .raw("</div><div class=\"sub mono\">")
-        .text(short_id(&job.job_id))
-        .raw("</div></td><td>")
-        .text(job.workload.op_name())
-        .raw("</td><td>");
-    state_badge(h, job.state);
-    if !job.errors.is_empty() && !job.state.is_terminal() {
-        h.raw("<span class=\"sub bad\"")
-            .attr(
-                "title",
-                job.errors.last().map_or("", |e| e.message.as_str()),
-            )
-            .raw("> ⚠</span>");
+pub(super) fn state_badge(state: JobState) -> Html {
+    let s = state.as_str();
+    html! { <span class={format!("badge st-{s}")}>{ s }</span> }
+}
+
+pub(super) fn job_actions(app: &App, job: &JobView) -> Html {
+    if !app.is_admin() {
+        return Html::default();
     }
-    h.raw("</td><td class=\"num\">")
-        .num(job.attempts)
-        .raw("</td><td class=\"worker\">")
-        .text(job.worker.as_deref().unwrap_or("–"))
-        .raw("</td><td>");
-    trials(
-        h,
-        job.trials_done,
-        job.trials_total,
-        job.state.as_str(),
-        "sub",
-    );
-    h.raw("</td><td class=\"num best\">")
-        .text(
-            &job.best_latency_s
-                .map_or_else(|| "–".into(), format_latency),
-        )
-        .raw("</td><td class=\"num\">")
-        .text(&job_gflops(job).map_or_else(|| "–".into(), format_gflops))
-        .raw("</td><td class=\"actions\">");
-    job_actions(h, app, job);
-    h.raw("</td></tr>");
+    let id = job.job_id.clone();
+    let (verb, class, label) = if job.state.is_terminal() && job.state != JobState::Done {
+        ("retry", "ghost small action", "Retry")
+    } else if !job.state.is_terminal() {
+        ("cancel", "ghost small action danger", "Cancel")
+    } else {
+        return Html::default();
+    };
+    let onclick = on_inner(move || {
+        if verb == "retry" {
+            Msg::Retry(id.clone())
+        } else {
+            Msg::Cancel(id.clone())
+        }
+    });
+    html! {
+        <button {class} data-action={verb} disabled={!app.session.live()} {onclick}>{ label }</button>
+    }
+}
+
+fn job_row(app: &App, job: &JobView) -> Html {
+    let selected = app.selected.as_deref() == Some(job.job_id.as_str());
+    let id = job.job_id.clone();
+    let open = move || Msg::Select(Some(id.clone()));
+    // Rows are focusable: Enter opens the detail, as a click does.
+    let id = job.job_id.clone();
+    let onkeydown = Callback::from(move |e: KeyboardEvent| {
+        if on_row(&e) {
+            super::super::send(Msg::Select(Some(id.clone())));
+        }
+    });
+    let warning = (!job.errors.is_empty() && !job.state.is_terminal()).then(|| {
+        let title = job
+            .errors
+            .last()
+            .map_or_else(String::new, |e| e.message.clone());
+        html! { <span class="sub bad" {title}>{ " ⚠" }</span> }
+    });
+    html! {
+        <tr key={job.job_id.clone()} data-job={job.job_id.clone()} data-name={job.name.clone()}
+            data-state={job.state.as_str()} class={if selected { "job selected" } else { "job" }}
+            tabindex="0" onclick={on(open)} {onkeydown}>
+            <td class="name">
+                <div>{ job.name.clone() }</div>
+                <div class="sub mono">{ short_id(&job.job_id) }</div>
+            </td>
+            <td>{ job.workload.op_name() }</td>
+            <td>{ state_badge(job.state) }{ warning }</td>
+            <td class="num">{ job.attempts }</td>
+            <td class="worker">{ job.worker.as_deref().unwrap_or("–") }</td>
+            <td><TrialsBar done={job.trials_done} total={job.trials_total}
+                state={job.state.as_str()} label_class="sub" /></td>
+            <td class="num best">{ job.best_latency_s.map_or_else(|| "–".into(), format_latency) }</td>
+            <td class="num">{ job_gflops(job).map_or_else(|| "–".into(), format_gflops) }</td>
+            <td class="actions">{ job_actions(app, job) }</td>
+        </tr>
+    }
 }

@@ -1,52 +1,118 @@
-//! Rendering: the page is a function of [`App`]'s state, written as one HTML
-//! string (`crate::html`) that `dom.rs` patches into the document.
+//! Rendering: the page is a function of [`App`]'s state, written with Yew's
+//! `html!` (text and attribute values are data, never parsed as markup).
+//!
+//! [`Dashboard`] is the root component. The state it shows lives outside it
+//! (the app's queue and [`App`], fed by the socket, timers and callbacks);
+//! the component registers its [`use_force_update`] handle so that `send`
+//! can ask for a render once a batch of messages changed something, and
+//! renders the cards, which are plain functions of the state and small
+//! function components (`TrialsBar`, `ChartSvg`, ...) whose props Yew
+//! compares before rendering them again.
 //!
 //! Element ids and `data-*` attributes (`#conn`, `#overall-bar`, `#jobs tr[data-job]`,
-//! ...) are stable: the browser tests find things by them. Elements that
-//! react carry `data-click` / `data-field` (`events.rs` reads them).
+//! ...) are stable: the browser tests find things by them.
 
 mod detail;
 mod fleet;
 mod upload;
 
 use tunefleet_shared::protocol::Role;
+use yew::prelude::*;
 
-use super::{browser, App, Theme};
-use crate::action::{Click, TextField};
+use super::{browser, with_app, App, Msg, Theme};
 use crate::format::format_duration;
-use crate::html::Html;
 use crate::model::Link;
 
-pub(super) fn page(app: &App) -> String {
+/// A callback that sends `msg()` to the app, whatever the event.
+pub(super) fn on<E: 'static>(msg: impl Fn() -> Msg + 'static) -> Callback<E> {
+    Callback::from(move |_: E| super::send(msg()))
+}
+
+/// A click on an element inside a clickable row: sends `msg()` and keeps
+/// the click from reaching the row.
+pub(super) fn on_inner(msg: impl Fn() -> Msg + 'static) -> Callback<MouseEvent> {
+    Callback::from(move |e: MouseEvent| {
+        e.stop_propagation();
+        super::send(msg())
+    })
+}
+
+/// A click on a `<a href="#">`: sends `msg()`, leaves the address alone.
+pub(super) fn on_link(msg: impl Fn() -> Msg + 'static) -> Callback<MouseEvent> {
+    Callback::from(move |e: MouseEvent| {
+        e.prevent_default();
+        e.stop_propagation();
+        super::send(msg())
+    })
+}
+
+/// The value of the field an input event came from.
+pub(super) fn on_input(msg: impl Fn(String) -> Msg + 'static) -> Callback<InputEvent> {
+    Callback::from(move |e: InputEvent| {
+        let value = e
+            .target()
+            .and_then(|t| js_sys::Reflect::get(&t, &"value".into()).ok())
+            .and_then(|v| v.as_string())
+            .unwrap_or_default();
+        super::send(msg(value))
+    })
+}
+
+/// A `class` value from the names whose condition holds. One plain function
+/// instead of `classes!`, whose set type and expansions cost the module more.
+pub(super) fn cls(names: &[(&str, bool)]) -> String {
+    let mut out = String::new();
+    for (name, on) in names {
+        if *on {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(name);
+        }
+    }
+    out
+}
+
+/// The page's root component.
+#[function_component]
+pub(super) fn Dashboard() -> Html {
+    let redraw = use_force_update();
+    super::set_redraw(redraw);
+    use_effect_with((), |_| {
+        // For the browser test's time to first render (performance marks
+        // are cheap and visible in the browser's own tools too).
+        if let Some(performance) = gloo::utils::window().performance() {
+            let _ = performance.mark("tunefleet-first-render");
+        }
+    });
+    with_app(page).unwrap_or_default()
+}
+
+fn page(app: &App) -> Html {
     let now = browser::now_ms();
-    let mut h = Html::new();
-    h.raw("<div class=\"page\">");
-    header(&mut h, app);
-    banner(&mut h, app);
-    h.raw("<main id=\"main\"")
-        .class(&[
-            ("grid", true),
-            ("stale", !app.session.live()),
-            ("with-models", !app.session.fleet.models().is_empty()),
-        ])
-        .raw(">");
-    overall(&mut h, app, now);
-    fleet::models_card(&mut h, app);
-    upload::upload_card(&mut h, app);
-    fleet::workers_card(&mut h, app, now);
-    fleet::jobs_card(&mut h, app);
-    h.raw("</main>");
-    detail::detail(&mut h, app);
-    notices(&mut h, app);
-    h.raw("</div>");
-    h.into_string()
+    html! {
+        <div class="page">
+            { header(app) }
+            { banner(app) }
+            <main id="main" class={cls(&[("grid", true), ("stale", !app.session.live()),
+                ("with-models", !app.session.fleet.models().is_empty())])}>
+                { overall(app, now) }
+                { fleet::models_card(app) }
+                { upload::upload_card(app) }
+                { fleet::workers_card(app, now) }
+                { fleet::jobs_card(app) }
+            </main>
+            { detail::detail(app) }
+            { notices(app) }
+        </div>
+    }
 }
 
 // ---------------------------------------------------------------------------
 // Header, connection, token
 // ---------------------------------------------------------------------------
 
-fn header(h: &mut Html, app: &App) {
+fn header(app: &App) -> Html {
     let (state, text) = match &app.session.link() {
         Link::Live { role } if app.session.live() => (
             "live",
@@ -67,112 +133,115 @@ fn header(h: &mut Html, app: &App) {
         Theme::Dark => ("Theme: dark (click for light)", "☾"),
         Theme::Light => ("Theme: light (click to follow the system)", "☀"),
     };
-    h.raw(
-        "<header class=\"top\"><div class=\"brand\">\
-         <svg class=\"logo\" viewBox=\"0 0 20 20\" aria-hidden=\"true\"><path d=\"M3 14 L7 9 L11 12 L17 4\"></path></svg>\
-         <span>tunefleet</span></div>\
-         <div id=\"conn\" class=\"conn ",
-    )
-    .raw(state)
-    .raw("\" data-state=\"")
-    .raw(state)
-    .raw("\" role=\"status\"><span class=\"dot\"></span>")
-    .raw(text)
-    .raw("</div><div class=\"spacer\"></div>");
-    token_area(h, app);
-    h.raw("<button class=\"icon\"")
-        .click(Click::ToggleTheme)
-        .attr("title", theme_label)
-        .attr("aria-label", theme_label)
-        .raw(">")
-        .raw(theme_icon)
-        .raw("</button></header>");
+    html! {
+        <header class="top">
+            <div class="brand">
+                <svg class="logo" viewBox="0 0 20 20" aria-hidden="true">
+                    <path d="M3 14 L7 9 L11 12 L17 4"></path>
+                </svg>
+                <span>{ "tunefleet" }</span>
+            </div>
+            <div id="conn" class={format!("conn {state}")} data-state={state} role="status">
+                <span class="dot"></span>{ text }
+            </div>
+            <div class="spacer"></div>
+            { token_area(app) }
+            <button class="icon" title={theme_label} aria-label={theme_label}
+                onclick={on(|| Msg::ToggleTheme)}>{ theme_icon }</button>
+        </header>
+    }
 }
 
-fn token_area(h: &mut Html, app: &App) {
+fn token_area(app: &App) -> Html {
     let needs = matches!(app.session.link(), Link::NeedsToken { .. });
     if app.token.is_some() && !needs {
-        h.raw("<div class=\"token\">");
-        if app.session.role() == Some(Role::Admin) {
-            h.raw("<span class=\"badge role\">admin</span>");
-        }
-        h.raw(
-            "<button id=\"sign-out\" class=\"ghost\" \
-             title=\"Forget the admin token (this tab only keeps it until it closes)\"",
-        )
-        .click(Click::SignOut)
-        .raw(">Sign out</button></div>");
-        return;
+        return html! {
+            <div class="token">
+                if app.session.role() == Some(Role::Admin) {
+                    <span class="badge role">{ "admin" }</span>
+                }
+                <button id="sign-out" class="ghost"
+                    title="Forget the admin token (this tab only keeps it until it closes)"
+                    onclick={on(|| Msg::SignOut)}>{ "Sign out" }</button>
+            </div>
+        };
     }
-    h.raw("<form data-submit=\"sign-in\"")
-        .class(&[("token", true), ("attention", needs)])
-        .raw(
-            "><input id=\"token\" type=\"password\" placeholder=\"admin token\" autocomplete=\"off\" \
-             aria-label=\"admin token\"",
-        )
-        .field(TextField::Token)
-        .attr("value", &app.token_input)
-        .raw("><button type=\"submit\" class=\"primary small\">Sign in</button></form>");
+    let onsubmit = Callback::from(|e: SubmitEvent| {
+        e.prevent_default();
+        super::send(Msg::SignIn)
+    });
+    html! {
+        <form class={if needs { "token attention" } else { "token" }} {onsubmit}>
+            <input id="token" type="password" placeholder="admin token" autocomplete="off"
+                aria-label="admin token" value={app.token_input.clone()}
+                oninput={on_input(Msg::TokenInput)} />
+            <button type="submit" class="primary small">{ "Sign in" }</button>
+        </form>
+    }
 }
 
-fn banner(h: &mut Html, app: &App) {
+fn banner(app: &App) -> Html {
     match app.session.link() {
         Link::Retrying {
             attempt,
             delay_ms,
             reason,
-        } => {
-            h.raw("<div id=\"banner\" class=\"banner warn\" role=\"alert\"><strong>Connection to the master lost</strong><span>")
-                .textf(format_args!(
+        } => html! {
+            <div id="banner" class="banner warn" role="alert">
+                <strong>{ "Connection to the master lost" }</strong>
+                <span>{ format!(
                     " ({reason}). Reconnecting in {:.1} s (attempt {attempt}); the tables show the last known state.",
                     delay_ms as f64 / 1000.0
-                ))
-                .raw("</span><button class=\"ghost small\"")
-                .click(Click::Reconnect)
-                .raw(">Reconnect now</button></div>");
-        }
-        Link::Connecting { attempt } if attempt > 0 => {
-            h.raw(
-                "<div id=\"banner\" class=\"banner warn\" role=\"alert\"><strong>Reconnecting to the master…</strong>\
-                 <span> the tables show the last known state.</span></div>",
-            );
-        }
-        Link::NeedsToken { reason } => {
-            h.raw("<div id=\"banner\" class=\"banner bad\" role=\"alert\"><strong>The master wants the admin token.</strong><span>")
-                .textf(format_args!(
+                ) }</span>
+                <button class="ghost small" onclick={on(|| Msg::Reconnect)}>{ "Reconnect now" }</button>
+            </div>
+        },
+        Link::Connecting { attempt } if attempt > 0 => html! {
+            <div id="banner" class="banner warn" role="alert">
+                <strong>{ "Reconnecting to the master…" }</strong>
+                <span>{ " the tables show the last known state." }</span>
+            </div>
+        },
+        Link::NeedsToken { reason } => html! {
+            <div id="banner" class="banner bad" role="alert">
+                <strong>{ "The master wants the admin token." }</strong>
+                <span>{ format!(
                     " {reason}. Enter it above (it is kept in this tab's session storage only), or start the master with --public-read for a read-only view."
-                ))
-                .raw("</span></div>");
-        }
-        Link::Incompatible { reason } => {
-            h.raw("<div id=\"banner\" class=\"banner bad\" role=\"alert\"><strong>This dashboard cannot talk to this master.</strong><span> ")
-                .text(&reason)
-                .raw("</span></div>");
-        }
-        _ => {}
+                ) }</span>
+            </div>
+        },
+        Link::Incompatible { reason } => html! {
+            <div id="banner" class="banner bad" role="alert">
+                <strong>{ "This dashboard cannot talk to this master." }</strong>
+                <span>{ " " }{ reason }</span>
+            </div>
+        },
+        _ => Html::default(),
     }
 }
 
-fn notices(h: &mut Html, app: &App) {
-    h.raw("<div class=\"notices\" aria-live=\"polite\">");
-    for n in &app.notices {
-        h.raw("<div")
-            .attrf("data-key", format_args!("{}", n.id))
-            .class(&[("notice", true), ("error", n.error)])
-            .raw("><span>")
-            .text(&n.text)
-            .raw("</span><button class=\"icon small\" aria-label=\"dismiss\"")
-            .click(Click::DismissNotice(n.id))
-            .raw(">×</button></div>");
+fn notices(app: &App) -> Html {
+    html! {
+        <div class="notices" aria-live="polite">
+            { for app.notices.iter().map(|n| {
+                let id = n.id;
+                html! {
+                    <div key={id} class={if n.error { "notice error" } else { "notice" }}>
+                        <span>{ n.text.clone() }</span>
+                        <button class="icon small" aria-label="dismiss"
+                            onclick={on(move || Msg::DismissNotice(id))}>{ "×" }</button>
+                    </div>
+                }
+            }) }
+        </div>
     }
-    h.raw("</div>");
 }
 
 // ---------------------------------------------------------------------------
 // Overall progress
 // ---------------------------------------------------------------------------
 
-fn overall(h: &mut Html, app: &App, now: u64) {
+fn overall(app: &App, now: u64) -> Html {
     let fleet = &app.session.fleet;
     let o = crate::model::fleet_overall(fleet, now);
     let workers = fleet.workers().len();
@@ -183,57 +252,39 @@ fn overall(h: &mut Html, app: &App, now: u64) {
         .count();
     let pct = o.percent.floor() as u32;
     let running_share = (o.percent - o.done_share - o.failed_share).max(0.0);
-    h.raw(
-        "<section class=\"card overall\" aria-label=\"fleet progress\"><div class=\"overall-head\">\
-         <h2>Fleet progress</h2><span id=\"overall-pct\" class=\"pct\">",
-    )
-    .num(pct)
-    .raw(
-        "%</span></div><div id=\"overall-bar\" class=\"bar big\" role=\"progressbar\" \
-         aria-valuemin=\"0\" aria-valuemax=\"100\" aria-label=\"jobs finished\"",
-    )
-    .attrf("aria-valuenow", format_args!("{pct}"))
-    .raw("><div class=\"seg done\"")
-    .attrf("style", format_args!("width:{:.2}%", o.done_share))
-    .raw("></div><div class=\"seg failed\"")
-    .attrf("style", format_args!("width:{:.2}%", o.failed_share))
-    .raw("></div><div class=\"seg running\"")
-    .attrf("style", format_args!("width:{running_share:.2}%"))
-    .raw("></div></div><div id=\"overall-text\" class=\"stats\"><span><b>")
-    .num(o.counts.done)
-    .raw("</b>")
-    .textf(format_args!(" / {} done", o.counts.total))
-    .raw("</span>");
-    h.raw("<span")
-        .class(&[("bad", o.counts.failed > 0)])
-        .raw("><b>")
-        .num(o.counts.failed)
-        .raw("</b> failed</span><span><b>")
-        .num(o.counts.running)
-        .raw("</b> running</span><span><b>")
-        .num(o.counts.queued)
-        .raw("</b> queued</span>");
-    if o.counts.cancelled > 0 {
-        h.raw("<span><b>")
-            .num(o.counts.cancelled)
-            .raw("</b> cancelled</span>");
+    let eta = match o.eta_ms {
+        Some(ms) if o.finished() < o.counts.total => format!("ETA {}", format_duration(ms)),
+        _ if o.counts.total > 0 && o.finished() == o.counts.total => "all finished".to_string(),
+        _ => "ETA –".to_string(),
+    };
+    html! {
+        <section class="card overall" aria-label="fleet progress">
+            <div class="overall-head">
+                <h2>{ "Fleet progress" }</h2>
+                <span id="overall-pct" class="pct">{ format!("{pct}%") }</span>
+            </div>
+            <div id="overall-bar" class="bar big" role="progressbar" aria-valuemin="0"
+                aria-valuemax="100" aria-label="jobs finished" aria-valuenow={pct.to_string()}>
+                <div class="seg done" style={format!("width:{:.2}%", o.done_share)}></div>
+                <div class="seg failed" style={format!("width:{:.2}%", o.failed_share)}></div>
+                <div class="seg running" style={format!("width:{running_share:.2}%")}></div>
+            </div>
+            <div id="overall-text" class="stats">
+                <span><b>{ o.counts.done }</b>{ format!(" / {} done", o.counts.total) }</span>
+                <span class={(o.counts.failed > 0).then_some("bad")}>
+                    <b>{ o.counts.failed }</b>{ " failed" }
+                </span>
+                <span><b>{ o.counts.running }</b>{ " running" }</span>
+                <span><b>{ o.counts.queued }</b>{ " queued" }</span>
+                if o.counts.cancelled > 0 {
+                    <span><b>{ o.counts.cancelled }</b>{ " cancelled" }</span>
+                }
+                <span id="eta">{ eta }</span>
+                <span class="push">{ format!(
+                    "{workers} {} ({busy} busy)",
+                    if workers == 1 { "worker" } else { "workers" }
+                ) }</span>
+            </div>
+        </section>
     }
-    h.raw("<span id=\"eta\">");
-    match o.eta_ms {
-        Some(ms) if o.finished() < o.counts.total => {
-            h.raw("ETA ").text(&format_duration(ms));
-        }
-        _ if o.counts.total > 0 && o.finished() == o.counts.total => {
-            h.raw("all finished");
-        }
-        _ => {
-            h.raw("ETA –");
-        }
-    }
-    h.raw("</span><span class=\"push\">")
-        .textf(format_args!(
-            "{workers} {} ({busy} busy)",
-            if workers == 1 { "worker" } else { "workers" }
-        ))
-        .raw("</span></div></section>");
 }
