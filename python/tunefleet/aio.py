@@ -260,7 +260,7 @@ class AsyncFleet:
         extraction = await asyncio.get_running_loop().run_in_executor(
             None, tf_relax.extraction_for_upload, mod, target)
         model = {"name": name, "source": {"onnx_b64": "", "input_shapes": {}, "seed": 0},
-                 "extracted": extraction}
+                 "extracted": {"tasks": extraction["tasks"]}}
         _model_settings(model, trials, trials_per_round, extraction["target"], tuner)
         run = await self._submit_model(model)
         run.module = mod

@@ -149,6 +149,7 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
                 trials_per_round: None,
                 target: None,
                 tuner: Default::default(),
+                extracted: None,
             }),
         })
         .await;
