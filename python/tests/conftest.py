@@ -118,7 +118,13 @@ class Workers:
         proc = subprocess.Popen([*args, *extra], stdout=log, stderr=log,
                                 env={**os.environ, "RUST_LOG": "info"})
         self.procs.append(proc)
-        return proc
+        # A worker that cannot start (a build without the tvm feature, a bad
+        # flag) exits at once: say so now rather than time out later.
+        try:
+            code = proc.wait(0.5)
+        except subprocess.TimeoutExpired:
+            return proc
+        pytest.fail(f"worker {name} exited with {code}:\n{(self.tmp / f'{name}.log').read_text()}")
 
     def stop_all(self):
         for p in self.procs:

@@ -327,8 +327,14 @@ class AsyncJobs:
 
     async def wait(self, progress: bool = False, timeout: float | None = None) -> list[Job]:
         """Until every job is done, failed or cancelled; raises RunFailed if
-        any failed or was cancelled. Returns the jobs."""
-        return await asyncio.wait_for(self._wait(progress), timeout)
+        any failed or was cancelled, TunefleetError if `timeout` (seconds)
+        passes first. Returns the jobs."""
+        try:
+            return await asyncio.wait_for(self._wait(progress), timeout)
+        except asyncio.TimeoutError:
+            left = [j.name for j in await self.results() if not j.finished]
+            raise TunefleetError(f"{len(left)} job(s) still unfinished after {timeout} s: "
+                                 f"{', '.join(left[:10])}", "timeout") from None
 
     async def _wait(self, progress: bool) -> list[Job]:
         ids = set(self.job_ids)
@@ -390,8 +396,13 @@ class AsyncModelRun:
         await self.fleet.stop_model(self.name)
 
     async def wait(self, progress: bool = False, timeout: float | None = None) -> ModelRunView:
-        """Until the run is done or failed; raises RunFailed if it failed."""
-        return await asyncio.wait_for(self._wait(progress), timeout)
+        """Until the run is done or failed; raises RunFailed if it failed,
+        TunefleetError if `timeout` (seconds) passes first."""
+        try:
+            return await asyncio.wait_for(self._wait(progress), timeout)
+        except asyncio.TimeoutError:
+            raise TunefleetError(f"model run `{self.name}` did not end within {timeout} s "
+                                 f"(now: {(await self.results()).state})", "timeout") from None
 
     async def _wait(self, progress: bool) -> ModelRunView:
         bar = Progress(progress, self.name, "trials")
