@@ -9,9 +9,10 @@ import os
 import pytest
 
 import tunefleet
+from conftest import need
 from tunefleet import onnx_strip
 
-onnx = pytest.importorskip("onnx", reason="the onnx package (scripts/setup-tvm.sh installs it)")
+onnx = need("onnx", "the onnx package (scripts/setup-tvm.sh installs it)")
 SQUEEZENET = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_squeezenet.onnx")
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 import tunefleet
+from conftest import need
 
-tvm = pytest.importorskip("tvm", reason="TVM (scripts/setup-tvm.sh)")
+tvm = need("tvm", "TVM (scripts/setup-tvm.sh)")
 import relax_models  # noqa: E402
 
 

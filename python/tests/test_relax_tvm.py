@@ -12,12 +12,13 @@ import time
 
 import pytest
 
-tvm = pytest.importorskip("tvm", reason="TVM (scripts/setup-tvm.sh)")
+from conftest import REPO, need
+
+tvm = need("tvm", "TVM (scripts/setup-tvm.sh)")
 import numpy as np  # noqa: E402
 from tvm import relax  # noqa: E402
 
 import relax_models  # noqa: E402
-from conftest import REPO  # noqa: E402
 
 
 def _median_s(fn, repeat=15):
