@@ -13,7 +13,7 @@ scripts/setup-tvm.sh or `pip install 'tunefleet[tvm]'`); `onnx` strips
 weights before upload; `tqdm` draws progress bars.
 """
 
-from . import aio
+from . import aio, metaschedule, relax
 from .client import Fleet, Jobs, ModelRun, connect
 from .errors import ConnectionLost, MissingDependency, RunFailed, TunefleetError
 from .views import (ImportReport, Job, JobCounts, Latencies, ModelRunView, ModelTask, Record, Status,
