@@ -14,6 +14,7 @@
 
 # %%
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -66,6 +67,9 @@ for task in sorted(r.tasks, key=lambda t: -(t.share or 0))[:5]:
 # %%
 db = run.database()  # a JSONDatabase in a temporary work dir
 print(f"{len(db.get_all_tuning_records())} records of {name}")
+# The model the farm compiled and verified, as a shared library.
+library = run.export_library(os.path.join(tempfile.mkdtemp(), f"{name}.so"))
+print(f"library: {library} ({os.path.getsize(library)} bytes)")
 
 # %% [markdown]
 # ## 2. A Relax module

@@ -30,6 +30,8 @@ def test_the_notebook_example_runs_end_to_end(master, workers, tmp_path):
     print(out.stdout)
     assert "verified against onnxruntime: True" in out.stdout, log
     assert "squeezenet" in out.stdout and "records of squeezenet" in out.stdout, log
+    library = out.stdout.split("library: ")[1].split()[0]
+    assert os.path.getsize(library) > 10_000 and open(library, "rb").read(4) == b"\x7fELF", log
     assert "outputs equal" in out.stdout and "schedules applied: " in out.stdout, log
     applied = out.stdout.split("schedules applied: ")[1].split()[0]
     assert int(applied) >= 1, log

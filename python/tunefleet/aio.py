@@ -159,8 +159,9 @@ class AsyncFleet:
 
     async def submit(self, workloads: str | os.PathLike, *, filename: str | None = None,
                      fresh: bool = False) -> AsyncJobs:
-        """Submits a workload file: a path, or the YAML text itself (see
-        docs/PROTOCOL.md "Workloads"). Returns at once; `wait()` follows."""
+        """Submits a workload file: a path (an `os.PathLike`, or a string
+        ending in .yaml/.yml), or the YAML text itself (see docs/PROTOCOL.md
+        "Workloads"). Returns at once; `wait()` follows."""
         text, filename = _read_yaml(workloads, filename)
         cmd = {"type": "submit", "yaml": text, "filename": filename}
         if fresh:
@@ -252,7 +253,15 @@ class AsyncFleet:
     async def tune_module(self, mod, *, name: str, trials: int | None = None, target: dict | str | None = None,
                           trials_per_round: int | None = None, tuner: dict | None = None) -> AsyncModelRun:
         """Tunes a Relax IRModule with static shapes on the farm (see
-        `tunefleet.relax`): prepared and its tasks extracted here, tuned there."""
+        `tunefleet.relax`): prepared and its tasks extracted here (with the
+        farm's own passes), tuned there as an ONNX run's tasks are. The run
+        has no compile job: it is `done` when the budget is spent, and
+        `run.apply(mod)` applies its records here.
+
+        `target` (a JSON object) is pinned on every round: a worker must
+        register the same values for each key it names. The default,
+        `{"kind": "llvm"}`, runs on any llvm worker, which tunes for its own
+        CPU (the records carry that effective target)."""
         from . import relax as tf_relax
 
         # TVM work is CPU-bound: keep the event loop (and the connection's
