@@ -24,6 +24,7 @@
 #   onnx wheel also ships the small test models the CI model run tunes.
 # - websockets: the Python example client (examples/python/tunefleet_client.py),
 #   tested end to end by tests/tests/python_client.rs.
+# - pytest: the Python package's suite (python/tests, run by scripts/test.sh).
 set -euo pipefail
 
 TVM_VERSION="0.27.0.post1"
@@ -38,6 +39,7 @@ PACKAGES=(
   "onnx==1.23.2"
   "onnxruntime"
   "websockets"
+  "pytest"
 )
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -55,7 +57,7 @@ command -v g++ >/dev/null 2>&1 \
 check_env() {
   "${venv}/bin/python" - "$TVM_VERSION" "$FFI_VERSION" <<'EOF' 2>/dev/null
 import sys
-import tvm, tvm_ffi, xgboost, psutil, cloudpickle, tornado, websockets, onnx, onnxruntime  # noqa: F401
+import tvm, tvm_ffi, xgboost, psutil, cloudpickle, tornado, websockets, onnx, onnxruntime, pytest  # noqa: F401
 ok = tvm.__version__ == sys.argv[1] and tvm_ffi.__version__ == sys.argv[2]
 sys.exit(0 if ok else 1)
 EOF

@@ -2,7 +2,8 @@
 # Sets up everything the tests need on a fresh machine, then runs all tests:
 # Rust unit, property and end-to-end tests (real binaries on loopback), the
 # worker's TVM backend tests (real MetaSchedule tuning through the Python
-# driver), the Python client example against a real master, and the web
+# driver), the Python client example and the Python package (pytest) against
+# a real master, and the web
 # dashboard's browser tests (headless Chromium; they
 # are skipped with a message when chromium/chromedriver are missing, unless CI
 # is set). Used by CI (.ci/run) and by developers alike.
@@ -58,10 +59,23 @@ if [ -n "${TUNEFLEET_TEST_POSTGRES:-}" ]; then
     pg_status=${PIPESTATUS[0]}
     [ "$status" -ne 0 ] || status=$pg_status
 fi
+
+echo "== the Python package (python/): pytest against a real master and workers"
+# Installed into the venv the way users install it; the tests use the
+# binaries cargo test just built (target/debug, with the tvm feature).
+.venv/bin/python -m pip install --disable-pip-version-check --quiet ./python
+rm -rf python/build python/*.egg-info
+.venv/bin/python -m pytest python/tests -p no:cacheprovider -rs 2>&1 | tee "$log.py"
+py_status=${PIPESTATUS[0]}
+# pytest exits 5 when it ran nothing (python/tests/conftest.py turns that
+# into 1 as well): neither is a pass.
+[ "$py_status" -eq 0 ] || { echo "pytest failed (exit $py_status)" >&2; [ "$status" -ne 0 ] || status=1; }
 set -e
 # cargo's last line is a doc-test binary's "0 passed"; print the real totals.
 totals=$(grep -E '^test result: ' "$log" | awk '{p += $4; f += $6} END {printf "%d passed, %d failed", p, f}')
-rm -f "$log"
+py_summary=$(grep -E '^=+ .*(passed|failed|error).* in [0-9.]+s' "$log.py" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
+rm -f "$log" "$log.py"
 echo
 echo "$totals"
+echo "pytest (python/tests): ${py_summary:-no summary line}"
 exit "$status"

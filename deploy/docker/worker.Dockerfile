@@ -62,6 +62,9 @@ RUN groupadd --system --gid 10001 tunefleet \
 
 # The tuning drivers (tunefleet_tune.py and, beside it, tunefleet_model.py).
 COPY worker/python/*.py /opt/tunefleet/worker/python/
+# The tunefleet package: tunefleet_model.py imports its shared Relax preparation
+# (python/tunefleet/relax.py) from ../../python.
+COPY python/tunefleet/*.py /opt/tunefleet/python/tunefleet/
 COPY --from=builder /out/bin/tunefleet-worker /usr/local/bin/tunefleet-worker
 COPY deploy/docker/worker-entrypoint.sh /usr/local/bin/tunefleet-worker-entrypoint
 # Fail the build, not the first job, when libtvm_ffi.so is not where the

@@ -346,14 +346,107 @@ pub struct ModelSubmission {
     pub target: Option<Target>,
     #[serde(default)]
     pub tuner: TunerSettings,
+    /// Tasks the client extracted itself (the Python package's `tune_module`
+    /// of a Relax module): the run starts tuning at once, with no extract
+    /// job, and ends when its budget is spent, with no compile job (there
+    /// is no model file for a worker to compile; the client applies the
+    /// records). `source.onnx_b64` must then be empty. Absent for ONNX runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extracted: Option<ExtractedModel>,
+}
+
+/// Most tasks in a client-extracted run (a large model has a few hundred).
+pub const MAX_EXTRACTED_TASKS: usize = 10_000;
+
+/// A model's tasks as its client extracted them: what an extract job's
+/// result carries in `extra.tasks`, and the same rules apply to it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ExtractedModel {
+    pub tasks: Vec<ExtractedTask>,
+}
+
+/// One extracted task: a fused PrimFunc to tune.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ExtractedTask {
+    pub name: String,
+    /// How many times the model calls this function (at least 1).
+    pub weight: u32,
+    /// The PrimFunc as TVMScript, which a worker's `tvmscript` job parses.
+    pub tvmscript: String,
+    #[serde(default)]
+    pub flops: Option<f64>,
+    /// Too small to be worth trials: no rounds.
+    #[serde(default)]
+    pub trivial: bool,
+    /// MetaSchedule's database workload line `[hash, base64 IRModule]` of
+    /// the module the rounds tune (seeds rounds with imported records).
+    #[serde(default)]
+    pub workload: Option<serde_json::Value>,
+}
+
+impl ExtractedModel {
+    /// The master's check of client-extracted tasks.
+    pub fn check(&self) -> Result<(), String> {
+        if self.tasks.is_empty() || self.tasks.len() > MAX_EXTRACTED_TASKS {
+            return Err(format!(
+                "extracted.tasks must hold 1 to {MAX_EXTRACTED_TASKS} tasks, got {}",
+                self.tasks.len()
+            ));
+        }
+        for (i, t) in self.tasks.iter().enumerate() {
+            let at = format!("extracted.tasks[{i}]");
+            let chars = t.name.chars().count();
+            if chars == 0 || chars > crate::workload::MAX_NAME_CHARS {
+                return Err(format!(
+                    "{at}.name must be 1 to {} characters, got {chars}",
+                    crate::workload::MAX_NAME_CHARS
+                ));
+            }
+            if t.weight == 0 {
+                return Err(format!("{at}.weight must be at least 1"));
+            }
+            if t.tvmscript.trim().is_empty()
+                || t.tvmscript.len() > crate::workload::MAX_TVMSCRIPT_BYTES
+            {
+                return Err(format!(
+                    "{at}.tvmscript must be TVMScript of 1 to {} bytes, got {}",
+                    crate::workload::MAX_TVMSCRIPT_BYTES,
+                    t.tvmscript.len()
+                ));
+            }
+            if t.flops.is_some_and(|f| !f.is_finite() || f < 0.0) {
+                return Err(format!("{at}.flops must be a non-negative number"));
+            }
+            if let Some(line) = &t.workload {
+                crate::import::check_workload_line(line)
+                    .map_err(|e| format!("{at}.workload: {e}"))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl ModelSubmission {
     /// The master's own check of an upload (the CLI and the page strip and
     /// check too, but a script may send anything): base64, size, a readable
-    /// ONNX graph, supported operators, input shapes.
+    /// ONNX graph, supported operators, input shapes; or, for a run with
+    /// client-extracted tasks, those tasks.
     pub fn check_upload(&self) -> Result<(), String> {
         let name = &self.name;
+        if let Some(extracted) = &self.extracted {
+            if !self.source.onnx_b64.is_empty() {
+                return Err(format!(
+                    "model `{name}`: send either an ONNX model (source.onnx_b64) or extracted tasks, not both"
+                ));
+            }
+            return extracted
+                .check()
+                .map_err(|e| format!("model `{name}`: {e}"));
+        }
         let bytes = base64::decode(&self.source.onnx_b64)
             .map_err(|e| format!("model `{name}`: onnx_b64 is not base64: {e}"))?;
         if bytes.len() > MAX_MODEL_BYTES {

@@ -149,6 +149,7 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
                 trials_per_round: None,
                 target: None,
                 tuner: Default::default(),
+                extracted: None,
             }),
         })
         .await;
@@ -184,6 +185,84 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
     );
     let status = client.status().await.expect("the master still answers");
     assert!(status.jobs.total >= 1);
+}
+
+/// A run of tasks its client extracted (the Python package's `tune_module`),
+/// sent with the Rust client: no extract job, rounds on a sim worker at once,
+/// `done` without a compile job, and it survives a master restart (the empty
+/// model source marks it in the state database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_extracted_tasks_are_tuned_without_extract_or_compile() {
+    use tunefleet_shared::model::{ExtractedModel, ExtractedTask, ModelSource, ModelSubmission};
+    use tunefleet_shared::protocol::{ClientCommand, ReplyBody};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut master = Master::start(dir.path(), &[]);
+    let task = |name: &str, trivial: bool| ExtractedTask {
+        name: name.into(),
+        weight: 2,
+        tvmscript: format!("@T.prim_func\ndef {name}(): pass\n"),
+        flops: Some(1e6),
+        trivial,
+        workload: None,
+    };
+    let submission = ModelSubmission {
+        name: "relax".into(),
+        source: ModelSource {
+            onnx_b64: String::new(),
+            input_shapes: Default::default(),
+            seed: 0,
+        },
+        trials: Some(8),
+        trials_per_round: Some(2),
+        target: None,
+        tuner: Default::default(),
+        extracted: Some(ExtractedModel {
+            tasks: vec![task("mm", false), task("copy", true)],
+        }),
+    };
+    let mut client = master.client().await;
+    let reply = client
+        .request(ClientCommand::SubmitModel {
+            model: Box::new(submission),
+        })
+        .await
+        .expect("the master takes client-extracted tasks");
+    let ReplyBody::ModelSubmitted { extract_job, .. } = reply else {
+        panic!("unexpected reply {reply:?}");
+    };
+    let out = master.cli(&["results", "--model", "relax", "--format", "json"]);
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(view["state"], "tuning", "{view:#}");
+    assert_eq!(view["extract_job"], extract_job.as_str());
+    let jobs = master.cli(&["results", "--format", "json"]);
+    let jobs: serde_json::Value = serde_json::from_slice(&jobs.stdout).expect("JSON");
+    let names: Vec<&str> = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["relax/mm/r1"],
+        "no extract job, no round of the trivial task"
+    );
+
+    // Restarted before any round ran: the run goes on from the database.
+    master.restart();
+    let _sim = Worker::start(&master, "sim", 0.2, &[]);
+    let view = eventually(Duration::from_secs(60), "the run to end", || async {
+        let out = master.cli(&["results", "--model", "relax", "--format", "json"]);
+        let view: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        (view["state"] == "done" || view["state"] == "failed").then_some(view)
+    })
+    .await;
+    assert_eq!(view["state"], "done", "{view:#}");
+    assert!(view["compile_job"].is_null(), "{view:#}");
+    assert_eq!(view["trials_done"], 8, "{view:#}");
+    assert!(view["tasks"][0]["best_latency_s"].as_f64().unwrap() > 0.0);
+    assert!(view["tasks"][1]["rounds"].as_array().unwrap().is_empty());
 }
 
 /// CI must never skip the real-TVM model run silently.

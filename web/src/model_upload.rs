@@ -256,6 +256,7 @@ pub fn submission(model: &LoadedModel, checked: &Checked) -> ModelSubmission {
         trials_per_round: None,
         target: None,
         tuner: TunerSettings::default(),
+        extracted: None,
     }
 }
 

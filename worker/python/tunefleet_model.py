@@ -112,6 +112,14 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tunefleet_tune as tt  # noqa: E402
 
+# The fusion passes and the record lookup live in the tunefleet Python
+# package (python/tunefleet/relax.py), which `tune_module` uses too: ONNX runs
+# and Relax modules are prepared and applied the same way. The repository's
+# copy (../../python, also where the worker image puts it) comes first.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from tunefleet.relax import FUSION_PASSES, apply_database, fusion_sequence  # noqa: E402,F401
+from tunefleet.relax import workload_mod as _workload_mod  # noqa: E402
+
 JobError = tt.JobError
 
 #: Random weights of rank >= 2: std = WEIGHT_GAIN / sqrt(fan_in) (He init: keeps
@@ -464,13 +472,9 @@ def _tensor_info(ty) -> tuple:
     return shape, str(ty.dtype)
 
 
-FUSION_PASSES = ("LegalizeOps", "AnnotateTIROpPattern", "FuseOps", "FoldConstant", "FuseTIR")
-
-
 def prepare_model(job: dict) -> Prepared:
     """Decode + materialize + Relax + fusion; identical for extract and compile."""
     import tvm
-    from tvm import relax
     from tvm.relax.frontend import detach_params
     from tvm.relax.frontend.onnx import from_onnx
 
@@ -520,7 +524,7 @@ def prepare_model(job: dict) -> Prepared:
     timings["frontend_s"] = round(time.monotonic() - t, 3)
 
     t = time.monotonic()
-    seq = tvm.transform.Sequential([getattr(relax.transform, p)() for p in FUSION_PASSES])
+    seq = fusion_sequence()
     try:
         with target:
             mod = seq(mod)
@@ -597,11 +601,6 @@ def is_trivial(flops: float | None, weight: int, total: float, reductions: int) 
 def task_tvmscript(task_mod) -> str:
     """TVMScript of a task's PrimFunc that tunefleet_tune.build_workload parses back."""
     return task_mod["main"].script()
-
-
-def _workload_mod(func):
-    """The module a task's records are keyed by (tt._finalise: main + noalias)."""
-    return tt._finalise(func)
 
 
 def run_extract(job: dict, prep: Prepared, proto, t0: float) -> dict:
@@ -785,44 +784,6 @@ def _write_database(work_dir: str, tasks: list) -> list:
                 f.write(json.dumps(line, separators=(",", ":")) + "\n")
         os.replace(path + ".tmp", path)
     return names
-
-
-def apply_database(mod, db, target):
-    """Applies the database the way reference/metaschedule.md's "Trap" says
-    (compile_relax finds nothing in this wheel). Returns (mod, stats)."""
-    import tvm
-
-    out = tvm.IRModule(mod.functions, attrs=mod.attrs) if mod.attrs else tvm.IRModule(mod.functions)
-    total = tuned = applied = 0
-    applied_names = []
-    matched_keys = []  # workload hashes (database_workload.json's first column) that matched
-    failures = []
-    for gv, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc):
-            continue
-        total += 1
-        key_mod = _workload_mod(func)
-        if not db.has_workload(key_mod):
-            continue
-        tuned += 1
-        # Already in the database: commit_workload returns the stored entry (no write).
-        matched_keys.append(str(db.commit_workload(key_mod).as_json()[0]))
-        try:
-            sch = db.query_schedule(key_mod, target=target, workload_name="main")
-        except Exception as err:  # noqa: BLE001
-            failures.append(f"{gv.name_hint}: {tt._shorten(str(err), 200)}")
-            continue
-        if sch is None:
-            failures.append(f"{gv.name_hint}: no valid record")
-            continue
-        new = sch.mod["main"]
-        symbol = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else gv.name_hint
-        new = new.with_attr("global_symbol", symbol).with_attr("tirx.is_scheduled", True)
-        out[gv] = new
-        applied += 1
-        applied_names.append(gv.name_hint)
-    return out, {"functions": total, "tuned_functions": tuned, "applied": applied,
-                 "applied_names": applied_names, "matched_keys": matched_keys, "failures": failures}
 
 
 def random_inputs(inputs: list, seed: int) -> list:

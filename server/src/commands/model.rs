@@ -167,6 +167,7 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
             number: flags.number,
             repeat: flags.repeat,
         },
+        extracted: None,
     };
     Ok((submission, note))
 }

@@ -537,11 +537,18 @@ impl Core {
             Command::Snapshot { reply } => batch.snapshots.push(reply),
             Command::SubmitModel { submission, reply } => {
                 let default_target = Target::of_kind("llvm");
+                let name = submission.name.clone();
                 let r = self.models.submit(*submission, default_target, now);
                 let r = r.map(|plan| {
-                    let extract = plan.jobs.first().map(|(w, _)| w.job_id());
                     self.apply_plan(plan, now, &mut out, batch);
-                    extract.unwrap_or_default()
+                    // A run with client-extracted tasks is tuning already:
+                    // plan its first rounds now.
+                    let rounds = self.models.refill(now, &self.slots());
+                    self.apply_plan(rounds, now, &mut out, batch);
+                    self.models
+                        .get(&name)
+                        .map(|run| run.extract_job.clone())
+                        .unwrap_or_default()
                 });
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(r);

@@ -39,7 +39,9 @@ use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload, MAX_TRIALS};
 
 use crate::scheduler::JobExtras;
-use stages::{compile_ended, compile_job, extract_ended, fail, round_ended, round_job};
+use stages::{
+    compile_ended, compile_job, extract_ended, fail, parse_tasks, round_ended, round_job,
+};
 
 /// One round of a task (its job and trials). Not serialisable: the store
 /// writes its own row (`store::model_row`), the wire a `ModelView`.
@@ -127,6 +129,13 @@ pub struct ModelRun {
 }
 
 impl ModelRun {
+    /// A run whose tasks its client extracted (a Relax module, see
+    /// `ModelSubmission::extracted`): no model file, so no extract and no
+    /// compile job. Stored as is: the empty source marks it across restarts.
+    pub fn client_extracted(&self) -> bool {
+        self.source.onnx_b64.is_empty()
+    }
+
     /// Trials measured plus trials planned for rounds still in flight.
     fn trials_committed(&self) -> u32 {
         self.tasks
@@ -322,7 +331,9 @@ impl ModelRuns {
         })
     }
 
-    /// A new run: validates it and plans its extract job.
+    /// A new run: validates it and plans its extract job. A run with
+    /// client-extracted tasks starts `tuning` with no job planned: the
+    /// caller plans its rounds with [`ModelRuns::refill`].
     pub fn submit(
         &mut self,
         submission: ModelSubmission,
@@ -336,6 +347,7 @@ impl ModelRuns {
             trials_per_round,
             target,
             tuner,
+            extracted,
         } = submission;
         check_model_name(&name).map_err(ModelError::BadName)?;
         if self.runs.contains_key(&name) {
@@ -368,19 +380,37 @@ impl ModelRuns {
             trials: 1,
             tuner: TunerSettings::default(),
         };
+        let tasks = match &extracted {
+            Some(extracted) => {
+                let tasks = serde_json::to_value(&extracted.tasks)
+                    .map_err(|e| ModelError::BadSettings(e.to_string()))?;
+                parse_tasks(tasks.as_array().map(Vec::as_slice).unwrap_or_default())
+                    .map_err(|e| ModelError::BadSettings(format!("extracted {e}")))?
+            }
+            None => Vec::new(),
+        };
+        let client_extracted = extracted.is_some();
         let run = ModelRun {
             name: name.clone(),
             source,
+            // Client-extracted tasks were prepared for the target asked
+            // for; every round pins it (workers complete the rest).
+            target: client_extracted.then(|| requested_target.clone()),
             requested_target,
-            target: None,
             trials_total,
             trials_per_round: per_round,
             tuner,
-            state: ModelState::Extracting,
+            state: if client_extracted {
+                ModelState::Tuning
+            } else {
+                ModelState::Extracting
+            },
             stop_requested: false,
+            // Never submitted for a client-extracted run: the id names the
+            // extraction the client did in its place.
             extract_job: extract.job_id(),
             compile_job: None,
-            tasks: Vec::new(),
+            tasks,
             io: Value::Null,
             latency: ModelLatencies::default(),
             verified: false,
@@ -396,7 +426,9 @@ impl ModelRuns {
         self.index(&run);
         self.runs.insert(name.clone(), run);
         let mut plan = Plan::default();
-        plan.jobs.push((extract, JobExtras::default()));
+        if !client_extracted {
+            plan.jobs.push((extract, JobExtras::default()));
+        }
         plan.touch(&name);
         Ok(plan)
     }
@@ -560,7 +592,15 @@ impl ModelRuns {
             run.updated_at = now;
             plan.touch(name);
         }
-        if run.rounds_in_flight() == 0 && run.compile_job.is_none() {
+        if run.rounds_in_flight() == 0 && run.compile_job.is_none() && run.client_extracted() {
+            // No model file to compile on a worker: the run is done when its
+            // budget is spent (or it was stopped); the client applies the
+            // records (`run.apply` in the Python package).
+            run.state = ModelState::Done;
+            run.finished_at = Some(now);
+            run.updated_at = now;
+            plan.touch(name);
+        } else if run.rounds_in_flight() == 0 && run.compile_job.is_none() {
             let compile = compile_job(run, &target);
             run.compile_job = Some(compile.job_id());
             run.state = ModelState::Compiling;

@@ -59,6 +59,29 @@ pub(super) fn extract_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> b
         fail(run, "task extraction returned no `tasks` list".into(), now);
         return true;
     };
+    let parsed = match parse_tasks(tasks) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            fail(run, format!("task extraction: {e}"), now);
+            return true;
+        }
+    };
+    run.io = serde_json::json!({
+        "inputs": meta.extra.get("inputs").cloned().unwrap_or(Value::Null),
+        "params": meta.extra.get("params").cloned().unwrap_or(Value::Null),
+        "outputs": meta.extra.get("outputs").cloned().unwrap_or(Value::Null),
+    });
+    run.tasks = parsed;
+    run.target = Some(target);
+    run.state = ModelState::Tuning;
+    run.updated_at = now;
+    true
+}
+
+/// The tasks of an extraction (an extract job's `extra.tasks`, or the tasks
+/// a client extracted itself): `[{"name", "tvmscript", "weight"?, "flops"?,
+/// "trivial"?, "workload"?}]`.
+pub(super) fn parse_tasks(tasks: &[Value]) -> Result<Vec<Task>, String> {
     let mut parsed = Vec::new();
     // Each task's time in the untuned model, over the whole (the worker
     // timed every function once; older workers did not).
@@ -71,12 +94,7 @@ pub(super) fn extract_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> b
         let name = t.get("name").and_then(Value::as_str);
         let script = t.get("tvmscript").and_then(Value::as_str);
         let (Some(name), Some(script)) = (name, script) else {
-            fail(
-                run,
-                format!("task extraction: tasks[{i}] has no `name` or `tvmscript`"),
-                now,
-            );
-            return true;
+            return Err(format!("tasks[{i}] has no `name` or `tvmscript`"));
         };
         parsed.push(Task {
             name: name.to_string(),
@@ -104,16 +122,7 @@ pub(super) fn extract_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> b
             records: Vec::new(),
         });
     }
-    run.io = serde_json::json!({
-        "inputs": meta.extra.get("inputs").cloned().unwrap_or(Value::Null),
-        "params": meta.extra.get("params").cloned().unwrap_or(Value::Null),
-        "outputs": meta.extra.get("outputs").cloned().unwrap_or(Value::Null),
-    });
-    run.tasks = parsed;
-    run.target = Some(target);
-    run.state = ModelState::Tuning;
-    run.updated_at = now;
-    true
+    Ok(parsed)
 }
 
 /// A round ended: merge its records, extend the task's history.

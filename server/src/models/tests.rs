@@ -1,7 +1,7 @@
 //! The planner driven by hand: a run's whole life with made-up results.
 
 use super::*;
-use tunefleet_shared::model::ModelSource;
+use tunefleet_shared::model::{ExtractedModel, ExtractedTask, ModelSource};
 use tunefleet_shared::protocol::{JobError, JobState, ResultMeta};
 
 fn submission(name: &str, trials: u32, per_round: u32) -> ModelSubmission {
@@ -16,6 +16,7 @@ fn submission(name: &str, trials: u32, per_round: u32) -> ModelSubmission {
         trials_per_round: Some(per_round),
         target: None,
         tuner: TunerSettings::default(),
+        extracted: None,
     }
 }
 
@@ -452,4 +453,101 @@ mod properties {
             prop_assert!(compiles <= 1);
         }
     }
+}
+
+fn client_extracted(name: &str, trials: u32, per_round: u32) -> ModelSubmission {
+    let tasks = [("mm", 2, false), ("copy", 1, true)]
+        .iter()
+        .map(|(task, weight, trivial)| ExtractedTask {
+            name: task.to_string(),
+            weight: *weight,
+            tvmscript: format!("@T.prim_func\ndef {task}(): pass\n"),
+            flops: Some(1e6),
+            trivial: *trivial,
+            workload: Some(serde_json::json!(["123", "bW9k"])),
+        })
+        .collect();
+    let mut s = submission(name, trials, per_round);
+    s.source.onnx_b64 = String::new();
+    s.extracted = Some(ExtractedModel { tasks });
+    s
+}
+
+#[test]
+fn a_client_extracted_run_tunes_at_once_and_ends_without_a_compile_job() {
+    let one_worker = |_: &Target| 1;
+    let mut runs = ModelRuns::default();
+    let plan = runs
+        .submit(client_extracted("relax", 4, 2), Target::of_kind("llvm"), 1)
+        .unwrap();
+    assert!(plan.jobs.is_empty(), "no extract job: {:?}", names(&plan));
+    let run = runs.get("relax").unwrap();
+    assert_eq!(run.state, ModelState::Tuning);
+    assert!(run.client_extracted());
+    assert_eq!(run.target, Some(Target::of_kind("llvm")));
+    assert_eq!(run.tasks.len(), 2);
+    assert_eq!(
+        run.tasks[0].workload_line,
+        Some(serde_json::json!(["123", "bW9k"]))
+    );
+
+    // The core plans the rounds with refill, as when workers join.
+    let plan = runs.refill(2, &one_worker);
+    assert_eq!(names(&plan), ["relax/mm/r1"], "the trivial task gets none");
+    let r1 = plan.jobs[0].0.clone();
+    assert_eq!(r1.target, Target::of_kind("llvm"));
+    let plan = runs.job_ended(&done(&r1, Value::Null, &[1e-3, 2e-3]), 3, &one_worker);
+    assert_eq!(names(&plan), ["relax/mm/r2"]);
+    let r2 = plan.jobs[0].0.clone();
+    // Budget spent, nothing in flight: done, with no compile job.
+    let plan = runs.job_ended(&done(&r2, Value::Null, &[0.5e-3, 3e-3]), 4, &one_worker);
+    assert!(plan.jobs.is_empty(), "{:?}", names(&plan));
+    let view = runs.get("relax").unwrap().view();
+    assert_eq!(view.state, ModelState::Done);
+    assert_eq!(view.compile_job, None);
+    assert_eq!(view.trials_done, 4);
+    assert_eq!(view.estimated_latency_s, Some(2.0 * 0.5e-3));
+    assert_eq!(view.finished_at, Some(4));
+    assert!(runs.get("relax").unwrap().database().is_some());
+}
+
+#[test]
+fn a_client_extracted_run_stops_without_a_compile_job() {
+    let one_worker = |_: &Target| 1;
+    let mut runs = ModelRuns::default();
+    runs.submit(client_extracted("r", 100, 2), Target::of_kind("llvm"), 1)
+        .unwrap();
+    let plan = runs.refill(2, &one_worker);
+    let r1 = plan.jobs[0].0.clone();
+    runs.stop("r", 3, &one_worker).unwrap();
+    assert_eq!(
+        runs.get("r").unwrap().state,
+        ModelState::Tuning,
+        "r1 in flight"
+    );
+    let plan = runs.job_ended(&done(&r1, Value::Null, &[1e-3]), 4, &one_worker);
+    assert!(plan.jobs.is_empty());
+    assert_eq!(runs.get("r").unwrap().state, ModelState::Done);
+}
+
+#[test]
+fn extracted_tasks_are_checked() {
+    let mut s = client_extracted("r", 10, 2);
+    assert_eq!(s.check_upload(), Ok(()));
+    s.source.onnx_b64 = "AAAA".into();
+    assert!(s.check_upload().unwrap_err().contains("not both"));
+    s.source.onnx_b64.clear();
+    s.extracted.as_mut().unwrap().tasks[1].weight = 0;
+    assert_eq!(
+        s.check_upload().unwrap_err(),
+        "model `r`: extracted.tasks[1].weight must be at least 1"
+    );
+    s.extracted.as_mut().unwrap().tasks[1].weight = 1;
+    s.extracted.as_mut().unwrap().tasks[0].tvmscript = " ".into();
+    assert!(s
+        .check_upload()
+        .unwrap_err()
+        .contains("extracted.tasks[0].tvmscript must be TVMScript"));
+    s.extracted.as_mut().unwrap().tasks.clear();
+    assert!(s.check_upload().unwrap_err().contains("1 to 10000 tasks"));
 }

@@ -542,6 +542,7 @@ fn a_model_submit_is_a_submit_with_its_own_reply() {
         trials_per_round: None,
         target: None,
         tuner: TunerSettings::default(),
+        extracted: None,
     };
     let submit = |session: &mut Session| {
         let frame = session

@@ -1,0 +1,62 @@
+"""The farm's ONNX path (worker/python/tunefleet_model.py) and tune_module
+prepare models with the same code (tunefleet/relax.py): the worker's own
+extraction and `tunefleet.relax.task_rows` give the same tasks for the same
+fused module, so records of either path apply to the other."""
+
+from __future__ import annotations
+
+import base64
+import sys
+import time
+
+from conftest import REPO, need
+
+need("tvm", "TVM (scripts/setup-tvm.sh)")
+need("onnx", "the onnx package (scripts/setup-tvm.sh)")
+sys.path.insert(0, str(REPO / "worker/python"))
+
+import tunefleet_model as tm  # noqa: E402
+import tunefleet_tune as tt  # noqa: E402
+
+import tunefleet  # noqa: E402
+
+
+def _model(path):
+    """relu(x @ W + b), transposed: a tuned task and a trivial one."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 64)).astype("float32"), "W")
+    b = numpy_helper.from_array(rng.standard_normal(64).astype("float32"), "b")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"]),
+         helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Transpose", ["r"], ["y"], perm=[1, 0])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 16])], initializer=[w, b])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+class _Quiet:
+    def emit(self, _event):
+        pass
+
+
+def test_worker_and_package_extract_the_same_tasks(tmp_path):
+    path = tmp_path / "mlp.onnx"
+    _model(path)
+    job = {"mode": "extract", "model_b64": base64.b64encode(path.read_bytes()).decode(),
+           "input_shapes": {}, "target": {"kind": "llvm", "num-cores": 1}, "seed": 0}
+    # One module, not a copy: the worker's model driver uses the package's.
+    assert tm.apply_database is tunefleet.relax.apply_database
+    assert tm.fusion_sequence is tunefleet.relax.fusion_sequence
+    prep = tm.prepare_model(job)
+    worker = tm.run_extract(job, prep, _Quiet(), time.monotonic())["tasks"]
+
+    def rebuild(text):
+        return tt.build_workload({"op": "tvmscript", "tvmscript": text, "target": job["target"], "trials": 8}).mod
+
+    package = tunefleet.relax.task_rows(prep.mod, prep.target, rebuild=rebuild)
+    assert len(worker) >= 2 and any(not t["trivial"] for t in worker) and any(t["trivial"] for t in worker)
+    assert package == worker

@@ -1,0 +1,242 @@
+"""Relax preparation shared by the farm's model driver
+(worker/python/tunefleet_model.py imports it) and this package's
+`tune_module`, so the ONNX path and the Relax path cannot drift:
+
+- `FUSION_PASSES` / `fuse`: the passes that turn a Relax module into the
+  fused PrimFuncs MetaSchedule tunes;
+- `workload_mod`: the one-function module a task's records are keyed by;
+- `task_rows`: the extracted tasks as the master's planner takes them
+  (name, weight, TVMScript, FLOPs, trivial, database workload line);
+- `apply_database`: every record applied with the `main`-keyed lookup
+  (TVM 0.27's own `MetaScheduleApplyDatabase` silently applies none: see
+  /work/shared/reference/metaschedule.md, "Trap"), counted.
+
+Everything here needs TVM; importing the module does not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from .errors import TunefleetError, require_tvm
+
+FUSION_PASSES = ("LegalizeOps", "AnnotateTIROpPattern", "FuseOps", "FoldConstant", "FuseTIR")
+
+# A task whose share of the model's estimated FLOPs is below this is not worth
+# trials (small poolings, softmax, tiny convolutions); see is_trivial.
+TRIVIAL_FLOPS_SHARE = 0.005
+
+
+def _shorten(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def make_target(target):
+    """A `tvm.target.Target` from a target JSON object (or its text, or a
+    Target). The CLI string form (`llvm -num-cores 2`) is refused by TVM 0.27."""
+    tvm = require_tvm("a TVM target")
+    if isinstance(target, tvm.target.Target):
+        return target
+    from .metaschedule import target_json
+
+    t = target_json(target if target is not None else {"kind": "llvm"})
+    try:
+        return tvm.target.Target(t)
+    except Exception as err:  # noqa: BLE001
+        raise TunefleetError(f"TVM rejects target {json.dumps(t)}: {_shorten(err)}") from err
+
+
+def fusion_sequence():
+    """The pass sequence, as one tvm.transform.Sequential."""
+    tvm = require_tvm("preparing a Relax module")
+    from tvm import relax
+
+    return tvm.transform.Sequential([getattr(relax.transform, p)() for p in FUSION_PASSES])
+
+
+def fuse(mod, target):
+    """Runs FUSION_PASSES on `mod` under `target` (a tvm Target)."""
+    with target:
+        return fusion_sequence()(mod)
+
+
+def check_static(mod) -> None:
+    """Every Relax function's parameters must have static shapes: the farm
+    tunes kernels for fixed sizes."""
+    tvm = require_tvm("tune_module")
+    from tvm import relax
+
+    if not isinstance(mod, tvm.IRModule):
+        raise TunefleetError(f"tune_module takes a Relax tvm.IRModule, not {type(mod).__name__}")
+    funcs = [(gv.name_hint, f) for gv, f in mod.functions_items() if isinstance(f, relax.Function)]
+    if not funcs:
+        raise TunefleetError("tune_module needs a Relax IRModule: this module has no Relax function")
+    for fname, func in funcs:
+        for p in func.params:
+            ty = getattr(p, "ty", None)
+            if not isinstance(ty, relax.TensorType):
+                continue
+            shape = getattr(ty, "shape", None)
+            dims = getattr(shape, "values", None)
+            # IntImm dims have an int `value`; symbolic ones (tir Vars) do not.
+            if dims is None or not all(isinstance(getattr(d, "value", None), int) for d in dims):
+                name = getattr(p, "name_hint", None) or getattr(p, "name", "?")
+                raise TunefleetError(
+                    f"tune_module needs static shapes: parameter `{name}` of `{fname}` has shape "
+                    f"{shape if shape is not None else 'unknown'}; bind the dynamic dimensions first "
+                    "(e.g. relax.transform.BindSymbolicVars)")
+
+
+def prepare(mod, target):
+    """`mod` fused as the farm fuses ONNX models (the module `apply` expects)."""
+    check_static(mod)
+    return fuse(mod, make_target(target))
+
+
+def workload_mod(func):
+    """The module MetaSchedule keys a task's records by: {"main": func} with
+    `global_symbol` main and `tirx.noalias` (what `tune_tir` adds itself).
+    worker/python/tunefleet_tune.py `_finalise` builds the same for a
+    round's TVMScript; extraction checks that the two agree."""
+    tvm = require_tvm("a MetaSchedule workload")
+    func = func.with_attr("global_symbol", "main")
+    if not (func.attrs and "tirx.noalias" in func.attrs):
+        func = func.with_attr("tirx.noalias", True)
+    return tvm.IRModule({"main": func})
+
+
+def reduction_blocks(func) -> int:
+    """Number of blocks with a reduction iterator in `func`."""
+    tvm = require_tvm("task extraction")
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(tvm.IRModule({"main": func}))
+    stack = [sch.get_sblock("root")]
+    n = 0
+    while stack:
+        b = stack.pop()
+        blk = sch.get(b)
+        if any(int(iv.iter_type) == 2 for iv in blk.iter_vars):  # IterVar.CommReduce
+            n += 1
+        stack.extend(sch.get_child_blocks(b))
+    return n
+
+
+def is_trivial(flops: float | None, weight: int, total: float, reductions: int) -> bool:
+    """A task not worth tuning: it has no reduction block (pure data movement
+    or elementwise: reshape, concatenate, transpose, add...), or its share of
+    the model's estimated work, flops * weight / sum over all tasks, is below
+    TRIVIAL_FLOPS_SHARE. A task whose FLOPs cannot be estimated is trivial
+    only by the first rule."""
+    if reductions == 0:
+        return True
+    if flops is None or total <= 0:
+        return False
+    return flops * weight < TRIVIAL_FLOPS_SHARE * total
+
+
+def workload_line(mod) -> list:
+    """The database workload line `[structural_hash, base64]` of a task module."""
+    require_tvm("a MetaSchedule workload")
+    from tvm.s_tir import meta_schedule as ms
+
+    line = ms.database.MemoryDatabase(module_equality="structural").commit_workload(mod).as_json()
+    return [str(line[0]), str(line[1])]
+
+
+def task_rows(fused, target, rebuild=None) -> list:
+    """The tasks of a fused module: `[{"name", "weight", "tvmscript",
+    "flops", "trivial", "workload"}]`, what the master's planner makes
+    rounds of. `rebuild(text)` (optional) parses a task's TVMScript back into
+    the module a worker would tune; it must equal `workload_mod` of the task."""
+    require_tvm("task extraction")
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    tasks = ms.relax_integration.extract_tasks(fused, target, module_equality="structural")
+    rows = []
+    for task in tasks:
+        func = task.mod["main"]
+        try:
+            flops = float(estimate_tir_flops(task.mod))
+            if not math.isfinite(flops) or flops < 0:
+                flops = None
+        except Exception as err:  # noqa: BLE001
+            print(f"tunefleet: no FLOP estimate for {task.task_name}: {err}", file=sys.stderr)
+            flops = None
+        text = func.script()
+        want = workload_mod(func)
+        built = rebuild(text) if rebuild is not None else want
+        if not tvm_ffi.structural_equal(built, want):
+            raise TunefleetError(f"internal: task {task.task_name}'s TVMScript does not rebuild the same module")
+        rows.append({"name": task.task_name, "weight": int(task.weight), "tvmscript": text, "flops": flops,
+                     "workload": workload_line(built), "_reductions": reduction_blocks(func)})
+    total = sum(r["flops"] * r["weight"] for r in rows if r["flops"] is not None)
+    for r in rows:
+        r["trivial"] = is_trivial(r["flops"], r["weight"], total, r.pop("_reductions"))
+    return rows
+
+
+def rebuild_from_script(text: str):
+    """A task's TVMScript parsed back and keyed as a worker does."""
+    tvm = require_tvm("task extraction")
+    parsed = tvm.script.from_source(text)
+    func = parsed["main"] if isinstance(parsed, tvm.IRModule) else parsed
+    return workload_mod(func)
+
+
+def extraction_for_upload(mod, target=None) -> dict:
+    """What `tune_module` sends in place of an extract job's result: the
+    target and the tasks of `mod`, fused as the farm fuses ONNX models."""
+    from .metaschedule import target_json
+
+    tgt = make_target(target)
+    fused = prepare(mod, tgt)
+    rows = task_rows(fused, tgt, rebuild=rebuild_from_script)
+    if not rows:
+        raise TunefleetError("this module has no tunable task (no PrimFunc after fusion)")
+    return {"target": target_json(target if target is not None else {"kind": "llvm"}), "tasks": rows}
+
+
+def apply_database(mod, db, target):
+    """`mod` (fused) with every PrimFunc that has a record replaced by its
+    best schedule. Returns (mod, stats): `functions` (PrimFuncs), `tuned_functions`
+    (those the database knows), `applied` (and their names, `applied_names`),
+    `matched_keys` (workload hashes) and `failures`."""
+    tvm = require_tvm("applying tuning records")
+
+    out = tvm.IRModule(mod.functions, attrs=mod.attrs) if mod.attrs else tvm.IRModule(mod.functions)
+    total = tuned = applied = 0
+    applied_names = []
+    matched_keys = []  # workload hashes (database_workload.json's first column) that matched
+    failures = []
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        total += 1
+        key_mod = workload_mod(func)
+        if not db.has_workload(key_mod):
+            continue
+        tuned += 1
+        # Already in the database: commit_workload returns the stored entry (no write).
+        matched_keys.append(str(db.commit_workload(key_mod).as_json()[0]))
+        try:
+            sch = db.query_schedule(key_mod, target=target, workload_name="main")
+        except Exception as err:  # noqa: BLE001
+            failures.append(f"{gv.name_hint}: {_shorten(str(err), 200)}")
+            continue
+        if sch is None:
+            failures.append(f"{gv.name_hint}: no valid record")
+            continue
+        new = sch.mod["main"]
+        symbol = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else gv.name_hint
+        new = new.with_attr("global_symbol", symbol).with_attr("tirx.is_scheduled", True)
+        out[gv] = new
+        applied += 1
+        applied_names.append(gv.name_hint)
+    return out, {"functions": total, "tuned_functions": tuned, "applied": applied,
+                 "applied_names": applied_names, "matched_keys": matched_keys, "failures": failures}
