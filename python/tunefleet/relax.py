@@ -24,8 +24,12 @@ from .errors import TunefleetError, require_tvm
 
 FUSION_PASSES = ("LegalizeOps", "AnnotateTIROpPattern", "FuseOps", "FoldConstant", "FuseTIR")
 
-# A task whose share of the model's estimated FLOPs is below this is not worth
-# trials (small poolings, softmax, tiny convolutions); see is_trivial.
+# A task whose share of one run of the untuned model is below this is not
+# worth trials; see task_rows.
+TRIVIAL_TIME_SHARE = 0.005
+
+# When the untuned model cannot be run: the same share of its estimated
+# FLOPs (small poolings, softmax, tiny convolutions); see is_trivial.
 TRIVIAL_FLOPS_SHARE = 0.005
 
 
@@ -147,11 +151,20 @@ def workload_line(mod) -> list:
     return [str(line[0]), str(line[1])]
 
 
-def task_rows(fused, target, rebuild=None) -> list:
+def task_rows(fused, target, rebuild=None, args=None) -> list:
     """The tasks of a fused module: `[{"name", "weight", "tvmscript",
-    "flops", "trivial", "workload"}]`, what the master's planner makes
-    rounds of. `rebuild(text)` (optional) parses a task's TVMScript back into
-    the module a worker would tune; it must equal `workload_mod` of the task."""
+    "flops", "trivial", "workload", "untuned_time_s"?}]`, what the master's
+    planner makes rounds of. `rebuild(text)` (optional) parses a task's
+    TVMScript back into the module a worker would tune; it must equal
+    `workload_mod` of the task.
+
+    Trivial (not worth trials) by time, not FLOPs: with `args` (the fused
+    `main`'s arguments; `random_args` makes them) the untuned module is run
+    once with every function timed, and a task under TRIVIAL_TIME_SHARE of
+    that run is trivial (`untuned_time_s`: its functions' time). On CPU, TVM's
+    default schedule of a pooling, a transpose or an LRN is a single-threaded
+    loop nest that can cost more than a convolution. Without `args`, or when
+    the module cannot be run, `is_trivial`'s FLOPs rule."""
     require_tvm("task extraction")
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
@@ -175,10 +188,83 @@ def task_rows(fused, target, rebuild=None) -> list:
             raise TunefleetError(f"internal: task {task.task_name}'s TVMScript does not rebuild the same module")
         rows.append({"name": task.task_name, "weight": int(task.weight), "tvmscript": text, "flops": flops,
                      "workload": workload_line(built), "_reductions": reduction_blocks(func)})
+    times = _untuned_task_times(fused, target, args, [r["workload"][0] for r in rows]) if args is not None else {}
+    untuned_total = sum(times.values())
     total = sum(r["flops"] * r["weight"] for r in rows if r["flops"] is not None)
     for r in rows:
-        r["trivial"] = is_trivial(r["flops"], r["weight"], total, r.pop("_reductions"))
+        reductions = r.pop("_reductions")
+        if untuned_total > 0:
+            r["untuned_time_s"] = times[r["workload"][0]]
+            r["trivial"] = r["untuned_time_s"] < TRIVIAL_TIME_SHARE * untuned_total
+        else:
+            r["trivial"] = is_trivial(r["flops"], r["weight"], total, reductions)
     return rows
+
+
+def time_functions(ex, args: list) -> dict:
+    """Seconds each function call of one run of `main` took, summed by
+    symbol, after a warm-up run (the VM's instrument hook: TVM 0.27's VM has
+    no profiler)."""
+    tvm = require_tvm("timing a model")
+    import time
+
+    from tvm import relax
+
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    vm["main"](*args)
+    spent: dict = {}
+    started: dict = {}
+
+    def instrument(func, symbol, before_run, ret_value, *call_args):
+        now = time.perf_counter()
+        if before_run:
+            started[symbol] = now
+        elif symbol in started:
+            spent[symbol] = spent.get(symbol, 0.0) + now - started.pop(symbol)
+        return 0
+
+    vm.set_instrument(instrument)
+    vm["main"](*args)
+    return spent
+
+
+def random_args(fused, seed: int = 0) -> list:
+    """Seeded random tensors for every parameter of `fused["main"]` (static
+    shapes), to time the untuned module with."""
+    tvm = require_tvm("timing a model")
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in fused["main"].params:
+        sinfo = p.ty  # a TensorType with a static shape (struct_info before TVM 0.27)
+        shape = [int(d) for d in sinfo.shape]
+        dtype = np.dtype(str(sinfo.dtype))
+        data = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(0, 2, size=shape)
+        out.append(tvm.runtime.tensor(np.asarray(data).astype(dtype)))
+    return out
+
+
+def _untuned_task_times(fused, target, args: list, keys: list) -> dict:
+    """Seconds per task key (workload hash) in one run of the untuned module;
+    {} when it cannot be built or run."""
+    tvm = require_tvm("timing a model")
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        spent = time_functions(tvm.compile(fused, target=target), args)
+    except Exception as err:  # noqa: BLE001
+        print(f"tunefleet: cannot time the untuned model ({type(err).__name__}: {_shorten(str(err))}); "
+              "trivial tasks are chosen by FLOPs", file=sys.stderr)
+        return {}
+    db = ms.database.MemoryDatabase(module_equality="structural")
+    times = dict.fromkeys(keys, 0.0)
+    for gv, func in fused.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            key = str(db.commit_workload(workload_mod(func)).as_json()[0])
+            if key in times:
+                times[key] += spent.get(gv.name_hint, 0.0)
+    return times
 
 
 def rebuild_from_script(text: str):
@@ -196,7 +282,7 @@ def extraction_for_upload(mod, target=None) -> dict:
 
     tgt = make_target(target)
     fused = prepare(mod, tgt)
-    rows = task_rows(fused, tgt, rebuild=rebuild_from_script)
+    rows = task_rows(fused, tgt, rebuild=rebuild_from_script, args=random_args(fused))
     if not rows:
         raise TunefleetError("this module has no tunable task (no PrimFunc after fusion)")
     return {"target": target_json(target if target is not None else {"kind": "llvm"}), "tasks": rows}

@@ -86,10 +86,11 @@ def main() -> int:
         except Exception:  # noqa: BLE001
             flops.append(None)
     # The fleet's rule for what is worth tuning (its share of the untuned model's time).
-    trivial, _, _ = tm.trivial_tasks(
-        prep, [tm.task_key(t.mod) for t in extracted], flops, [int(t.weight) for t in extracted],
-        [tm._reduction_blocks(t.mod["main"]) for t in extracted])
-    chosen = [t for t, skip in zip(extracted, trivial) if not skip]
+    import tunefleet.relax as relax_prep
+
+    rows = relax_prep.task_rows(prep.mod, prep.target, args=relax_prep.random_args(prep.mod))
+    trivial = {r["name"] for r in rows if r["trivial"]}
+    chosen = [t for t in extracted if t.task_name not in trivial]
 
     os.makedirs(args.work_dir, exist_ok=True)
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(

@@ -60,8 +60,8 @@ mode=extract result::
 ...})` and builds exactly the extracted task's module (checked for every task
 at extraction), so records tuned from it apply at compile time; `workload` is
 the module's MetaSchedule database line `[structural_hash, base64]`. See
-`TRIVIAL_TIME_SHARE` for the `trivial` rule (`is_trivial`, by FLOPs, when
-the untuned model cannot be timed); each row has `untuned_time_s`.
+`tunefleet.relax.task_rows` for the `trivial` rule (by the untuned model's
+time; by FLOPs when it cannot be timed); each row has `untuned_time_s`.
 
 mode=compile result::
 
@@ -119,6 +119,7 @@ import tunefleet_tune as tt  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from tunefleet.relax import FUSION_PASSES, apply_database, fusion_sequence  # noqa: E402,F401
 from tunefleet.relax import workload_mod as _workload_mod  # noqa: E402
+import tunefleet.relax as relax_prep  # noqa: E402
 
 JobError = tt.JobError
 
@@ -126,12 +127,6 @@ JobError = tt.JobError
 #: activation magnitudes through ReLU layers, so outputs are not flat).
 WEIGHT_GAIN = math.sqrt(2.0)
 
-#: Share of the model's estimated FLOPs (flops * weight) under which a task is
-#: trivial, when the untuned model could not be timed.
-TRIVIAL_FLOPS_SHARE = 0.005
-
-#: Share of the untuned model's time under which a task is trivial.
-TRIVIAL_TIME_SHARE = 0.005
 
 _FLOAT_TYPES = None  # onnx TensorProto float element types, filled lazily
 
@@ -568,83 +563,26 @@ def _flatten_ret_ty(ty) -> list:
 # --------------------------------------------------------------------------
 
 
-def _reduction_blocks(func) -> int:
-    """Number of blocks with a reduction iterator in `func`."""
-    import tvm
-    from tvm.s_tir import Schedule
-
-    sch = Schedule(tvm.IRModule({"main": func}))
-    stack = [sch.get_sblock("root")]
-    n = 0
-    while stack:
-        b = stack.pop()
-        blk = sch.get(b)
-        if any(int(iv.iter_type) == 2 for iv in blk.iter_vars):  # IterVar.CommReduce
-            n += 1
-        stack.extend(sch.get_child_blocks(b))
-    return n
-
-
-def is_trivial(flops: float | None, weight: int, total: float, reductions: int) -> bool:
-    """A task not worth tuning: it has no reduction block (pure data movement
-    or elementwise: reshape, concatenate, transpose, add...), or its share of
-    the model's estimated work, flops * weight / sum over all tasks, is below
-    TRIVIAL_FLOPS_SHARE (0.5%: small poolings, softmax, tiny convolutions).
-    A task whose FLOPs cannot be estimated is trivial only by the first rule."""
-    if reductions == 0:
-        return True
-    if flops is None or total <= 0:
-        return False
-    return flops * weight < TRIVIAL_FLOPS_SHARE * total
-
-
-def task_tvmscript(task_mod) -> str:
-    """TVMScript of a task's PrimFunc that tunefleet_tune.build_workload parses back."""
-    return task_mod["main"].script()
-
-
 def run_extract(job: dict, prep: Prepared, proto, t0: float) -> dict:
     import tvm
-    import tvm_ffi
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.analysis import estimate_tir_flops
+
+    def rebuild(text):
+        return tt.build_workload({"op": "tvmscript", "tvmscript": text, "target": prep.target_json,
+                                  "trials": 8}).mod
 
     t = time.monotonic()
-    tasks = ms.relax_integration.extract_tasks(prep.mod, prep.target, module_equality="structural")
+    args = ([tvm.runtime.tensor(x) for x in random_inputs(prep.inputs, 0)]
+            + [tvm.runtime.tensor(w) for w in prep.param_values])
+    # The package's extraction (tunefleet/relax.py), so that a Relax module
+    # from `tune_module` and an ONNX model give the same tasks.
+    try:
+        rows = relax_prep.task_rows(prep.mod, prep.target, rebuild=rebuild, args=args)
+    except relax_prep.TunefleetError as err:
+        raise JobError(str(err)) from err
     prep.timings["extract_tasks_s"] = round(time.monotonic() - t, 3)
-    proto.emit({"event": "progress", "stage": "tasks_extracted", "tasks": len(tasks),
+    proto.emit({"event": "progress", "stage": "tasks_extracted", "tasks": len(rows),
                 "elapsed_s": round(time.monotonic() - t0, 3)})
-
-    rows = []
-    for task in tasks:
-        func = task.mod["main"]
-        try:
-            flops = float(estimate_tir_flops(task.mod))
-            if not math.isfinite(flops) or flops < 0:
-                flops = None
-        except Exception as err:  # noqa: BLE001
-            print(f"tunefleet: no FLOP estimate for {task.task_name}: {err}", file=sys.stderr)
-            flops = None
-        text = task_tvmscript(task.mod)
-        built = tt.build_workload({"op": "tvmscript", "tvmscript": text, "target": prep.target_json,
-                                   "trials": 8, "name": task.task_name})
-        want = _workload_mod(func)
-        if not tvm_ffi.structural_equal(built.mod, want):
-            raise JobError(f"internal: task {task.task_name}'s TVMScript does not rebuild the same module")
-        # The task's database line (what MetaSchedule writes for the module
-        # the rounds tune): the master seeds rounds with imported records of it.
-        line = ms.database.MemoryDatabase(module_equality="structural").commit_workload(built.mod).as_json()
-        rows.append({"name": task.task_name, "weight": int(task.weight), "tvmscript": text, "flops": flops,
-                     "workload": [str(line[0]), str(line[1])], "_reductions": _reduction_blocks(func)})
-    t = time.monotonic()
-    flags, times, total_time = trivial_tasks(
-        prep, [r["workload"][0] for r in rows], [r["flops"] for r in rows], [r["weight"] for r in rows],
-        [r.pop("_reductions") for r in rows])
-    prep.timings["untuned_profile_s"] = round(time.monotonic() - t, 3)
-    for r, trivial, secs in zip(rows, flags, times):
-        r["trivial"] = trivial
-        if secs is not None:
-            r["untuned_time_s"] = secs
+    untuned = sum(r.get("untuned_time_s", 0.0) for r in rows)
 
     return {
         "event": "result",
@@ -657,91 +595,9 @@ def run_extract(job: dict, prep: Prepared, proto, t0: float) -> dict:
         "outputs": prep.outputs,
         "functions": _count_prim_funcs(prep.mod),
         "tasks": rows,
-        "untuned_estimate_s": total_time or None,
+        "untuned_estimate_s": untuned or None,
         "timings": prep.timings,
     }
-
-
-def time_functions(ex, args: list) -> dict:
-    """Seconds each function call of one run of `main` took, summed by
-    symbol, after a warm-up run (the VM's instrument hook: TVM 0.27's VM has
-    no profiler)."""
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    vm["main"](*args)
-    spent: dict = {}
-    started: dict = {}
-
-    def instrument(func, symbol, before_run, ret_value, *call_args):
-        now = time.perf_counter()
-        if before_run:
-            started[symbol] = now
-        elif symbol in started:
-            spent[symbol] = spent.get(symbol, 0.0) + now - started.pop(symbol)
-        return 0
-
-    vm.set_instrument(instrument)
-    vm["main"](*args)
-    return spent
-
-
-def _func_keys(mod) -> dict:
-    """PrimFunc name -> its MetaSchedule workload hash (what a task is keyed by)."""
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-
-    db = ms.database.MemoryDatabase(module_equality="structural")
-    return {gv.name_hint: str(db.commit_workload(_workload_mod(f)).as_json()[0])
-            for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
-
-
-def trivial_tasks(prep: Prepared, keys: list, flops: list, weights: list, reductions: list) -> tuple:
-    """Which tasks (by workload hash `keys`) are not worth trials, the fleet's
-    rule (and the direct baseline's in tests/python/bench_model_direct.py):
-    under TRIVIAL_TIME_SHARE of one run of the untuned model. What matters is
-    time, not FLOPs: on CPU TVM's default schedule of a pooling, a transpose
-    or an LRN is a single-threaded loop nest that can cost more than a
-    convolution. When the model cannot be run, `is_trivial`'s FLOPs rule.
-    Returns (flags, seconds per task or None, total seconds or 0)."""
-    times = _untuned_task_times(prep, keys)
-    total_time = sum(times.values()) if times else 0.0
-    if total_time > 0:
-        secs = [times.get(k, 0.0) for k in keys]
-        return [x < TRIVIAL_TIME_SHARE * total_time for x in secs], secs, total_time
-    total = sum(f * w for f, w in zip(flops, weights) if f is not None)
-    flags = [is_trivial(f, w, total, r) for f, w, r in zip(flops, weights, reductions)]
-    return flags, [None] * len(keys), 0.0
-
-
-def task_key(task_mod) -> str:
-    """An extracted task's workload hash (the key its records have)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    db = ms.database.MemoryDatabase(module_equality="structural")
-    return str(db.commit_workload(_workload_mod(task_mod["main"])).as_json()[0])
-
-
-def _untuned_task_times(prep: Prepared, keys: list) -> dict:
-    """Seconds per task key (workload hash) in one run of the untuned model;
-    {} when it cannot be built or run (the FLOPs rule decides then)."""
-    import tvm
-
-    try:
-        ex = tvm.compile(prep.mod, target=prep.target)
-        args = ([tvm.runtime.tensor(x) for x in random_inputs(prep.inputs, 0)]
-                + [tvm.runtime.tensor(w) for w in prep.param_values])
-        spent = time_functions(ex, args)
-    except Exception as err:  # noqa: BLE001
-        print(f"tunefleet: cannot time the untuned model ({type(err).__name__}: {err}); "
-              "trivial tasks are chosen by FLOPs", file=sys.stderr)
-        return {}
-    times = dict.fromkeys(keys, 0.0)
-    for name, key in _func_keys(prep.mod).items():
-        if key in times:
-            times[key] += spent.get(name, 0.0)
-    return times
 
 
 def _count_prim_funcs(mod) -> int:
@@ -975,7 +831,7 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
     # schedule, and their share (what more tuning, or a task marked trivial,
     # leaves on the table).
     t = time.monotonic()
-    spent = time_functions(tuned_ex, args)
+    spent = relax_prep.time_functions(tuned_ex, args)
     run_total = sum(spent.values()) or 1.0
     applied_names = set(stats["applied_names"])
     prim_funcs = {gv.name_hint for gv, f in prep.mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}

@@ -384,8 +384,11 @@ impl ModelRuns {
             Some(extracted) => {
                 let tasks = serde_json::to_value(&extracted.tasks)
                     .map_err(|e| ModelError::BadSettings(e.to_string()))?;
-                parse_tasks(tasks.as_array().map(Vec::as_slice).unwrap_or_default())
-                    .map_err(|e| ModelError::BadSettings(format!("extracted {e}")))?
+                parse_tasks(
+                    tasks.as_array().map(Vec::as_slice).unwrap_or_default(),
+                    None,
+                )
+                .map_err(|e| ModelError::BadSettings(format!("extracted {e}")))?
             }
             None => Vec::new(),
         };

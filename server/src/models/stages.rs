@@ -59,7 +59,10 @@ pub(super) fn extract_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> b
         fail(run, "task extraction returned no `tasks` list".into(), now);
         return true;
     };
-    let parsed = match parse_tasks(tasks) {
+    // Each task's time in the untuned model, over the whole (the worker
+    // timed every function once; older workers did not).
+    let untuned_total = meta.extra.get("untuned_estimate_s").and_then(Value::as_f64);
+    let parsed = match parse_tasks(tasks, untuned_total) {
         Ok(parsed) => parsed,
         Err(e) => {
             fail(run, format!("task extraction: {e}"), now);
@@ -81,15 +84,14 @@ pub(super) fn extract_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> b
 /// The tasks of an extraction (an extract job's `extra.tasks`, or the tasks
 /// a client extracted itself): `[{"name", "tvmscript", "weight"?, "flops"?,
 /// "trivial"?, "workload"?}]`.
-pub(super) fn parse_tasks(tasks: &[Value]) -> Result<Vec<Task>, String> {
+/// `untuned_total`: the untuned model's time in the run that timed each
+/// task (`untuned_time_s`), if one did.
+pub(super) fn parse_tasks(
+    tasks: &[Value],
+    untuned_total: Option<f64>,
+) -> Result<Vec<Task>, String> {
     let mut parsed = Vec::new();
-    // Each task's time in the untuned model, over the whole (the worker
-    // timed every function once; older workers did not).
-    let untuned_total = meta
-        .extra
-        .get("untuned_estimate_s")
-        .and_then(Value::as_f64)
-        .filter(|t| t.is_finite() && *t > 0.0);
+    let untuned_total = untuned_total.filter(|t| t.is_finite() && *t > 0.0);
     for (i, t) in tasks.iter().enumerate() {
         let name = t.get("name").and_then(Value::as_str);
         let script = t.get("tvmscript").and_then(Value::as_str);
