@@ -37,6 +37,9 @@ pub(crate) struct Args {
     model: PathBuf,
     compress: f64,
     workers: Vec<usize>,
+    /// A budget other than the recorded run's (rounds past the recorded ones
+    /// repeat each task's last round).
+    trials: Option<u32>,
 }
 
 const USAGE: &str = "\
@@ -44,6 +47,7 @@ usage: tunefleet-bench model-scaling --jobs JOBS.json --model MODEL.onnx [--comp
   --jobs FILE      `tunefleet results --format json` of a master that ran one model run
   --model FILE     the run's ONNX model (submitted again to a fresh master)
   --compress X     replay X times faster than recorded [50]
+  --trials N       budget [the recorded run's]; rounds past the recorded ones repeat each task's last
   --workers LIST   worker counts [1,2,4,8,16,32,64]";
 
 pub(crate) fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
@@ -51,12 +55,14 @@ pub(crate) fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args
     let mut model = None;
     let mut compress: f64 = 50.0;
     let mut workers = vec![1, 2, 4, 8, 16, 32, 64];
+    let mut trials = None;
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--jobs" => jobs = Some(PathBuf::from(value()?)),
             "--model" => model = Some(PathBuf::from(value()?)),
             "--compress" => compress = value()?.parse()?,
+            "--trials" => trials = Some(value()?.parse()?),
             "--workers" => {
                 workers = value()?
                     .split(',')
@@ -82,6 +88,7 @@ pub(crate) fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args
         model,
         compress,
         workers,
+        trials,
     })
 }
 
@@ -269,10 +276,11 @@ pub(crate) async fn run(args: Args, master_bin: &std::path::Path) -> anyhow::Res
     let recording = Arc::new(load(&args.jobs)?);
     let tasks = recording.rounds.len();
     println!(
-        "replaying run `{}` ({} tasks tuned, {} trials, {} per round, target {}) {}x faster than recorded",
+        "replaying run `{}` ({} tasks tuned, {} trials recorded, budget {}, {} per round, target {}) {}x faster than recorded",
         recording.run,
         tasks,
         recording.trials_total,
+        args.trials.unwrap_or(recording.trials_total),
         recording.trials_per_round,
         recording.target.canonical_json(),
         args.compress
@@ -333,7 +341,7 @@ async fn replay(
 
     let flags = tunefleet_server::commands::model::ModelFlags {
         name: Some(recording.run.clone()),
-        trials: Some(recording.trials_total),
+        trials: Some(args.trials.unwrap_or(recording.trials_total)),
         trials_per_round: Some(recording.trials_per_round),
         ..Default::default()
     };
