@@ -688,6 +688,35 @@ def _write_warm_start(ms, warm, built, work_dir: str) -> tuple[int, float | None
     return len(recs), (min(means) if means else None), None
 
 
+#: A warm-started round's cost model predicts (instead of answering at
+#: random) once it has this many measurements, its warm start's included.
+#: MetaSchedule's default is 100: a round of 16 trials never got there, so
+#: every round's evolutionary search was steered by random scores, where
+#: `tune_tasks`' one cost model learns across the whole run.
+WARM_COST_MODEL_SAMPLES = 32
+
+
+def _warm_cost_model(ms, built, work_dir: str, num_cores: int):
+    """An XGB cost model trained on the records of the warm start (already in
+    work_dir's database), or None when there is nothing to train on or it
+    fails (the round then uses MetaSchedule's own, untrained)."""
+    try:
+        db = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
+        records = db.get_top_k(db.commit_workload(built.mod), 100_000)
+        if not records:
+            return None
+        context = ms.TuneContext(mod=built.mod, target=built.target, space_generator="post-order-apply",
+                                 search_strategy="evolutionary", task_name="main", num_threads=num_cores)
+        model = ms.cost_model.XGBModel(num_warmup_samples=WARM_COST_MODEL_SAMPLES, num_tuning_cores=num_cores)
+        model.update(context, [r.as_measure_candidate() for r in records],
+                     [ms.runner.RunnerResult(run_secs=r.run_secs, error_msg=None) for r in records])
+        return model
+    except Exception as err:  # noqa: BLE001  (a lever, never a reason to fail the round)
+        print(f"tunefleet: warm cost model not trained ({type(err).__name__}: {_shorten(str(err), 300)})",
+              file=sys.stderr)
+        return None
+
+
 def _make_progress_callback(ms, proto: Protocol, trials_total: int, state: dict):
     from tvm.ir.utils import derived_object
 
@@ -893,6 +922,13 @@ def run_job(job: dict, work_dir: str, proto: Protocol, t0: float) -> dict:
             print(f"tunefleet: warning: {warm_ignored}", file=sys.stderr)
         else:
             print(f"tunefleet: warm start: {n_warm} records (best {warm_best})", file=sys.stderr)
+
+    # Rounds of a model's task: the cost model starts from what the task's
+    # records already say.
+    if cost_model == "xgb" and n_warm and not warm_ignored:
+        cost_model = _warm_cost_model(ms, built, work_dir, max_workers) or cost_model
+        if cost_model != "xgb":
+            print(f"tunefleet: cost model trained on {n_warm} warm-start records", file=sys.stderr)
 
     # `best` starts at the warm-start best: progress lines report the best overall.
     state = {"done": 0, "failed": 0, "best": warm_best, "first_error": None}
