@@ -110,6 +110,8 @@ async fn welcome(ws: &mut WebSocketStream<TcpStream>, role: Role) -> ClientReque
             id: hello.id,
             body: ReplyBody::Welcome {
                 server_version: "0.1.0".into(),
+            storage: Default::default(),
+            storage_problem: None,
                 protocol: PROTOCOL_VERSION,
                 role,
             },

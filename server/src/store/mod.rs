@@ -91,6 +91,13 @@ pub enum StoreError {
     },
     #[error("writing the trace: {0}")]
     Io(#[from] std::io::Error),
+    #[error("state database {path} is full, or its file system has no room left ({cause}): free space beside it")]
+    NoRoom {
+        path: String,
+        cause: std::io::Error,
+    },
+    #[error("state database {path}: another master took the lead while this one's connection was down; this one stops (nothing unsaved was acknowledged)")]
+    LeadLost { path: String },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -105,9 +112,10 @@ pub enum Durability {
 }
 
 impl StoreError {
-    /// Whether retrying the same commit later may succeed without a restart:
-    /// a full disk, a file system gone read-only, a lock held for a moment.
-    /// A lost PostgreSQL session is not: the lead went with it.
+    /// Whether a commit may succeed later without a restart: a full disk, a
+    /// file system gone read-only, a lock held for a moment, a PostgreSQL
+    /// server restarted or a session ended. A lead another master took while
+    /// the connection was down is not.
     pub fn is_transient(&self) -> bool {
         use rusqlite::ErrorCode as C;
         match self {
@@ -122,7 +130,10 @@ impl StoreError {
                         | C::CannotOpen
                 )
             ),
-            StoreError::Io(_) => true,
+            StoreError::Io(_) | StoreError::NoRoom { .. } => true,
+            // The probe reconnects; a session that lost the lead with its
+            // connection is `LeadLost`, which is not transient.
+            StoreError::Postgres { .. } => true,
             _ => false,
         }
     }
@@ -300,6 +311,13 @@ trait Backend: Send {
     /// (key, value) of the `meta` rows whose key starts with `prefix`.
     fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError>;
     fn prune_trace(&mut self, before: Millis) -> Result<u64, StoreError>;
+    /// After a failed commit: give back what the failed transaction took
+    /// (SQLite: the WAL it grew), where that can be done.
+    fn after_failed_commit(&mut self) {}
+    /// Whether a commit may succeed again (called once a second while
+    /// commits fail): room on the disk, a connection to the server. A
+    /// reconnected PostgreSQL session must take the lead again.
+    fn probe(&mut self) -> Result<(), StoreError>;
     /// (seq, at, event) in order, to `line`.
     fn export_trace(
         &mut self,
@@ -530,6 +548,19 @@ impl Store {
         }
         self.pending_archive.clear();
         Ok(())
+    }
+
+    /// After a commit failed: the archive marks it carried are forgotten
+    /// (the core reads its state back, those jobs included), and the
+    /// backend gives back what the failed transaction took.
+    pub fn forget_failed(&mut self) {
+        self.pending_archive.clear();
+        self.backend.after_failed_commit();
+    }
+
+    /// See `Backend::probe`; the probe's commit is the core's.
+    pub fn probe(&mut self) -> Result<(), StoreError> {
+        self.backend.probe()
     }
 
     /// Deletes trace lines written before `before` (ms since the epoch), in

@@ -39,7 +39,13 @@ pub(super) struct PgStore {
     client: Client,
     path: String,
     statements: Option<Statements>,
+    /// To reconnect with (see `Backend::probe`); `None` read-only.
+    reconnect: Option<(String, Durability)>,
 }
+
+/// How long a reconnection may take: the core thread waits for it (reads
+/// with it), once a second while the server is away.
+const RECONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Prepared once per connection: a batch is then only round trips of
 /// parameters.
@@ -61,7 +67,7 @@ struct Statements {
 }
 
 impl PgStore {
-    fn connect(url: &str) -> Result<(Client, String), StoreError> {
+    fn connect(url: &str, timeout: Duration) -> Result<(Client, String), StoreError> {
         let path = redact(url);
         let mut config: postgres::Config = url.parse().map_err(|cause| StoreError::Postgres {
             path: path.clone(),
@@ -74,7 +80,7 @@ impl PgStore {
         }
         config
             .application_name("tunefleet")
-            .connect_timeout(Duration::from_secs(10))
+            .connect_timeout(timeout)
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10));
         let client = config
@@ -94,7 +100,7 @@ impl PgStore {
         standby: Standby,
         on_wait: &mut dyn FnMut(),
     ) -> Result<PgStore, StoreError> {
-        let (mut client, path) = PgStore::connect(url)?;
+        let (mut client, path) = PgStore::connect(url, CONNECT_TIMEOUT)?;
         let err = |cause| StoreError::Postgres {
             path: path.clone(),
             cause,
@@ -114,15 +120,12 @@ impl PgStore {
             }
             std::thread::sleep(standby.poll);
         }
-        if durability == Durability::Full {
-            client
-                .batch_execute("SET synchronous_commit = on")
-                .map_err(err)?;
-        }
+        set_durability(&mut client, durability).map_err(err)?;
         let mut store = PgStore {
             client,
             path: path.clone(),
             statements: None,
+            reconnect: Some((url.to_string(), durability)),
         };
         store.create_or_check()?;
         store.statements = Some(store.prepare()?);
@@ -130,7 +133,7 @@ impl PgStore {
     }
 
     pub(super) fn open_read_only(url: &str) -> Result<PgStore, StoreError> {
-        let (mut client, path) = PgStore::connect(url)?;
+        let (mut client, path) = PgStore::connect(url, CONNECT_TIMEOUT)?;
         client
             .batch_execute("SET default_transaction_read_only = on")
             .map_err(|cause| StoreError::Postgres {
@@ -141,7 +144,35 @@ impl PgStore {
             client,
             path,
             statements: None,
+            reconnect: None,
         })
+    }
+
+    /// A new session after the old one ended (server restarted, backend
+    /// terminated): it takes the lead again at once or not at all. Had
+    /// another master taken it meanwhile, writing on would interleave two
+    /// masters' commits: `LeadLost`.
+    fn reconnect(&mut self) -> Result<(), StoreError> {
+        let Some((url, durability)) = self.reconnect.clone() else {
+            return Ok(());
+        };
+        let (mut client, path) = PgStore::connect(&url, RECONNECT_TIMEOUT)?;
+        let err = |cause| StoreError::Postgres {
+            path: path.clone(),
+            cause,
+        };
+        let got: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK])
+            .map_err(err)?
+            .get(0);
+        if !got {
+            return Err(StoreError::LeadLost { path });
+        }
+        set_durability(&mut client, durability).map_err(err)?;
+        self.client = client;
+        self.statements = Some(self.prepare()?);
+        tracing::info!(state = %path, "reconnected to PostgreSQL; this master still leads");
+        Ok(())
     }
 
     fn err(&self) -> impl Fn(postgres::Error) -> StoreError + '_ {
@@ -331,9 +362,28 @@ pub(super) fn last_write_of_each<'b, 'a>(jobs: &'b [JobWrite<'a>]) -> Vec<&'b Jo
     last
 }
 
+/// How long the first connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn set_durability(client: &mut Client, durability: Durability) -> Result<(), postgres::Error> {
+    if durability == Durability::Full {
+        client.batch_execute("SET synchronous_commit = on")?;
+    }
+    Ok(())
+}
+
 impl Backend for PgStore {
     fn path(&self) -> &str {
         &self.path
+    }
+
+    fn probe(&mut self) -> Result<(), StoreError> {
+        // A session that still answers is kept (the lead is on it); one that
+        // ended, or does not answer, is replaced.
+        if self.client.is_closed() || self.client.simple_query("SELECT 1").is_err() {
+            self.reconnect()?;
+        }
+        Ok(())
     }
 
     fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError> {

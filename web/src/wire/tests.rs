@@ -61,6 +61,8 @@ fn messages() -> Vec<ServerMessage> {
             1,
             ReplyBody::Welcome {
                 server_version: "0.1.0".into(),
+                storage: Default::default(),
+                storage_problem: None,
                 protocol: 1,
                 role: Role::Read,
             },
