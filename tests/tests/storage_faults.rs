@@ -10,7 +10,6 @@
 use std::process::Command;
 use std::time::Duration;
 
-use tunefleet_server::client::Client;
 use tunefleet_tests::*;
 
 fn serve_output(state: &str) -> std::process::Output {
@@ -210,22 +209,35 @@ async fn a_full_disk_is_answered_at_once_reads_go_on_and_work_resumes_without_a_
     assert!(err.contains("nothing of this request was applied"), "{err}");
     // ...and so does the next one, at once.
     let (ok, err, secs) = cli_submit(&master, &during);
-    assert!(!ok && secs < 5.0 && err.contains("storage"), "{secs} s: {err}");
+    assert!(
+        !ok && secs < 5.0 && err.contains("storage"),
+        "{secs} s: {err}"
+    );
     eprintln!("full disk: submit refused in {secs:.2} s");
 
     // Reads go on, and say why changes are refused.
     let started = std::time::Instant::now();
     let out = master.cli(&["status", "--json"]);
     let json = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(json.contains(r#""storage": "degraded""#), "{json}");
     assert!(json.contains("full"), "the cause: {json}");
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(http_get(master.addr, "/healthz").0, 503);
     let (code, metrics) = http_get(master.addr, "/metrics");
     assert_eq!(code, 200);
-    assert!(metrics.contains("tunefleet_storage_degraded 1"), "{metrics}");
-    let results = client.results(None).await.expect("results during the outage");
+    assert!(
+        metrics.contains("tunefleet_storage_degraded 1"),
+        "{metrics}"
+    );
+    let results = client
+        .results(None)
+        .await
+        .expect("results during the outage");
     assert_eq!(results.len(), 20, "the refused submission is not there");
 
     // Space returns: the master commits again by itself.
@@ -263,7 +275,9 @@ async fn a_full_disk_is_answered_at_once_reads_go_on_and_work_resumes_without_a_
     assert!(
         jobs.iter().all(|j| j.attempts <= 1),
         "{:?}",
-        jobs.iter().map(|j| (&j.name, j.attempts)).collect::<Vec<_>>()
+        jobs.iter()
+            .map(|j| (&j.name, j.attempts))
+            .collect::<Vec<_>>()
     );
     drop(worker);
     drop(client);

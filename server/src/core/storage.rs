@@ -203,8 +203,7 @@ impl Core {
     /// failure, memory stays as it is until the next probe.
     fn try_reload(&mut self) -> bool {
         let config = self.scheduler.config().clone();
-        let loaded = match Loaded::read(&mut self.store, config, self.tokens.registry(), now_ms())
-        {
+        let loaded = match Loaded::read(&mut self.store, config, self.tokens.registry(), now_ms()) {
             Ok(loaded) => loaded,
             Err(e) => {
                 warn!("cannot read the state back yet (reads show the refused batch until it can): {e}");

@@ -39,7 +39,10 @@ const MAX_NAME_LEN: usize = 128;
 /// the error, then a close the worker answers by reconnecting later.
 async fn refuse_storage(mut conn: Connection, state: &AppState) {
     let _ = conn
-        .send(&error(ErrorCode::StorageUnavailable, state.storage.refusal()))
+        .send(&error(
+            ErrorCode::StorageUnavailable,
+            state.storage.refusal(),
+        ))
         .await;
     conn.close(
         close_code::STORAGE_UNAVAILABLE,

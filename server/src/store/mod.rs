@@ -92,10 +92,7 @@ pub enum StoreError {
     #[error("writing the trace: {0}")]
     Io(#[from] std::io::Error),
     #[error("state database {path} is full, or its file system has no room left ({cause}): free space beside it")]
-    NoRoom {
-        path: String,
-        cause: std::io::Error,
-    },
+    NoRoom { path: String, cause: std::io::Error },
     #[error("state database {path}: another master took the lead while this one's connection was down; this one stops (nothing unsaved was acknowledged)")]
     LeadLost { path: String },
 }

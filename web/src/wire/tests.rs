@@ -61,8 +61,6 @@ fn messages() -> Vec<ServerMessage> {
             1,
             ReplyBody::Welcome {
                 server_version: "0.1.0".into(),
-                storage: Default::default(),
-                storage_problem: None,
                 protocol: 1,
                 role: Role::Read,
             },
@@ -94,6 +92,8 @@ fn messages() -> Vec<ServerMessage> {
                 workers: 1,
                 workers_busy: 0,
                 server_version: "0.1.0".into(),
+                storage: Default::default(),
+                storage_problem: None,
             }),
         ),
         reply(
