@@ -2,7 +2,9 @@
 //! same state file, a file that is not a database, a read-only state
 //! directory, and a disk that fills up under a running master. Each gets an
 //! error that names the file and the cause; nothing is corrupted; a running
-//! master refuses new work while it cannot commit and resumes when it can.
+//! master refuses changes at once while it cannot commit (and never applies
+//! them later), answers reads, resumes by itself when it can, and stops when
+//! told.
 //!
 //! The read-only and full-disk cases need root (to run the master as
 //! `nobody`, and to mount a small tmpfs); without it they are skipped.
@@ -207,17 +209,22 @@ async fn a_full_disk_is_answered_at_once_reads_go_on_and_work_resumes_without_a_
     assert!(secs < 5.0, "answered in {secs:.1} s");
     assert!(err.contains("storage") && err.contains("fleet.db"), "{err}");
     assert!(err.contains("nothing of this request was applied"), "{err}");
+    eprintln!("full disk: the first submit refused in {secs:.2} s");
     // ...and so does the next one, at once.
     let (ok, err, secs) = cli_submit(&master, &during);
     assert!(
         !ok && secs < 5.0 && err.contains("storage"),
         "{secs} s: {err}"
     );
-    eprintln!("full disk: submit refused in {secs:.2} s");
+    eprintln!("full disk: the next submit refused in {secs:.2} s");
 
     // Reads go on, and say why changes are refused.
     let started = std::time::Instant::now();
     let out = master.cli(&["status", "--json"]);
+    eprintln!(
+        "full disk: status --json in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
     let json = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -10,6 +10,7 @@
 //!
 //! Because (1) happens before (2) and (3), nothing is acknowledged that is not
 //! durable, and batching turns many small commits into one (group commit).
+//! A batch whose commit fails sends nothing and is rolled back (`storage`).
 //! Having one owner also means no locks and a total order of events, which is
 //! what `seq` numbers on events expose to clients.
 //!

@@ -14,8 +14,10 @@
 //! host), and the standby loads the state and starts serving. Holding the
 //! lock on the writing connection is also the fence: a leader that lost its
 //! connection has lost the lock with it, so it cannot write after a standby
-//! took over; its next commit fails and it stops (the core's rule after
-//! failed commits).
+//! took over. Its next commit fails (refused, rolled back: `core/storage.rs`)
+//! and its probe opens a new session that must take the lock at once: if a
+//! standby holds it, the probe says `LeadLost` and the master stops; if not
+//! (the server restarted, the session was ended), this master leads on.
 //!
 //! The sync `postgres` client runs its own small runtime: it is used only from
 //! the core thread and blocking tasks, never from inside an async task.
