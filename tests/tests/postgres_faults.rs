@@ -244,3 +244,91 @@ async fn a_terminated_session_is_answered_and_replaced() {
     let status = master.client().await.status().await.expect("status");
     assert_eq!(status.jobs.total, 10);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_under_a_leader_and_a_standby_keeps_one_leader_and_every_job() {
+    let Some((base, data)) = server_or_skip() else {
+        return;
+    };
+    let _alone = SERVER.lock().await;
+    let state = fresh_postgres_database(&base);
+    let dir_a = tempfile::tempdir().expect("tempdir");
+    let dir_b = tempfile::tempdir().expect("tempdir");
+    let mut leader = Master::start_on(dir_a.path(), &state, &[]);
+    let before = batch_yaml(dir_a.path(), "before.yaml", 10, 1);
+    assert!(leader
+        .cli(&["submit", &before.display().to_string()])
+        .status
+        .success());
+    let port_b = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let addr_b: std::net::SocketAddr = format!("127.0.0.1:{port_b}").parse().expect("addr");
+    let log_b = dir_b.path().join("master.log");
+    let mut standby = Command::new(bin("tunefleet"))
+        .args(["serve", "--bind", &addr_b.to_string(), "--state", &state])
+        .args(["--admin-token", ADMIN_TOKEN, "--standby-poll", "100ms"])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_b).expect("log file"))
+        .spawn()
+        .expect("spawn the standby");
+    eventually(Duration::from_secs(20), "a standby", || async {
+        let log = std::fs::read_to_string(&log_b).unwrap_or_default();
+        log.contains("waiting as its standby").then_some(())
+    })
+    .await;
+
+    drop(Stopped::server(&data));
+    // One of the two leads: the first still (its probe took the lead
+    // again), or the standby (which took it first: the first then stops,
+    // acknowledging nothing, rather than write beside it).
+    let url = eventually(Duration::from_secs(30), "one master committing", || async {
+        if leader.log().contains("this master still leads")
+            && http_get(leader.addr, "/healthz").0 == 200
+        {
+            return Some(leader.url());
+        }
+        (std::net::TcpStream::connect(addr_b).is_ok() && http_get(addr_b, "/healthz").0 == 200)
+            .then(|| format!("ws://{addr_b}"))
+    })
+    .await;
+    let first_leads = url == leader.url();
+    eprintln!(
+        "restart with a standby: {} leads",
+        if first_leads {
+            "the first master"
+        } else {
+            "the standby"
+        }
+    );
+    if !first_leads {
+        // The first finds its lead gone at its next probe, and stops.
+        eventually(
+            Duration::from_secs(10),
+            "the first master stops",
+            || async {
+                leader
+                    .log()
+                    .contains("another master took the lead")
+                    .then_some(())
+            },
+        )
+        .await;
+        let _ = leader.terminate();
+    } else {
+        assert!(
+            standby.try_wait().ok().flatten().is_none(),
+            "the standby outlives the restart: {}",
+            std::fs::read_to_string(&log_b).unwrap_or_default()
+        );
+    }
+    let mut client = tunefleet_server::client::Client::connect(&url, Some(ADMIN_TOKEN))
+        .await
+        .expect("connect to the leader");
+    let status = client.status().await.expect("status");
+    assert_eq!(status.jobs.total, 10, "nothing acknowledged lost");
+    let _ = standby.kill();
+    let _ = standby.wait();
+}

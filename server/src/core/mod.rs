@@ -317,6 +317,8 @@ pub struct Core {
     storage: Arc<StorageStatus>,
     /// While the store cannot commit (see `storage.rs`).
     outage: Option<Outage>,
+    /// When `check_connection` last asked.
+    connection_checked: std::time::Instant,
 }
 
 impl Core {
@@ -398,6 +400,7 @@ impl Core {
             tokens,
             storage: Arc::default(),
             outage: None,
+            connection_checked: std::time::Instant::now(),
         })
     }
 
@@ -419,8 +422,15 @@ impl Core {
                 }
             }
             self.flush(batch);
+            // Between batches, so that no change is half applied: a session
+            // the server ended is an outage now, not at the next commit.
+            self.check_connection();
             if let Some(done) = shutdown {
-                info!("core stopped; state is flushed");
+                if self.degraded() {
+                    info!("core stopped; the store could not commit, so no change since it failed was acknowledged");
+                } else {
+                    info!("core stopped; state is flushed");
+                }
                 let _ = done.send(());
                 return;
             }
@@ -557,6 +567,19 @@ impl Core {
         }
         self.follow_models(&mut out, now, batch);
         self.collect(out, batch);
+    }
+
+    /// Once a second while commits work: whether the store's connection is
+    /// still there (an outage begins now if not; see `Store::disconnected`).
+    fn check_connection(&mut self) {
+        let now = std::time::Instant::now();
+        if self.degraded() || now < self.connection_checked + storage::PROBE_EVERY {
+            return;
+        }
+        self.connection_checked = now;
+        if let Some(lost) = self.store.disconnected() {
+            self.batch_failed(Batch::default(), lost);
+        }
     }
 
     /// A read is answered after the batch (committed, or rolled back), so

@@ -93,6 +93,8 @@ pub enum StoreError {
     Io(#[from] std::io::Error),
     #[error("state database {path} is full, or its file system has no room left ({cause}): free space beside it")]
     NoRoom { path: String, cause: std::io::Error },
+    #[error("state database {path}: the connection to the server was lost")]
+    Disconnected { path: String },
     #[error("state database {path}: another master took the lead while this one's connection was down; this one stops (nothing unsaved was acknowledged)")]
     LeadLost { path: String },
 }
@@ -127,7 +129,7 @@ impl StoreError {
                         | C::CannotOpen
                 )
             ),
-            StoreError::Io(_) | StoreError::NoRoom { .. } => true,
+            StoreError::Io(_) | StoreError::NoRoom { .. } | StoreError::Disconnected { .. } => true,
             // The probe reconnects; a session that lost the lead with its
             // connection is `LeadLost`, which is not transient.
             StoreError::Postgres { .. } => true,
@@ -315,6 +317,13 @@ trait Backend: Send {
     /// commits fail): room on the disk, a connection to the server. A
     /// reconnected PostgreSQL session must take the lead again.
     fn probe(&mut self) -> Result<(), StoreError>;
+    /// Whether the connection is gone (PostgreSQL restarted or ended the
+    /// session): checked between batches, once a second, so that an idle
+    /// master finds out before its next commit (and a standby that took the
+    /// lead meanwhile does not serve beside it for long).
+    fn disconnected(&mut self) -> bool {
+        false
+    }
     /// (seq, at, event) in order, to `line`.
     fn export_trace(
         &mut self,
@@ -553,6 +562,15 @@ impl Store {
     pub fn forget_failed(&mut self) {
         self.pending_archive.clear();
         self.backend.after_failed_commit();
+    }
+
+    /// `Some` when the connection is known gone (see `Backend::disconnected`).
+    pub fn disconnected(&mut self) -> Option<StoreError> {
+        self.backend
+            .disconnected()
+            .then(|| StoreError::Disconnected {
+                path: self.backend.path().to_string(),
+            })
     }
 
     /// See `Backend::probe`; the probe's commit is the core's.

@@ -109,12 +109,20 @@ impl PgStore {
         };
         let mut waiting = false;
         loop {
-            let got: bool = client
-                .query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK])
-                .map_err(err)?
-                .get(0);
-            if got {
-                break;
+            match client.query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK]) {
+                Ok(row) if row.get::<_, bool>(0) => break,
+                Ok(_) => {}
+                // A standby outlives the server's restart (or its session's
+                // end): it connects again and keeps waiting.
+                Err(e) if waiting => {
+                    tracing::warn!(state = %path, "lost the database while waiting as standby ({e}); connecting again");
+                    std::thread::sleep(standby.poll.max(Duration::from_millis(500)));
+                    if let Ok((again, _)) = PgStore::connect(url, RECONNECT_TIMEOUT) {
+                        client = again;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(err(e)),
             }
             if !waiting {
                 waiting = true;
@@ -377,6 +385,13 @@ fn set_durability(client: &mut Client, durability: Durability) -> Result<(), pos
 impl Backend for PgStore {
     fn path(&self) -> &str {
         &self.path
+    }
+
+    fn disconnected(&mut self) -> bool {
+        // The sync client notices a closed socket only while it waits for
+        // an answer: one round trip asks.
+        self.reconnect.is_some()
+            && (self.client.is_closed() || self.client.is_valid(RECONNECT_TIMEOUT).is_err())
     }
 
     fn probe(&mut self) -> Result<(), StoreError> {
