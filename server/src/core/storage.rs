@@ -291,3 +291,6 @@ impl Core {
         self.outage.is_some()
     }
 }
+
+#[cfg(test)]
+mod tests;

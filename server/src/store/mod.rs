@@ -339,6 +339,9 @@ pub struct Store {
     stored: HashSet<String>,
     /// Jobs to mark archived with the next commit.
     pending_archive: Vec<ArchiveWrite>,
+    /// Unit tests: every commit and probe fails as on a full disk.
+    #[cfg(test)]
+    pub(crate) fail_commits: bool,
 }
 
 /// How a master that finds another one leading the same PostgreSQL database
@@ -390,6 +393,8 @@ impl Store {
             backend,
             stored: HashSet::new(),
             pending_archive: Vec::new(),
+            #[cfg(test)]
+            fail_commits: false,
         }
     }
 
@@ -509,6 +514,8 @@ impl Store {
         trace: &[(Millis, String)],
         meta: &[(String, Option<String>)],
     ) -> Result<(), StoreError> {
+        #[cfg(test)]
+        self.injected_failure()?;
         let mut jobs: Vec<&'a Job> = jobs.into_iter().collect();
         // In queue order, not the caller's (the core's is by id, a hash): a
         // new row's rowid, so its place in the file, follows the order in
@@ -575,7 +582,20 @@ impl Store {
 
     /// See `Backend::probe`; the probe's commit is the core's.
     pub fn probe(&mut self) -> Result<(), StoreError> {
+        #[cfg(test)]
+        self.injected_failure()?;
         self.backend.probe()
+    }
+
+    #[cfg(test)]
+    fn injected_failure(&self) -> Result<(), StoreError> {
+        if !self.fail_commits {
+            return Ok(());
+        }
+        Err(StoreError::NoRoom {
+            path: self.backend.path().to_string(),
+            cause: std::io::Error::other("injected by a test"),
+        })
     }
 
     /// Deletes trace lines written before `before` (ms since the epoch), in
