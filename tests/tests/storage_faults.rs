@@ -308,6 +308,18 @@ async fn sigterm_during_a_full_disk_stops_the_master_within_10_s() {
         .await
         .expect("submit while there is room");
     let _filler = fill_disk(dir.path());
+    // An idle master finds the full disk by itself, before any commit fails.
+    let filled = std::time::Instant::now();
+    eventually(Duration::from_secs(5), "/healthz 503", || async {
+        (http_get(master.addr, "/healthz").0 == 503).then_some(())
+    })
+    .await;
+    eprintln!(
+        "full disk: an idle master degraded {:.2} s after the disk filled",
+        filled.elapsed().as_secs_f64()
+    );
+    let out = master.cli(&["status", "--json"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(r#""storage": "degraded""#));
     let refused = client
         .submit(batch(30, 2), Some("during.yaml"))
         .await

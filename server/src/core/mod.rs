@@ -423,7 +423,8 @@ impl Core {
             }
             self.flush(batch);
             // Between batches, so that no change is half applied: a session
-            // the server ended is an outage now, not at the next commit.
+            // the server ended, a full disk, is an outage now, not at the
+            // next commit.
             self.check_connection();
             if let Some(done) = shutdown {
                 if self.degraded() {
@@ -569,16 +570,16 @@ impl Core {
         self.collect(out, batch);
     }
 
-    /// Once a second while commits work: whether the store's connection is
-    /// still there (an outage begins now if not; see `Store::disconnected`).
+    /// Once a second while commits work: whether the store can still commit
+    /// (an outage begins now if not; see `Store::unavailable`).
     fn check_connection(&mut self) {
         let now = std::time::Instant::now();
         if self.degraded() || now < self.connection_checked + storage::PROBE_EVERY {
             return;
         }
         self.connection_checked = now;
-        if let Some(lost) = self.store.disconnected() {
-            self.batch_failed(Batch::default(), lost);
+        if let Some(e) = self.store.unavailable() {
+            self.batch_failed(Batch::default(), e);
         }
     }
 

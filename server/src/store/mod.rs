@@ -317,12 +317,13 @@ trait Backend: Send {
     /// commits fail): room on the disk, a connection to the server. A
     /// reconnected PostgreSQL session must take the lead again.
     fn probe(&mut self) -> Result<(), StoreError>;
-    /// Whether the connection is gone (PostgreSQL restarted or ended the
-    /// session): checked between batches, once a second, so that an idle
-    /// master finds out before its next commit (and a standby that took the
-    /// lead meanwhile does not serve beside it for long).
-    fn disconnected(&mut self) -> bool {
-        false
+    /// Whether commits cannot work now, found without committing: the
+    /// PostgreSQL session is gone (the server restarted or ended it), the
+    /// SQLite file's disk is full. Checked between batches, once a second,
+    /// so that an idle master says so before its next commit fails (and a
+    /// standby that took the lead meanwhile does not serve beside it long).
+    fn unavailable(&mut self) -> Option<StoreError> {
+        None
     }
     /// (seq, at, event) in order, to `line`.
     fn export_trace(
@@ -571,13 +572,9 @@ impl Store {
         self.backend.after_failed_commit();
     }
 
-    /// `Some` when the connection is known gone (see `Backend::disconnected`).
-    pub fn disconnected(&mut self) -> Option<StoreError> {
-        self.backend
-            .disconnected()
-            .then(|| StoreError::Disconnected {
-                path: self.backend.path().to_string(),
-            })
+    /// See `Backend::unavailable`.
+    pub fn unavailable(&mut self) -> Option<StoreError> {
+        self.backend.unavailable()
     }
 
     /// See `Backend::probe`; the probe's commit is the core's.

@@ -387,11 +387,14 @@ impl Backend for PgStore {
         &self.path
     }
 
-    fn disconnected(&mut self) -> bool {
+    fn unavailable(&mut self) -> Option<StoreError> {
         // The sync client notices a closed socket only while it waits for
         // an answer: one round trip asks.
-        self.reconnect.is_some()
-            && (self.client.is_closed() || self.client.is_valid(RECONNECT_TIMEOUT).is_err())
+        let gone = self.reconnect.is_some()
+            && (self.client.is_closed() || self.client.is_valid(RECONNECT_TIMEOUT).is_err());
+        gone.then(|| StoreError::Disconnected {
+            path: self.path.clone(),
+        })
     }
 
     fn probe(&mut self) -> Result<(), StoreError> {

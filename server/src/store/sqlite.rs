@@ -263,6 +263,10 @@ impl SqliteStore {
 /// holds) only for the next batch to fail again.
 const PROBE_BYTES: usize = 256 * 1024;
 
+/// Free bytes below which the disk counts as full between batches: an idle
+/// master says so (`status`, `/healthz`) before a commit fails on it.
+const FULL_BELOW: u64 = 64 * 1024;
+
 impl SqliteStore {
     /// Copies the WAL back and cuts its file to nothing: the space a failed
     /// transaction's pages took returns to the file system, and a retry
@@ -291,6 +295,21 @@ impl SqliteStore {
 impl Backend for SqliteStore {
     fn path(&self) -> &str {
         &self.path
+    }
+
+    fn unavailable(&mut self) -> Option<StoreError> {
+        // Read-only stores have no checkpointer and never commit.
+        self._checkpointer.as_ref()?;
+        let dir = std::path::Path::new(&self.path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let fs = rustix::fs::statvfs(dir).ok()?;
+        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+        (free < FULL_BELOW).then(|| StoreError::NoRoom {
+            path: self.path.clone(),
+            cause: std::io::Error::other(format!("the disk is full ({free} bytes free)")),
+        })
     }
 
     fn after_failed_commit(&mut self) {
