@@ -61,7 +61,9 @@ impl ClientError {
             | ClientError::Shutdown { .. }
             | ClientError::Transport(_)
             | ClientError::Timeout { .. } => true,
-            ClientError::Server { code, .. } => matches!(code, ErrorCode::Internal),
+            ClientError::Server { code, .. } => {
+                matches!(code, ErrorCode::Internal | ErrorCode::StorageUnavailable)
+            }
             ClientError::Closed { code, .. } => !matches!(
                 *code,
                 close_code::PROTOCOL_MISMATCH

@@ -174,6 +174,8 @@ async fn handshake_then_request_with_interleaved_events() {
             workers: 2,
             workers_busy: 1,
             server_version: "0.1.0".into(),
+            storage: Default::default(),
+            storage_problem: None,
         };
         send(
             &mut ws,

@@ -24,6 +24,9 @@ pub struct CoreCounters {
     pub events: u64,
     /// Batches committed to the state database.
     pub commits: u64,
+    /// Batches whose commit failed: every request in one was refused and
+    /// the batch rolled back.
+    pub commits_failed: u64,
 }
 
 /// The core's part of the metrics.
@@ -38,6 +41,9 @@ pub struct FleetMetrics {
     pub model_runs_active: u64,
     /// Of `jobs`, those archived (`--job-retention`): in the database only.
     pub jobs_archived: u64,
+    /// 1 while the store cannot commit (changes are refused, reads answered
+    /// from memory), else 0.
+    pub storage_degraded: u64,
     pub counters: CoreCounters,
 }
 
@@ -178,6 +184,18 @@ pub fn render(fleet: &FleetMetrics, server: &ServerMetrics) -> String {
         "counter",
         "Batches committed to the state database since the master started.",
         &plain(c.commits),
+    );
+    family(
+        "tunefleet_commits_failed_total",
+        "counter",
+        "Batches whose commit failed (each of their requests refused, nothing applied).",
+        &plain(c.commits_failed),
+    );
+    family(
+        "tunefleet_storage_degraded",
+        "gauge",
+        "1 while the state database cannot commit (changes refused with storage_unavailable, reads served from memory), else 0.",
+        &plain(fleet.storage_degraded),
     );
     family(
         "tunefleet_connections",

@@ -116,7 +116,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     core.set_trace_retention(args.trace_retention.filter(|d| !d.is_zero()));
     core.set_job_retention(args.job_retention);
     let tokens = core.token_registry();
-    let storage_failing = core.storage_failing();
+    let storage = core.storage_status();
     let whole_view_subscribers = core.whole_view_subscribers();
     let (command_tx, command_rx) = mpsc::channel(65536);
     let core_thread = std::thread::Builder::new()
@@ -202,7 +202,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         connections: Arc::new(Semaphore::new(args.max_connections)),
         stop: stop.clone(),
         tokens,
-        storage_failing,
+        storage,
         runtimes: net::Runtimes {
             workers: tokio::runtime::Handle::current(),
             clients: client_runtime.handle()?,

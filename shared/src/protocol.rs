@@ -30,7 +30,7 @@ mod worker;
 
 pub use client::{
     check_token_name, ClientCommand, ClientRequest, ReplyBody, Role, SecretText, ServerMessage,
-    StatusReport, SubmitReport, TokenInfo,
+    StatusReport, StorageHealth, StorageProblem, SubmitReport, TokenInfo,
 };
 pub use views::{
     record_progress_point, FleetEvent, FleetSnapshot, JobAction, JobChange, JobChangeOf, JobCounts,
@@ -84,6 +84,10 @@ pub mod close_code {
     pub const SLOW_CONSUMER: u16 = 4004;
     /// The worker registered with a target that no open job can use.
     pub const NO_MATCHING_JOBS: u16 = 4005;
+    /// The master cannot commit its state (a full disk, its database
+    /// unreachable): the worker keeps its unacknowledged results and
+    /// reconnects later, as after any other lost connection.
+    pub const STORAGE_UNAVAILABLE: u16 = 4006;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -163,6 +167,10 @@ pub enum ErrorCode {
     /// More requests per second than `serve --max-requests-per-second` allows;
     /// the request was not executed. Sustained abuse is closed with 1008.
     RateLimited,
+    /// The master cannot commit its state (a full disk, its database
+    /// unreachable): nothing of the request was applied. Retry later; the
+    /// status report says when the store takes commits again.
+    StorageUnavailable,
     Internal,
 }
 

@@ -2,7 +2,9 @@
 //! same state file, a file that is not a database, a read-only state
 //! directory, and a disk that fills up under a running master. Each gets an
 //! error that names the file and the cause; nothing is corrupted; a running
-//! master refuses new work while it cannot commit and resumes when it can.
+//! master refuses changes at once while it cannot commit (and never applies
+//! them later), answers reads, resumes by itself when it can, and stops when
+//! told.
 //!
 //! The read-only and full-disk cases need root (to run the master as
 //! `nobody`, and to mount a small tmpfs); without it they are skipped.
@@ -10,7 +12,6 @@
 use std::process::Command;
 use std::time::Duration;
 
-use tunefleet_server::client::Client;
 use tunefleet_tests::*;
 
 fn serve_output(state: &str) -> std::process::Output {
@@ -144,82 +145,190 @@ impl Drop for SmallDisk {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_stops_new_work_until_space_returns_and_loses_nothing() {
+/// A master on a 4 MiB tmpfs in `dir`, or `None` (skipped, with the reason
+/// printed) when this is not root or no tmpfs can be mounted.
+fn master_on_small_disk(dir: &std::path::Path, extra: &[&str]) -> Option<(SmallDisk, Master)> {
     if !is_root() {
         eprintln!("skipped: needs root to mount a small tmpfs");
-        return;
+        return None;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let Some(_disk) = SmallDisk::mount(&dir.path().join("disk"), "4m") else {
+    let Some(disk) = SmallDisk::mount(&dir.join("disk"), "4m") else {
         eprintln!("skipped: cannot mount a tmpfs here");
+        return None;
+    };
+    let state = dir.join("disk/fleet.db").display().to_string();
+    Some((disk, Master::start_on(dir, &state, extra)))
+}
+
+/// Fills the tmpfs under `dir` to the last byte; returns the filler.
+fn fill_disk(dir: &std::path::Path) -> std::path::PathBuf {
+    let filler = dir.join("disk/filler");
+    let _ = Command::new("dd")
+        .args(["if=/dev/zero", "bs=64k"])
+        .arg(format!("of={}", filler.display()))
+        .output();
+    filler
+}
+
+/// `tunefleet submit FILE`: (exit status, stderr, seconds it took).
+fn cli_submit(master: &Master, file: &std::path::Path) -> (bool, String, f64) {
+    let started = std::time::Instant::now();
+    let out = master.cli(&["submit", &file.display().to_string()]);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed().as_secs_f64(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_answered_at_once_reads_go_on_and_work_resumes_without_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((_disk, master)) = master_on_small_disk(dir.path(), &[]) else {
         return;
     };
-    let state = dir.path().join("disk/fleet.db").display().to_string();
-    let master = Master::start_on(dir.path(), &state, &[]);
     let mut client = master.client().await;
     let before = client
         .submit(batch(20, 1), Some("before.yaml"))
         .await
         .expect("submit while there is room");
     assert_eq!(before.new_jobs.len(), 20);
-
-    // Fill the disk.
-    let filler = dir.path().join("disk/filler");
-    let _ = Command::new("dd")
-        .args(["if=/dev/zero", "bs=64k"])
-        .arg(format!("of={}", filler.display()))
-        .output();
-    // This submission cannot be committed: it is not acknowledged...
-    let url = master.url();
-    let pending = tokio::spawn(async move {
-        let mut c = Client::connect(&url, Some(ADMIN_TOKEN))
-            .await
-            .expect("connect");
-        c.submit(batch(300, 2), Some("during.yaml")).await
-    });
-    // ...and once the master knows, new work is refused at once, with a
-    // reason. (Reads wait for the store: the core retries the batch first.)
-    eventually(Duration::from_secs(15), "a failed commit", || async {
-        master.log().contains("cannot commit state").then_some(())
+    let worker = Worker::start(&master, "w", 0.01, &[]);
+    eventually(Duration::from_secs(20), "a job done", || async {
+        let status = master.client().await.status().await.ok()?;
+        (status.jobs.done >= 2).then_some(())
     })
     .await;
-    let mut probe = Client::connect(&master.url(), Some(ADMIN_TOKEN))
-        .await
-        .expect("connect");
-    let refusal = tokio::time::timeout(
-        Duration::from_secs(5),
-        probe.submit(batch(1, 3), Some("refused.yaml")),
-    )
-    .await
-    .expect("refused at once, not queued")
-    .expect_err("refused while the disk is full")
-    .to_string();
-    assert!(
-        refusal.contains("cannot write its state database"),
-        "{refusal}"
-    );
-    assert!(!pending.is_finished(), "nothing unsaved was acknowledged");
 
-    // Space returns: the pending submission goes through, and work resumes.
+    let filler = fill_disk(dir.path());
+    let during = dir.path().join("during.yaml");
+    std::fs::write(&during, batch(30, 2)).expect("write");
+    // The submission that meets the full disk gets a definite answer...
+    let (ok, err, secs) = cli_submit(&master, &during);
+    assert!(!ok, "refused: {err}");
+    assert!(secs < 5.0, "answered in {secs:.1} s");
+    assert!(err.contains("storage") && err.contains("fleet.db"), "{err}");
+    assert!(err.contains("nothing of this request was applied"), "{err}");
+    eprintln!("full disk: the first submit refused in {secs:.2} s");
+    // ...and so does the next one, at once.
+    let (ok, err, secs) = cli_submit(&master, &during);
+    assert!(
+        !ok && secs < 5.0 && err.contains("storage"),
+        "{secs} s: {err}"
+    );
+    eprintln!("full disk: the next submit refused in {secs:.2} s");
+
+    // Reads go on, and say why changes are refused.
+    let started = std::time::Instant::now();
+    let out = master.cli(&["status", "--json"]);
+    eprintln!(
+        "full disk: status --json in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(json.contains(r#""storage": "degraded""#), "{json}");
+    assert!(json.contains("full"), "the cause: {json}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(http_get(master.addr, "/healthz").0, 503);
+    let (code, metrics) = http_get(master.addr, "/metrics");
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("tunefleet_storage_degraded 1"),
+        "{metrics}"
+    );
+    let results = client
+        .results(None)
+        .await
+        .expect("results during the outage");
+    assert_eq!(results.len(), 20, "the refused submission is not there");
+
+    // Space returns: the master commits again by itself.
     std::fs::remove_file(&filler).expect("free space");
-    let during = tokio::time::timeout(Duration::from_secs(20), pending)
+    let freed = std::time::Instant::now();
+    eventually(Duration::from_secs(10), "/healthz 200", || async {
+        (http_get(master.addr, "/healthz").0 == 200).then_some(())
+    })
+    .await;
+    eprintln!(
+        "full disk: committing again {:.2} s after space returned",
+        freed.elapsed().as_secs_f64()
+    );
+    assert!(master.log().contains("takes commits again"));
+    let out = master.cli(&["status", "--json"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(r#""storage": "ok""#));
+
+    // Nothing refused was applied: the resubmission is new, not duplicates.
+    let again = client
+        .submit(batch(30, 2), Some("during.yaml"))
         .await
-        .expect("the pending submission is answered once space returns")
-        .expect("task")
-        .expect("accepted");
-    assert_eq!(during.new_jobs.len(), 300);
-    let after = client
-        .submit(batch(2, 4), Some("after.yaml"))
-        .await
-        .expect("work accepted again");
-    assert_eq!(after.new_jobs.len(), 2);
-    assert_eq!(client.status().await.expect("status").jobs.total, 322);
+        .expect("accepted again");
+    assert_eq!(again.new_jobs.len(), 30, "{again:?}");
+    // The worker kept what it could not have acknowledged, and no job
+    // counts an attempt against the store's fault.
+    let jobs = eventually(Duration::from_secs(60), "every job done", || async {
+        let jobs = master.client().await.results(None).await.ok()?;
+        jobs.iter()
+            .all(|j| j.state == tunefleet_shared::protocol::JobState::Done)
+            .then_some(jobs)
+    })
+    .await;
+    assert_eq!(jobs.len(), 50);
+    // (0: the result of an attempt the reload did not count, re-sent.)
+    assert!(
+        jobs.iter().all(|j| j.attempts <= 1),
+        "{:?}",
+        jobs.iter()
+            .map(|j| (&j.name, j.attempts))
+            .collect::<Vec<_>>()
+    );
+    drop(worker);
     drop(client);
 
-    // And all of it is on disk: a restart finds every job.
+    // And all of it is on disk: a restart finds every job, done.
     let mut master = master;
     master.restart();
+    let status = master.client().await.status().await.expect("status");
+    assert_eq!((status.jobs.total, status.jobs.done), (50, 50));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_full_disk_stops_the_master_within_10_s() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((_disk, mut master)) = master_on_small_disk(dir.path(), &[]) else {
+        return;
+    };
     let mut client = master.client().await;
-    assert_eq!(client.status().await.expect("status").jobs.total, 322);
+    client
+        .submit(batch(5, 1), Some("before.yaml"))
+        .await
+        .expect("submit while there is room");
+    let _filler = fill_disk(dir.path());
+    // An idle master finds the full disk by itself, before any commit fails.
+    let filled = std::time::Instant::now();
+    eventually(Duration::from_secs(5), "/healthz 503", || async {
+        (http_get(master.addr, "/healthz").0 == 503).then_some(())
+    })
+    .await;
+    eprintln!(
+        "full disk: an idle master degraded {:.2} s after the disk filled",
+        filled.elapsed().as_secs_f64()
+    );
+    let out = master.cli(&["status", "--json"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(r#""storage": "degraded""#));
+    let refused = client
+        .submit(batch(30, 2), Some("during.yaml"))
+        .await
+        .expect_err("the disk is full");
+    assert!(refused.to_string().contains("storage"), "{refused}");
+    let started = std::time::Instant::now();
+    let status = master.terminate().expect("exits on SIGTERM");
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!("full disk: SIGTERM to exit {secs:.2} s");
+    assert!(secs < 10.0, "took {secs:.1} s");
+    assert!(status.success(), "{status:?}\n{}", master.log());
 }

@@ -2,11 +2,11 @@
 //!
 //! `--json` prints the master's [`StatusReport`] unchanged, as pretty JSON;
 //! scripts rely on `jobs.{total,queued,running,done,failed,cancelled}` and
-//! `workers` being integers, so the shape is the protocol's and nothing is
+//! `workers` being integers, and on `"storage": "ok"` or `"degraded"`, so the shape is the protocol's and nothing is
 //! added or renamed here. Without `--json`, a three-line human summary.
 
 use super::{emit, plural, ConnectArgs};
-use tunefleet_shared::protocol::StatusReport;
+use tunefleet_shared::protocol::{StatusReport, StorageHealth};
 
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
@@ -46,10 +46,20 @@ pub fn human(report: &StatusReport, url: &str) -> String {
     if j.archived > 0 {
         jobs.push_str(&format!(" ({} of them archived)", j.archived));
     }
-    format!(
+    let mut text = format!(
         "master:  {url} (tunefleet {})\nworkers: {} ({} busy)\n{jobs}\n",
         report.server_version, report.workers, report.workers_busy
-    )
+    );
+    if report.storage == StorageHealth::Degraded {
+        let why = report
+            .storage_problem
+            .as_ref()
+            .map_or("the master cannot commit its state", |p| p.reason.as_str());
+        text.push_str(&format!(
+            "storage: degraded, changes are refused until it commits again: {why}\n"
+        ));
+    }
+    text
 }
 
 #[cfg(test)]

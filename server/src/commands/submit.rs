@@ -138,6 +138,15 @@ fn rejection(connect: &ConnectArgs, file: &str, err: ClientError) -> anyhow::Err
                 anyhow::anyhow!("{file}: {message}")
             }
         }
+        // Sent, and no answer: the master may have committed it or not.
+        lost @ (ClientError::Transport(_)
+        | ClientError::Timeout { .. }
+        | ClientError::Closed { .. }
+        | ClientError::Shutdown { .. }) => connect.explain(lost).context(format!(
+            "{file}: the connection ended before the master answered, so whether it was \
+             submitted is unknown; resubmitting is safe (jobs already taken are reported \
+             as duplicates, never run twice)"
+        )),
         other => connect
             .explain(other)
             .context(format!("cannot submit {file}")),

@@ -10,6 +10,7 @@
 //!
 //! Because (1) happens before (2) and (3), nothing is acknowledged that is not
 //! durable, and batching turns many small commits into one (group commit).
+//! A batch whose commit fails sends nothing and is rolled back (`storage`).
 //! Having one owner also means no locks and a total order of events, which is
 //! what `seq` numbers on events expose to clients.
 //!
@@ -25,7 +26,7 @@
 //! artifacts), `queries` (status, metrics, results); tests in `tests.rs`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -46,7 +47,7 @@ use crate::scheduler::{
     SchedulerConfig, SessionId,
 };
 use crate::store::Store;
-use crate::tokens::{TokenBook, TokenError, TokenRegistry, META_PREFIX};
+use crate::tokens::{TokenBook, TokenError, TokenRegistry};
 
 /// Commands taken per batch, at most; bounds the latency a batch adds.
 const MAX_BATCH: usize = 1024;
@@ -70,6 +71,7 @@ mod model_runs;
 mod publish;
 mod queries;
 mod snapshot;
+mod storage;
 mod submit;
 #[cfg(test)]
 mod tests;
@@ -78,6 +80,8 @@ mod workers;
 use publish::{job_updated_event, worker_json};
 pub use snapshot::SharedSnapshot;
 use snapshot::SnapshotCache;
+pub use storage::StorageStatus;
+use storage::{Loaded, Outage};
 
 /// A published event, serialised once for every subscriber.
 #[derive(Debug)]
@@ -247,12 +251,21 @@ impl CoreHandle {
     }
 }
 
+/// The reply to a change: sent once the batch is committed, dropped (which
+/// the network layer answers with `storage_unavailable`) if it is not.
 type Reply = Box<dyn FnOnce() + Send>;
+
+/// A read, answered after the batch from what is then in memory: committed
+/// state, or the state read back after a commit failed.
+type Read = Box<dyn FnOnce(&mut Core) + Send>;
 
 #[derive(Default)]
 struct Batch {
     dirty: Vec<JobId>,
     dirty_models: Vec<String>,
+    /// `dirty_models` once their events are written (by the commit, which
+    /// may be tried again with the same batch: the probe's).
+    models_written: Vec<String>,
     /// (run, kind, bytes): compiled libraries, stored with the batch.
     artifacts: Vec<(String, &'static str, Vec<u8>)>,
     trace: Vec<(Millis, String)>,
@@ -262,6 +275,7 @@ struct Batch {
     events: Vec<EventText>,
     sends: Vec<(SessionId, Outbound)>,
     replies: Vec<Reply>,
+    reads: Vec<Read>,
     snapshots: Vec<oneshot::Sender<Arc<SharedSnapshot>>>,
 }
 
@@ -300,7 +314,11 @@ pub struct Core {
     tokens: TokenBook,
     /// Set while commits fail (full disk, ...): read by the network layer,
     /// which then refuses new work instead of letting it queue unanswered.
-    storage_failing: Arc<AtomicBool>,
+    storage: Arc<StorageStatus>,
+    /// While the store cannot commit (see `storage.rs`).
+    outage: Option<Outage>,
+    /// When `check_connection` last asked.
+    connection_checked: std::time::Instant,
 }
 
 impl Core {
@@ -311,10 +329,10 @@ impl Core {
         self.tokens.registry()
     }
 
-    /// True while the store refuses commits (the batch is retried until it
-    /// goes through; nothing of it is acknowledged before).
-    pub fn storage_failing(&self) -> Arc<AtomicBool> {
-        self.storage_failing.clone()
+    /// The store's health as the network layer sees it: failing while
+    /// commits fail (every change is then refused, nothing is retried).
+    pub fn storage_status(&self) -> Arc<StorageStatus> {
+        self.storage.clone()
     }
 
     /// The count the client connections keep of subscribers without deltas
@@ -328,18 +346,22 @@ impl Core {
         mut store: Store,
         events: broadcast::Sender<Arc<Published>>,
     ) -> Result<Core, crate::store::StoreError> {
-        let jobs = store.load_jobs()?;
-        let models = ModelRuns::recover(store.load_models()?);
-        let mut out = Vec::new();
-        let loaded = jobs.len();
-        let mut scheduler = Scheduler::recover(config, jobs, now_ms(), &mut out);
-        let recovered: Vec<_> = out
+        let loaded = Loaded::read(&mut store, config, TokenRegistry::default(), now_ms())?;
+        let Loaded {
+            scheduler,
+            models,
+            archived,
+            tokens,
+            requeued,
+        } = loaded;
+        let recovered: Vec<_> = requeued
             .iter()
             .filter_map(|o| match o {
                 Output::JobChanged(id) => scheduler.job(id),
                 _ => None,
             })
             .collect();
+        let loaded = scheduler.jobs().count();
         if loaded > 0 {
             info!(
                 jobs = loaded,
@@ -348,20 +370,12 @@ impl Core {
             );
         }
         store.commit(recovered, std::iter::empty(), &[], &[])?;
-        let mut archived = JobCounts::default();
-        for (state, n) in store.archived_counts()? {
-            archived.count_archived(state, n as isize);
-        }
         if archived.total > 0 {
             info!(
                 jobs = archived.total,
                 "archived jobs stay in the state database (found again by id or computation)"
             );
         }
-        let tokens = TokenBook::load(store.load_meta(META_PREFIX)?, TokenRegistry::default());
-        let mut imports = store.load_meta(crate::scheduler::IMPORT_PREFIX)?;
-        imports.extend(store.load_meta(crate::scheduler::KEY_PREFIX)?);
-        scheduler.restore_imports(imports);
         let known_jobs = scheduler.jobs().map(|job| job.id().clone()).collect();
         Ok(Core {
             scheduler,
@@ -384,7 +398,9 @@ impl Core {
             archive_swept_at: 0,
             archived,
             tokens,
-            storage_failing: Arc::new(AtomicBool::new(false)),
+            storage: Arc::default(),
+            outage: None,
+            connection_checked: std::time::Instant::now(),
         })
     }
 
@@ -406,8 +422,16 @@ impl Core {
                 }
             }
             self.flush(batch);
+            // Between batches, so that no change is half applied: a session
+            // the server ended, a full disk, is an outage now, not at the
+            // next commit.
+            self.check_connection();
             if let Some(done) = shutdown {
-                info!("core stopped; state is flushed");
+                if self.degraded() {
+                    info!("core stopped; the store could not commit, so no change since it failed was acknowledged");
+                } else {
+                    info!("core stopped; state is flushed");
+                }
                 let _ = done.send(());
                 return;
             }
@@ -415,6 +439,9 @@ impl Core {
     }
 
     fn apply(&mut self, command: Command, batch: &mut Batch) {
+        if self.degraded() {
+            return self.apply_degraded(command, batch);
+        }
         let now = now_ms();
         let mut out = Vec::new();
         match command {
@@ -442,29 +469,13 @@ impl Core {
                 by,
                 reply,
             } => self.submit(workloads, cache, by, reply, now, &mut out, batch),
-            Command::Metrics { reply } => {
-                let metrics = self.metrics();
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(metrics);
-                }));
-            }
-            Command::Status { reply } => {
-                let report = self.status();
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(report);
-                }));
-            }
-            Command::Results { job_ids, reply } => {
-                let mut views = self.results(job_ids.as_deref());
-                if let Some(ids) = &job_ids {
-                    // Read only: an archived job named here stays archived.
-                    let archived = self.read_archived(ids.iter().cloned());
-                    views.extend(archived.into_iter().map(|job| job.view));
-                }
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(views);
-                }));
-            }
+            command @ (Command::Metrics { .. }
+            | Command::Status { .. }
+            | Command::Results { .. }
+            | Command::ListTokens { .. }
+            | Command::Models { .. }
+            | Command::ModelArtifact { .. }
+            | Command::Snapshot { .. }) => Self::defer_read(command, batch),
             Command::Cancel { job_id, by, reply } => {
                 self.bring_back(std::iter::once(job_id.clone()), batch);
                 let r = self.scheduler.cancel(&job_id, now, &mut out);
@@ -528,13 +539,6 @@ impl Core {
                     let _ = reply.send(r);
                 }));
             }
-            Command::ListTokens { reply } => {
-                let list = self.tokens.list();
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(list);
-                }));
-            }
-            Command::Snapshot { reply } => batch.snapshots.push(reply),
             Command::SubmitModel { submission, reply } => {
                 let default_target = Target::of_kind("llvm");
                 let name = submission.name.clone();
@@ -554,32 +558,9 @@ impl Core {
                     let _ = reply.send(r);
                 }));
             }
-            Command::Models { name, reply } => {
-                let r = match name {
-                    Some(name) => self
-                        .models
-                        .get(&name)
-                        .map(|run| vec![run.view()])
-                        .ok_or(ModelError::Unknown(name)),
-                    None => Ok(self.models.runs().map(|r| r.view()).collect()),
-                };
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(r);
-                }));
-            }
             Command::StopModel { name, reply } => {
                 let r = self.models.stop(&name, now, &self.slots());
                 let r = r.map(|plan| self.apply_plan(plan, now, &mut out, batch));
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(r);
-                }));
-            }
-            Command::ModelArtifact {
-                name,
-                artifact,
-                reply,
-            } => {
-                let r = self.artifact(&name, artifact);
                 batch.replies.push(Box::new(move || {
                     let _ = reply.send(r);
                 }));
@@ -594,6 +575,84 @@ impl Core {
         }
         self.follow_models(&mut out, now, batch);
         self.collect(out, batch);
+    }
+
+    /// Once a second while commits work: whether the store can still commit
+    /// (an outage begins now if not; see `Store::unavailable`).
+    fn check_connection(&mut self) {
+        let now = std::time::Instant::now();
+        if self.degraded() || now < self.connection_checked + storage::PROBE_EVERY {
+            return;
+        }
+        self.connection_checked = now;
+        if let Some(e) = self.store.unavailable() {
+            self.batch_failed(Batch::default(), e);
+        }
+    }
+
+    /// A read is answered after the batch (committed, or rolled back), so
+    /// that it never shows a change the store has not taken.
+    fn defer_read(command: Command, batch: &mut Batch) {
+        let read: Read = match command {
+            Command::Metrics { reply } => Box::new(move |core: &mut Core| {
+                let _ = reply.send(core.metrics());
+            }),
+            Command::Status { reply } => Box::new(move |core: &mut Core| {
+                let _ = reply.send(core.status());
+            }),
+            Command::Results { job_ids, reply } => Box::new(move |core: &mut Core| {
+                let mut views = core.results(job_ids.as_deref());
+                if let Some(ids) = &job_ids {
+                    // Read only: an archived job named here stays archived.
+                    let archived = core.read_archived(ids.iter().cloned());
+                    views.extend(archived.into_iter().map(|job| job.view));
+                }
+                let _ = reply.send(views);
+            }),
+            Command::ListTokens { reply } => Box::new(move |core: &mut Core| {
+                let _ = reply.send(core.tokens.list());
+            }),
+            Command::Models { name, reply } => Box::new(move |core: &mut Core| {
+                let r = match name {
+                    Some(name) => core
+                        .models
+                        .get(&name)
+                        .map(|run| vec![run.view()])
+                        .ok_or(ModelError::Unknown(name)),
+                    None => Ok(core.models.runs().map(|r| r.view()).collect()),
+                };
+                let _ = reply.send(r);
+            }),
+            Command::ModelArtifact {
+                name,
+                artifact,
+                reply,
+            } => Box::new(move |core: &mut Core| {
+                let _ = reply.send(core.artifact(&name, artifact));
+            }),
+            Command::Snapshot { reply } => return batch.snapshots.push(reply),
+            _ => return,
+        };
+        batch.reads.push(read);
+    }
+
+    /// While the store cannot commit: reads are answered from memory, a
+    /// tick probes the store, and every change is refused at once (its reply
+    /// dropped: the network layer answers `storage_unavailable`). A worker's
+    /// reports and leaving change nothing: its socket was closed and its
+    /// session ends with the reload.
+    fn apply_degraded(&mut self, command: Command, batch: &mut Batch) {
+        match command {
+            Command::Tick => self.probe_storage(),
+            read @ (Command::Metrics { .. }
+            | Command::Status { .. }
+            | Command::Results { .. }
+            | Command::ListTokens { .. }
+            | Command::Models { .. }
+            | Command::ModelArtifact { .. }
+            | Command::Snapshot { .. }) => Self::defer_read(read, batch),
+            _refused => {}
+        }
     }
 
     fn push_send(&self, batch: &mut Batch, session: SessionId, msg: Outbound) {

@@ -5,9 +5,8 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, warn};
 use tunefleet_shared::protocol::{
     FleetEvent, JobChangeOf, JobProgress, JobView, MasterMessage, WorkerChange, WorkerView,
 };
@@ -175,13 +174,22 @@ impl Core {
     }
 
     pub(super) fn flush(&mut self, mut batch: Batch) {
+        match self.commit(&mut batch) {
+            Ok(()) => self.deliver(batch),
+            Err(e) => self.batch_failed(batch, e),
+        }
+    }
+
+    /// The batch's rows in one transaction (nothing when it changed nothing).
+    /// A failure leaves the store as it was before the batch.
+    pub(super) fn commit(&mut self, batch: &mut Batch) -> Result<(), crate::store::StoreError> {
         batch.dirty.sort();
         batch.dirty.dedup();
         batch.dirty_models.sort();
         batch.dirty_models.dedup();
         let now = now_ms();
-        for name in &batch.dirty_models {
-            if let Some(run) = self.models.get(name) {
+        for name in std::mem::take(&mut batch.dirty_models) {
+            if let Some(run) = self.models.get(&name) {
                 let event = FleetEvent::ModelUpdated {
                     model: Box::new(run.view()),
                 };
@@ -189,53 +197,38 @@ impl Core {
                 batch.trace.push((now, json.clone()));
                 batch.events.push(EventText::Same(json));
             }
+            batch.models_written.push(name);
         }
-        if !batch.dirty.is_empty()
-            || !batch.trace.is_empty()
-            || !batch.artifacts.is_empty()
-            || !batch.meta.is_empty()
+        if batch.dirty.is_empty()
+            && batch.trace.is_empty()
+            && batch.artifacts.is_empty()
+            && batch.meta.is_empty()
         {
-            let jobs: Vec<_> = batch
-                .dirty
-                .iter()
-                .filter_map(|id| self.scheduler.job(id))
-                .collect();
-            let models: Vec<_> = batch
-                .dirty_models
-                .iter()
-                .filter_map(|name| self.models.get(name))
-                .collect();
-            self.counters.commits += 1;
-            let mut attempt: u64 = 0;
-            while let Err(e) = self.store.commit_with_meta(
-                jobs.iter().copied(),
-                models.iter().copied(),
-                &batch.artifacts,
-                &batch.trace,
-                &batch.meta,
-            ) {
-                attempt += 1;
-                // Nothing of this batch is acknowledged until it is committed;
-                // meanwhile the network layer refuses new work.
-                self.storage_failing.store(true, Ordering::Relaxed);
-                if attempt.is_power_of_two() {
-                    error!("cannot commit state (attempt {attempt}); not accepting work until it can: {e}");
-                }
-                if attempt >= 5 && !e.is_transient() {
-                    // Acknowledging now would promise durability we do not have;
-                    // stopping lets a restart (or a standby) resume from the last commit.
-                    error!("giving up: the master stops so that nothing unsaved is acknowledged");
-                    std::process::exit(70);
-                }
-                std::thread::sleep(Duration::from_millis((100 * attempt).min(2_000)));
-            }
-            if self.storage_failing.swap(false, Ordering::Relaxed) {
-                info!(
-                    attempts = attempt + 1,
-                    "the state database takes commits again; accepting work"
-                );
-            }
+            return Ok(());
         }
+        let jobs: Vec<_> = batch
+            .dirty
+            .iter()
+            .filter_map(|id| self.scheduler.job(id))
+            .collect();
+        let models: Vec<_> = batch
+            .models_written
+            .iter()
+            .filter_map(|name| self.models.get(name))
+            .collect();
+        self.store.commit_with_meta(
+            jobs.iter().copied(),
+            models.iter().copied(),
+            &batch.artifacts,
+            &batch.trace,
+            &batch.meta,
+        )?;
+        self.counters.commits += 1;
+        Ok(())
+    }
+
+    /// After the commit: worker messages, then events, then replies and reads.
+    pub(super) fn deliver(&mut self, batch: Batch) {
         // Workers first: an assignment must not queue behind a fan-out.
         for (session, msg) in batch.sends {
             match self.sessions.get(&session) {
@@ -266,7 +259,18 @@ impl Core {
         for reply in batch.replies {
             reply();
         }
-        for reply in batch.snapshots {
+        self.answer_reads(batch.reads, batch.snapshots);
+    }
+
+    pub(super) fn answer_reads(
+        &mut self,
+        reads: Vec<super::Read>,
+        snapshots: Vec<tokio::sync::oneshot::Sender<Arc<super::SharedSnapshot>>>,
+    ) {
+        for read in reads {
+            read(self);
+        }
+        for reply in snapshots {
             let _ = reply.send(self.shared_snapshot());
         }
     }

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use tunefleet_shared::protocol::{JobCounts, JobId, JobState, JobView, StatusReport};
+use tunefleet_shared::protocol::{
+    JobCounts, JobId, JobState, JobView, StatusReport, StorageHealth,
+};
 
 use super::Core;
 use crate::metrics::FleetMetrics;
@@ -20,6 +22,12 @@ impl Core {
             workers: workers.len(),
             workers_busy: workers.iter().filter(|w| w.current_job.is_some()).count(),
             server_version: self.server_version.clone(),
+            storage: if self.degraded() {
+                StorageHealth::Degraded
+            } else {
+                StorageHealth::Ok
+            },
+            storage_problem: self.storage.problem().filter(|_| self.degraded()),
         }
     }
 
@@ -27,6 +35,7 @@ impl Core {
         let mut metrics = FleetMetrics {
             jobs: JobState::ALL.iter().map(|s| (*s, 0)).collect(),
             counters: self.counters.clone(),
+            storage_degraded: u64::from(self.degraded()),
             ..FleetMetrics::default()
         };
         for (state, n) in [

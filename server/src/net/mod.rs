@@ -107,8 +107,9 @@ pub struct AppState {
     pub stop: Arc<Notify>,
     /// Named admin tokens, kept current by the core.
     pub tokens: crate::tokens::TokenRegistry,
-    /// True while the core cannot commit (full disk, ...): new work is refused.
-    pub storage_failing: Arc<std::sync::atomic::AtomicBool>,
+    /// The store's health, set by the core: while it cannot commit (full
+    /// disk, database unreachable), changes are refused at once.
+    pub storage: Arc<crate::core::StorageStatus>,
     /// Where connection tasks run.
     pub runtimes: Runtimes,
 }
@@ -141,7 +142,7 @@ pub fn router(state: AppState) -> Router {
     let router = Router::new()
         .route("/ws/worker", get(worker_upgrade))
         .route("/ws/client", get(client_upgrade))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics));
     let router = match web_dir {
         Some(dir) if dir.join("index.html").is_file() => {
@@ -150,6 +151,20 @@ pub fn router(state: AppState) -> Router {
         _ => router.route("/", get(no_dashboard)),
     };
     router.with_state(state)
+}
+
+/// 200 `ok` while the master can commit its state; 503 with the reason
+/// while it cannot (it still answers reads, but takes no changes).
+async fn healthz(State(state): State<AppState>) -> Response {
+    if state.storage.is_failing() {
+        let reason = state
+            .storage
+            .problem()
+            .map_or_else(|| "cannot commit its state".to_string(), |p| p.reason);
+        let body = format!("storage degraded: {reason}\n");
+        return (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+    }
+    "ok".into_response()
 }
 
 /// Prometheus text format; open like `/healthz`: counts only, no job content.

@@ -35,11 +35,30 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BAD_MESSAGES: u32 = 16;
 const MAX_NAME_LEN: usize = 128;
 
+/// A registration while the store cannot commit (joining is a change too):
+/// the error, then a close the worker answers by reconnecting later.
+async fn refuse_storage(mut conn: Connection, state: &AppState) {
+    let _ = conn
+        .send(&error(
+            ErrorCode::StorageUnavailable,
+            state.storage.refusal(),
+        ))
+        .await;
+    conn.close(
+        close_code::STORAGE_UNAVAILABLE,
+        "master cannot commit its state; reconnect later",
+    )
+    .await;
+}
+
 pub(super) async fn run(mut conn: Connection, state: AppState) {
     let _alive = state.alive.clone();
     let Some(hello) = handshake(&mut conn, &state).await else {
         return;
     };
+    if state.storage.is_failing() {
+        return refuse_storage(conn, &state).await;
+    }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let name = hello.name.clone();
     let joined = state
@@ -64,6 +83,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
             .await;
             return;
         }
+        None if state.storage.is_failing() => return refuse_storage(conn, &state).await,
         None => {
             conn.close(close_code::GOING_AWAY, "master is shutting down")
                 .await;

@@ -91,6 +91,12 @@ pub enum StoreError {
     },
     #[error("writing the trace: {0}")]
     Io(#[from] std::io::Error),
+    #[error("state database {path} is full, or its file system has no room left ({cause}): free space beside it")]
+    NoRoom { path: String, cause: std::io::Error },
+    #[error("state database {path}: the connection to the server was lost")]
+    Disconnected { path: String },
+    #[error("state database {path}: another master took the lead while this one's connection was down; this one stops (nothing unsaved was acknowledged)")]
+    LeadLost { path: String },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -105,9 +111,10 @@ pub enum Durability {
 }
 
 impl StoreError {
-    /// Whether retrying the same commit later may succeed without a restart:
-    /// a full disk, a file system gone read-only, a lock held for a moment.
-    /// A lost PostgreSQL session is not: the lead went with it.
+    /// Whether a commit may succeed later without a restart: a full disk, a
+    /// file system gone read-only, a lock held for a moment, a PostgreSQL
+    /// server restarted or a session ended. A lead another master took while
+    /// the connection was down is not.
     pub fn is_transient(&self) -> bool {
         use rusqlite::ErrorCode as C;
         match self {
@@ -122,7 +129,10 @@ impl StoreError {
                         | C::CannotOpen
                 )
             ),
-            StoreError::Io(_) => true,
+            StoreError::Io(_) | StoreError::NoRoom { .. } | StoreError::Disconnected { .. } => true,
+            // The probe reconnects; a session that lost the lead with its
+            // connection is `LeadLost`, which is not transient.
+            StoreError::Postgres { .. } => true,
             _ => false,
         }
     }
@@ -300,6 +310,21 @@ trait Backend: Send {
     /// (key, value) of the `meta` rows whose key starts with `prefix`.
     fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError>;
     fn prune_trace(&mut self, before: Millis) -> Result<u64, StoreError>;
+    /// After a failed commit: give back what the failed transaction took
+    /// (SQLite: the WAL it grew), where that can be done.
+    fn after_failed_commit(&mut self) {}
+    /// Whether a commit may succeed again (called once a second while
+    /// commits fail): room on the disk, a connection to the server. A
+    /// reconnected PostgreSQL session must take the lead again.
+    fn probe(&mut self) -> Result<(), StoreError>;
+    /// Whether commits cannot work now, found without committing: the
+    /// PostgreSQL session is gone (the server restarted or ended it), the
+    /// SQLite file's disk is full. Checked between batches, once a second,
+    /// so that an idle master says so before its next commit fails (and a
+    /// standby that took the lead meanwhile does not serve beside it long).
+    fn unavailable(&mut self) -> Option<StoreError> {
+        None
+    }
     /// (seq, at, event) in order, to `line`.
     fn export_trace(
         &mut self,
@@ -315,6 +340,9 @@ pub struct Store {
     stored: HashSet<String>,
     /// Jobs to mark archived with the next commit.
     pending_archive: Vec<ArchiveWrite>,
+    /// Unit tests: every commit and probe fails as on a full disk.
+    #[cfg(test)]
+    pub(crate) fail_commits: bool,
 }
 
 /// How a master that finds another one leading the same PostgreSQL database
@@ -366,6 +394,8 @@ impl Store {
             backend,
             stored: HashSet::new(),
             pending_archive: Vec::new(),
+            #[cfg(test)]
+            fail_commits: false,
         }
     }
 
@@ -485,6 +515,8 @@ impl Store {
         trace: &[(Millis, String)],
         meta: &[(String, Option<String>)],
     ) -> Result<(), StoreError> {
+        #[cfg(test)]
+        self.injected_failure()?;
         let mut jobs: Vec<&'a Job> = jobs.into_iter().collect();
         // In queue order, not the caller's (the core's is by id, a hash): a
         // new row's rowid, so its place in the file, follows the order in
@@ -530,6 +562,37 @@ impl Store {
         }
         self.pending_archive.clear();
         Ok(())
+    }
+
+    /// After a commit failed: the archive marks it carried are forgotten
+    /// (the core reads its state back, those jobs included), and the
+    /// backend gives back what the failed transaction took.
+    pub fn forget_failed(&mut self) {
+        self.pending_archive.clear();
+        self.backend.after_failed_commit();
+    }
+
+    /// See `Backend::unavailable`.
+    pub fn unavailable(&mut self) -> Option<StoreError> {
+        self.backend.unavailable()
+    }
+
+    /// See `Backend::probe`; the probe's commit is the core's.
+    pub fn probe(&mut self) -> Result<(), StoreError> {
+        #[cfg(test)]
+        self.injected_failure()?;
+        self.backend.probe()
+    }
+
+    #[cfg(test)]
+    fn injected_failure(&self) -> Result<(), StoreError> {
+        if !self.fail_commits {
+            return Ok(());
+        }
+        Err(StoreError::NoRoom {
+            path: self.backend.path().to_string(),
+            cause: std::io::Error::other("injected by a test"),
+        })
     }
 
     /// Deletes trace lines written before `before` (ms since the epoch), in

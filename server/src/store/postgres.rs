@@ -14,8 +14,10 @@
 //! host), and the standby loads the state and starts serving. Holding the
 //! lock on the writing connection is also the fence: a leader that lost its
 //! connection has lost the lock with it, so it cannot write after a standby
-//! took over; its next commit fails and it stops (the core's rule after
-//! failed commits).
+//! took over. Its next commit fails (refused, rolled back: `core/storage.rs`)
+//! and its probe opens a new session that must take the lock at once: if a
+//! standby holds it, the probe says `LeadLost` and the master stops; if not
+//! (the server restarted, the session was ended), this master leads on.
 //!
 //! The sync `postgres` client runs its own small runtime: it is used only from
 //! the core thread and blocking tasks, never from inside an async task.
@@ -39,7 +41,13 @@ pub(super) struct PgStore {
     client: Client,
     path: String,
     statements: Option<Statements>,
+    /// To reconnect with (see `Backend::probe`); `None` read-only.
+    reconnect: Option<(String, Durability)>,
 }
+
+/// How long a reconnection may take: the core thread waits for it (reads
+/// with it), once a second while the server is away.
+const RECONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Prepared once per connection: a batch is then only round trips of
 /// parameters.
@@ -61,7 +69,7 @@ struct Statements {
 }
 
 impl PgStore {
-    fn connect(url: &str) -> Result<(Client, String), StoreError> {
+    fn connect(url: &str, timeout: Duration) -> Result<(Client, String), StoreError> {
         let path = redact(url);
         let mut config: postgres::Config = url.parse().map_err(|cause| StoreError::Postgres {
             path: path.clone(),
@@ -74,7 +82,7 @@ impl PgStore {
         }
         config
             .application_name("tunefleet")
-            .connect_timeout(Duration::from_secs(10))
+            .connect_timeout(timeout)
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10));
         let client = config
@@ -94,19 +102,27 @@ impl PgStore {
         standby: Standby,
         on_wait: &mut dyn FnMut(),
     ) -> Result<PgStore, StoreError> {
-        let (mut client, path) = PgStore::connect(url)?;
+        let (mut client, path) = PgStore::connect(url, CONNECT_TIMEOUT)?;
         let err = |cause| StoreError::Postgres {
             path: path.clone(),
             cause,
         };
         let mut waiting = false;
         loop {
-            let got: bool = client
-                .query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK])
-                .map_err(err)?
-                .get(0);
-            if got {
-                break;
+            match client.query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK]) {
+                Ok(row) if row.get::<_, bool>(0) => break,
+                Ok(_) => {}
+                // A standby outlives the server's restart (or its session's
+                // end): it connects again and keeps waiting.
+                Err(e) if waiting => {
+                    tracing::warn!(state = %path, "lost the database while waiting as standby ({e}); connecting again");
+                    std::thread::sleep(standby.poll.max(Duration::from_millis(500)));
+                    if let Ok((again, _)) = PgStore::connect(url, RECONNECT_TIMEOUT) {
+                        client = again;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(err(e)),
             }
             if !waiting {
                 waiting = true;
@@ -114,15 +130,12 @@ impl PgStore {
             }
             std::thread::sleep(standby.poll);
         }
-        if durability == Durability::Full {
-            client
-                .batch_execute("SET synchronous_commit = on")
-                .map_err(err)?;
-        }
+        set_durability(&mut client, durability).map_err(err)?;
         let mut store = PgStore {
             client,
             path: path.clone(),
             statements: None,
+            reconnect: Some((url.to_string(), durability)),
         };
         store.create_or_check()?;
         store.statements = Some(store.prepare()?);
@@ -130,7 +143,7 @@ impl PgStore {
     }
 
     pub(super) fn open_read_only(url: &str) -> Result<PgStore, StoreError> {
-        let (mut client, path) = PgStore::connect(url)?;
+        let (mut client, path) = PgStore::connect(url, CONNECT_TIMEOUT)?;
         client
             .batch_execute("SET default_transaction_read_only = on")
             .map_err(|cause| StoreError::Postgres {
@@ -141,7 +154,35 @@ impl PgStore {
             client,
             path,
             statements: None,
+            reconnect: None,
         })
+    }
+
+    /// A new session after the old one ended (server restarted, backend
+    /// terminated): it takes the lead again at once or not at all. Had
+    /// another master taken it meanwhile, writing on would interleave two
+    /// masters' commits: `LeadLost`.
+    fn reconnect(&mut self) -> Result<(), StoreError> {
+        let Some((url, durability)) = self.reconnect.clone() else {
+            return Ok(());
+        };
+        let (mut client, path) = PgStore::connect(&url, RECONNECT_TIMEOUT)?;
+        let err = |cause| StoreError::Postgres {
+            path: path.clone(),
+            cause,
+        };
+        let got: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK])
+            .map_err(err)?
+            .get(0);
+        if !got {
+            return Err(StoreError::LeadLost { path });
+        }
+        set_durability(&mut client, durability).map_err(err)?;
+        self.client = client;
+        self.statements = Some(self.prepare()?);
+        tracing::info!(state = %path, "reconnected to PostgreSQL; this master still leads");
+        Ok(())
     }
 
     fn err(&self) -> impl Fn(postgres::Error) -> StoreError + '_ {
@@ -331,9 +372,38 @@ pub(super) fn last_write_of_each<'b, 'a>(jobs: &'b [JobWrite<'a>]) -> Vec<&'b Jo
     last
 }
 
+/// How long the first connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn set_durability(client: &mut Client, durability: Durability) -> Result<(), postgres::Error> {
+    if durability == Durability::Full {
+        client.batch_execute("SET synchronous_commit = on")?;
+    }
+    Ok(())
+}
+
 impl Backend for PgStore {
     fn path(&self) -> &str {
         &self.path
+    }
+
+    fn unavailable(&mut self) -> Option<StoreError> {
+        // The sync client notices a closed socket only while it waits for
+        // an answer: one round trip asks.
+        let gone = self.reconnect.is_some()
+            && (self.client.is_closed() || self.client.is_valid(RECONNECT_TIMEOUT).is_err());
+        gone.then(|| StoreError::Disconnected {
+            path: self.path.clone(),
+        })
+    }
+
+    fn probe(&mut self) -> Result<(), StoreError> {
+        // A session that still answers is kept (the lead is on it); one that
+        // ended, or does not answer, is replaced.
+        if self.client.is_closed() || self.client.simple_query("SELECT 1").is_err() {
+            self.reconnect()?;
+        }
+        Ok(())
     }
 
     fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError> {

@@ -257,9 +257,73 @@ impl SqliteStore {
     }
 }
 
+/// Bytes the probe writes beside the database while commits fail: more
+/// than a small transaction needs, so that a probe does not pass on a disk
+/// that is still full (a meta row alone fits in what the WAL file already
+/// holds) only for the next batch to fail again.
+const PROBE_BYTES: usize = 256 * 1024;
+
+/// Free bytes below which the disk counts as full between batches: an idle
+/// master says so (`status`, `/healthz`) before a commit fails on it.
+const FULL_BELOW: u64 = 64 * 1024;
+
+impl SqliteStore {
+    /// Copies the WAL back and cuts its file to nothing: the space a failed
+    /// transaction's pages took returns to the file system, and a retry
+    /// cannot fill freed space with them. Fails (and changes nothing) while
+    /// the database file cannot grow; the next probe tries again.
+    fn truncate_wal(&mut self) -> rusqlite::Result<()> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+    }
+
+    /// Writes, syncs and removes [`PROBE_BYTES`] beside the database.
+    fn room_for_more(&self) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut name = std::path::PathBuf::from(&self.path).into_os_string();
+        name.push(".probe");
+        let probe = std::path::PathBuf::from(name);
+        let written = std::fs::File::create(&probe).and_then(|mut file| {
+            file.write_all(&vec![0u8; PROBE_BYTES])?;
+            file.sync_data()
+        });
+        let _ = std::fs::remove_file(&probe);
+        written
+    }
+}
+
 impl Backend for SqliteStore {
     fn path(&self) -> &str {
         &self.path
+    }
+
+    fn unavailable(&mut self) -> Option<StoreError> {
+        // Read-only stores have no checkpointer and never commit.
+        self._checkpointer.as_ref()?;
+        let dir = std::path::Path::new(&self.path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let fs = rustix::fs::statvfs(dir).ok()?;
+        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+        (free < FULL_BELOW).then(|| StoreError::NoRoom {
+            path: self.path.clone(),
+            cause: std::io::Error::other(format!("the disk is full ({free} bytes free)")),
+        })
+    }
+
+    fn after_failed_commit(&mut self) {
+        if let Err(e) = self.truncate_wal() {
+            tracing::debug!(path = %self.path, "cannot truncate the WAL yet: {e}");
+        }
+    }
+
+    fn probe(&mut self) -> Result<(), StoreError> {
+        let _ = self.truncate_wal();
+        self.room_for_more().map_err(|cause| StoreError::NoRoom {
+            path: self.path.clone(),
+            cause,
+        })
     }
 
     fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError> {

@@ -132,6 +132,23 @@ impl ClientCommand {
         )
     }
 
+    /// Commands whose answer needs a commit: refused at once, with
+    /// `storage_unavailable`, while the master cannot write its state
+    /// (reads and `shutdown` are still answered).
+    pub fn changes_state(&self) -> bool {
+        matches!(
+            self,
+            ClientCommand::Submit { .. }
+                | ClientCommand::Cancel { .. }
+                | ClientCommand::Retry { .. }
+                | ClientCommand::SubmitModel { .. }
+                | ClientCommand::StopModel { .. }
+                | ClientCommand::CreateToken { .. }
+                | ClientCommand::RevokeToken { .. }
+                | ClientCommand::Import { .. }
+        )
+    }
+
     /// Commands that only the master's own admin token may send: managing
     /// named tokens.
     pub fn needs_master_admin(&self) -> bool {
@@ -347,6 +364,37 @@ pub struct StatusReport {
     pub workers: usize,
     pub workers_busy: usize,
     pub server_version: String,
+    /// Whether the master can commit its state now. `degraded`: it answers
+    /// reads from memory and refuses every change (`storage_unavailable`)
+    /// until a probe commits again. Absent from older masters: `ok`.
+    #[serde(default)]
+    pub storage: StorageHealth,
+    /// Why the store is degraded (the cause and the file or server), and
+    /// since when; absent while it is `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_problem: Option<StorageProblem>,
+}
+
+/// [`StatusReport::storage`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum StorageHealth {
+    #[default]
+    Ok,
+    Degraded,
+}
+
+/// [`StatusReport::storage_problem`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct StorageProblem {
+    /// The store's error, naming the file or server and the cause.
+    pub reason: String,
+    /// When the first commit failed (ms since the epoch).
+    pub since: Millis,
 }
 
 impl std::fmt::Debug for ClientCommand {

@@ -92,6 +92,8 @@ fn messages() -> Vec<ServerMessage> {
                 workers: 1,
                 workers_busy: 0,
                 server_version: "0.1.0".into(),
+                storage: Default::default(),
+                storage_problem: None,
             }),
         ),
         reply(

@@ -1,5 +1,5 @@
 use super::*;
-use tunefleet_shared::protocol::JobCounts;
+use tunefleet_shared::protocol::{JobCounts, StorageProblem};
 
 fn report() -> StatusReport {
     StatusReport {
@@ -15,6 +15,8 @@ fn report() -> StatusReport {
         workers: 3,
         workers_busy: 3,
         server_version: "0.1.0".into(),
+        storage: Default::default(),
+        storage_problem: None,
     }
 }
 
@@ -35,4 +37,26 @@ fn human_summary() {
         text.contains("10 jobs: 2 queued, 3 running, 4 done, 1 failed\n"),
         "{text}"
     );
+}
+
+#[test]
+fn json_says_whether_the_store_commits() {
+    let ok = serde_json::to_string_pretty(&report()).unwrap();
+    assert!(ok.contains(r#""storage": "ok""#), "{ok}");
+    assert!(!ok.contains("storage_problem"), "{ok}");
+    let mut degraded = report();
+    degraded.storage = StorageHealth::Degraded;
+    degraded.storage_problem = Some(StorageProblem {
+        reason: "the state database /d/fleet.db: database or disk is full".into(),
+        since: 1,
+    });
+    let json = serde_json::to_string_pretty(&degraded).unwrap();
+    assert!(json.contains(r#""storage": "degraded""#), "{json}");
+    assert!(json.contains("/d/fleet.db"), "{json}");
+    let text = human(&degraded, "ws://h:1/ws/client");
+    assert!(
+        text.contains("storage: degraded") && text.contains("disk is full"),
+        "{text}"
+    );
+    assert!(!human(&report(), "ws://h:1/ws/client").contains("storage"));
 }

@@ -66,3 +66,41 @@ fn workload_rejections_are_printed_verbatim() {
         "more.yaml:3:5: unknown field `tile`"
     );
 }
+
+#[test]
+fn a_connection_lost_before_the_answer_says_the_outcome_is_unknown() {
+    let connect = ConnectArgs {
+        server: "ws://h:1".into(),
+        token: Some("t".into()),
+        ca_cert: None,
+    };
+    let lost = rejection(
+        &connect,
+        "more.yaml",
+        ClientError::Transport("connection reset by peer".into()),
+    );
+    let text = format!("{lost:#}");
+    assert!(
+        text.contains("more.yaml")
+            && text.contains("unknown")
+            && text.contains("resubmitting is safe"),
+        "{text}"
+    );
+    let refused = rejection(
+        &connect,
+        "more.yaml",
+        ClientError::Server {
+            code: tunefleet_shared::protocol::ErrorCode::StorageUnavailable,
+            message: "storage_unavailable: the state database /d/fleet.db: database or disk is full; nothing of this request was applied".into(),
+        },
+    );
+    let text = format!("{refused:#}");
+    assert!(
+        text.contains("cannot submit more.yaml") && text.contains("storage_unavailable"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("unknown"),
+        "a refusal is a definite answer: {text}"
+    );
+}

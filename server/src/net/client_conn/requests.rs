@@ -38,18 +38,8 @@ pub(super) async fn handle(
             format!("unauthorized: the token `{who}` was revoked"),
         );
     }
-    if request.command.needs_admin()
-        && state
-            .storage_failing
-            .load(std::sync::atomic::Ordering::Relaxed)
-    {
-        return error(
-            Some(id),
-            ErrorCode::Internal,
-            "the master cannot write its state database right now (disk full?); nothing was done. \
-             It accepts work again as soon as it can commit: retry later"
-                .into(),
-        );
+    if request.command.changes_state() && state.storage.is_failing() {
+        return storage_unavailable(id, state);
     }
     if request.command.needs_master_admin() && who != MASTER_ADMIN {
         return error(
@@ -59,7 +49,11 @@ pub(super) async fn handle(
         );
     }
     let core = &state.core;
+    // The core drops a change's reply when its batch could not be committed.
     let gone = || {
+        if state.storage.is_failing() {
+            return storage_unavailable(id, state);
+        }
         error(
             Some(id),
             ErrorCode::Internal,
@@ -312,6 +306,16 @@ pub(super) async fn handle(
         }
     };
     ServerMessage::Reply { id, body }
+}
+
+/// A change refused because the store cannot commit: the cause and the
+/// file (or server), and that nothing was applied.
+fn storage_unavailable(id: u64, state: &AppState) -> ServerMessage {
+    error(
+        Some(id),
+        ErrorCode::StorageUnavailable,
+        state.storage.refusal(),
+    )
 }
 
 fn model_error(id: u64, e: ModelError) -> ServerMessage {

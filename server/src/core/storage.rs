@@ -1,0 +1,296 @@
+//! A store that cannot commit: the batch is refused and rolled back, the
+//! master serves reads from memory and refuses changes at once, and a probe
+//! every second finds out when it can commit again.
+//!
+//! **Rollback is a reload.** A failed batch changed the scheduler, the model
+//! runs, the tokens and the archive counts in memory before its commit. Rather
+//! than undo each of those changes, the core reads its state back from the
+//! store, which the failed transaction left as it was before the batch: the
+//! same code as a start-up (`Loaded::read`), so memory after a failed batch is
+//! what a restart would find. Like a restart, it ends every worker's session:
+//! their sockets are closed (`STORAGE_UNAVAILABLE`), in-flight jobs go back
+//! to the front of the queue without counting the attempt, and the workers
+//! reconnect once the store commits again and re-send the results nobody
+//! acknowledged. What the reload changed against what subscribers saw (jobs
+//! requeued, workers gone) is held back and published only once the probe's
+//! commit has stored it: nothing leaves before it is durable.
+//!
+//! Nothing is retried: a failed batch is never applied later, so a client
+//! told "nothing was applied" can resubmit. While PostgreSQL cannot be read
+//! either, the reload waits for the probe; memory then still shows the
+//! refused batch to reads (never acknowledged, and gone at the reload).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tracing::{error, info, warn};
+use tunefleet_shared::protocol::{close_code, JobCounts, Millis, StorageProblem};
+
+use super::{now_ms, Batch, Core, Outbound};
+use crate::models::ModelRuns;
+use crate::scheduler::{Output, Scheduler, SchedulerConfig};
+use crate::store::{Store, StoreError};
+use crate::tokens::{TokenBook, TokenRegistry, META_PREFIX};
+
+/// How often a degraded store is tried again.
+pub(super) const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// What the network layer reads of the store's health, set by the core.
+#[derive(Debug, Default)]
+pub struct StorageStatus {
+    failing: AtomicBool,
+    problem: Mutex<Option<StorageProblem>>,
+}
+
+impl StorageStatus {
+    /// True while the store cannot commit: changes are refused at once.
+    pub fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+
+    pub fn problem(&self) -> Option<StorageProblem> {
+        self.problem.lock().ok().and_then(|p| p.clone())
+    }
+
+    /// The error a request that needs a commit gets while the store fails.
+    pub fn refusal(&self) -> String {
+        let reason = self.problem().map_or_else(
+            || "the master cannot commit its state".to_string(),
+            |p| p.reason,
+        );
+        format!(
+            "storage_unavailable: {reason}; nothing of this request was applied. \
+             The master answers reads and takes changes again as soon as it can commit \
+             (`tunefleet status` shows the store's health); resubmitting then is safe"
+        )
+    }
+
+    fn fail(&self, problem: StorageProblem) {
+        if let Ok(mut p) = self.problem.lock() {
+            *p = Some(problem);
+        }
+        self.failing.store(true, Ordering::Relaxed);
+    }
+
+    fn recover(&self) {
+        self.failing.store(false, Ordering::Relaxed);
+        if let Ok(mut p) = self.problem.lock() {
+            *p = None;
+        }
+    }
+}
+
+/// The core's side of an outage.
+pub(super) struct Outage {
+    started: Instant,
+    next_probe: Instant,
+    probes: u64,
+    /// Memory still holds the refused batch: the store could not be read.
+    reload_pending: bool,
+    /// What the reload changed (requeued jobs, workers gone): committed and
+    /// published by the probe that succeeds.
+    held: Batch,
+}
+
+/// The state a master reads from its store: at start-up, and again after a
+/// failed commit.
+pub(super) struct Loaded {
+    pub(super) scheduler: Scheduler,
+    pub(super) models: ModelRuns,
+    pub(super) archived: JobCounts,
+    pub(super) tokens: TokenBook,
+    /// The jobs recovery requeued (in flight when the state was stored).
+    pub(super) requeued: Vec<Output>,
+}
+
+impl Loaded {
+    pub(super) fn read(
+        store: &mut Store,
+        config: SchedulerConfig,
+        registry: TokenRegistry,
+        now: Millis,
+    ) -> Result<Loaded, StoreError> {
+        let jobs = store.load_jobs()?;
+        let models = ModelRuns::recover(store.load_models()?);
+        let mut requeued = Vec::new();
+        let mut scheduler = Scheduler::recover(config, jobs, now, &mut requeued);
+        let mut archived = JobCounts::default();
+        for (state, n) in store.archived_counts()? {
+            archived.count_archived(state, n as isize);
+        }
+        let tokens = TokenBook::load(store.load_meta(META_PREFIX)?, registry);
+        let mut imports = store.load_meta(crate::scheduler::IMPORT_PREFIX)?;
+        imports.extend(store.load_meta(crate::scheduler::KEY_PREFIX)?);
+        scheduler.restore_imports(imports);
+        Ok(Loaded {
+            scheduler,
+            models,
+            archived,
+            tokens,
+            requeued,
+        })
+    }
+}
+
+impl Core {
+    /// The store refused `batch`'s commit: nothing of it is sent (its
+    /// requests' replies are dropped, which the network layer answers with
+    /// `storage_unavailable`), memory is rolled back, and the master is
+    /// degraded until a probe commits.
+    pub(super) fn batch_failed(&mut self, batch: Batch, e: StoreError) {
+        self.counters.commits_failed += 1;
+        self.store.forget_failed();
+        if !e.is_transient() {
+            error!("cannot commit state: {e}");
+            error!("giving up: the master stops so that nothing unsaved is acknowledged");
+            std::process::exit(70);
+        }
+        let refused = batch.replies.len();
+        let Batch {
+            reads, snapshots, ..
+        } = batch;
+        if self.outage.is_none() {
+            error!(
+                refused,
+                "cannot commit state, so nothing of this batch was applied; refusing changes \
+                 (reads are answered) and trying again every {} s: {e}",
+                PROBE_EVERY.as_secs()
+            );
+            self.storage.fail(StorageProblem {
+                reason: format!("the {e}"),
+                since: now_ms(),
+            });
+            self.close_workers(&e);
+        } else {
+            warn!(refused, "cannot commit state yet: {e}");
+        }
+        let now = Instant::now();
+        let outage = self.outage.get_or_insert_with(|| Outage {
+            started: now,
+            next_probe: now + PROBE_EVERY,
+            probes: 0,
+            reload_pending: true,
+            held: Batch::default(),
+        });
+        outage.reload_pending = true;
+        self.try_reload();
+        self.answer_reads(reads, snapshots);
+    }
+
+    /// Every worker's socket is closed: its session ends with the reload,
+    /// and it re-sends what was not acknowledged once it is back.
+    fn close_workers(&mut self, e: &StoreError) {
+        let mut reason = format!("master cannot commit its state: {e}");
+        // A close reason holds 123 bytes.
+        if reason.len() > 120 {
+            let mut cut = 120;
+            while !reason.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            reason.truncate(cut);
+        }
+        for (session, tx) in &self.sessions {
+            let close = Outbound::Close {
+                code: close_code::STORAGE_UNAVAILABLE,
+                reason: reason.clone(),
+            };
+            let _ = tx.send((*session, close));
+        }
+    }
+
+    /// Reads the state back from the store (see the module's comment); on
+    /// failure, memory stays as it is until the next probe.
+    fn try_reload(&mut self) -> bool {
+        let config = self.scheduler.config().clone();
+        let loaded = match Loaded::read(&mut self.store, config, self.tokens.registry(), now_ms()) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                warn!("cannot read the state back yet (reads show the refused batch until it can): {e}");
+                return false;
+            }
+        };
+        let sessions: Vec<_> = self.sessions.keys().copied().collect();
+        self.scheduler = loaded.scheduler;
+        self.models = loaded.models;
+        self.archived = loaded.archived;
+        self.tokens = loaded.tokens;
+        let scheduler = &self.scheduler;
+        self.known_jobs.retain(|id| scheduler.job(id).is_some());
+        self.snapshot_cache = Default::default();
+        let mut out = loaded.requeued;
+        out.extend(sessions.into_iter().map(|session| Output::WorkerLeft {
+            session,
+            reason: "the master's store failed: reconnect once it commits again".into(),
+        }));
+        let mut held = self
+            .outage
+            .as_mut()
+            .map(|o| std::mem::take(&mut o.held))
+            .unwrap_or_default();
+        self.collect(out, &mut held);
+        if let Some(outage) = self.outage.as_mut() {
+            outage.held = held;
+            outage.reload_pending = false;
+        }
+        true
+    }
+
+    /// On a tick while degraded: once a second, whether the store commits
+    /// again (the reload's changes, and a `meta` row, are the probe).
+    pub(super) fn probe_storage(&mut self) {
+        let Some(outage) = self.outage.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        if now < outage.next_probe {
+            return;
+        }
+        outage.next_probe = now + PROBE_EVERY;
+        outage.probes += 1;
+        let reload = outage.reload_pending;
+        if let Err(e) = self.store.probe() {
+            if !e.is_transient() {
+                error!("{e}");
+                error!("giving up: the master stops so that nothing unsaved is acknowledged");
+                std::process::exit(70);
+            }
+            return;
+        }
+        if reload && !self.try_reload() {
+            return;
+        }
+        let Some(outage) = self.outage.as_mut() else {
+            return;
+        };
+        let mut held = std::mem::take(&mut outage.held);
+        held.meta
+            .push(("storage_probe_at".into(), Some(now_ms().to_string())));
+        if let Err(e) = self.commit(&mut held) {
+            self.store.forget_failed();
+            held.meta.pop();
+            if let Some(outage) = self.outage.as_mut() {
+                outage.held = held;
+            }
+            tracing::debug!("the store still cannot commit: {e}");
+            return;
+        }
+        if let Some(outage) = self.outage.take() {
+            info!(
+                after_ms = outage.started.elapsed().as_millis() as u64,
+                probes = outage.probes,
+                "the state database takes commits again; accepting work"
+            );
+        }
+        self.storage.recover();
+        self.deliver(held);
+    }
+
+    /// Whether the store is degraded (changes are refused in `apply`).
+    pub(super) fn degraded(&self) -> bool {
+        self.outage.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests;
