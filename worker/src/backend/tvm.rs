@@ -314,7 +314,7 @@ impl TvmBackend {
             }
             // A model's round: checked whole when the model is compiled.
             drop(work);
-            return Ok(self.round_result(&job, driver_result, started));
+            return Ok(self.job_result(&job, driver_result, None, started));
         };
 
         let mut options = self.config.verify.clone();
@@ -350,53 +350,50 @@ impl TvmBackend {
             "tuned kernel verified"
         );
         drop(work);
-        Ok(self.job_result(&job, driver_result, verification, started))
+        Ok(self.job_result(&job, driver_result, Some(verification), started))
     }
 
-    /// A model round's result: MetaSchedule's measurement is the latency.
-    fn round_result(&self, job: &JobSpec, driver: DriverResult, started: Instant) -> JobResult {
-        let latency = driver.best_latency_s;
-        let flops = driver
-            .flops
-            .filter(|f| f.is_finite() && *f > 0.0)
-            .or_else(|| job.workload.flops());
-        JobResult {
-            best_latency_s: latency,
-            gflops: flops.map(|f| f / latency / 1e9),
-            records: driver.records,
-            trials: driver.trials,
-            wall_time_s: started.elapsed().as_secs_f64(),
-            backend: self.name().to_string(),
-            tvm_version: Some(
-                driver
-                    .tvm_version
-                    .unwrap_or_else(|| self.tvm_version.clone()),
-            ),
-            extra: serde_json::json!({
-                "workload": driver.workload,
-                "metaschedule_best_latency_s": driver.best_latency_s,
-                "tune_s": driver.tune_s,
-                "verified": false,
-                "warm_start_records": driver.warm_start_records,
-                "warm_start_ignored": driver.warm_start_ignored,
-            }),
-            target: Some(job.workload.target.clone()),
-        }
-    }
-
+    /// The job's result: the latency measured here when the kernel was
+    /// checked here, else (a model's round) MetaSchedule's.
     fn job_result(
         &self,
         job: &JobSpec,
         driver: DriverResult,
-        verification: Verification,
+        verification: Option<Verification>,
         started: Instant,
     ) -> JobResult {
-        let latency = verification.tuned_latency_s;
+        let latency = verification
+            .as_ref()
+            .map_or(driver.best_latency_s, |v| v.tuned_latency_s);
         let flops = driver
             .flops
             .filter(|f| f.is_finite() && *f > 0.0)
             .or_else(|| job.workload.flops());
-        let speedup = verification.reference_latency_s / latency;
+        let mut extra = serde_json::json!({
+            "workload": driver.workload,
+            "metaschedule_best_latency_s": driver.best_latency_s,
+            "tune_s": driver.tune_s,
+            "verified": verification.is_some(),
+            "warm_start_records": driver.warm_start_records,
+            "warm_start_ignored": driver.warm_start_ignored,
+        });
+        if let (Some(v), Some(map)) = (&verification, extra.as_object_mut()) {
+            for (key, value) in [
+                (
+                    "untuned_latency_s",
+                    serde_json::json!(v.reference_latency_s),
+                ),
+                (
+                    "speedup_vs_untuned",
+                    serde_json::json!(v.reference_latency_s / latency),
+                ),
+                ("max_abs_error", serde_json::json!(v.max_abs_error)),
+                ("max_rel_error", serde_json::json!(v.max_rel_error)),
+                ("timer", serde_json::json!(v.timer)),
+            ] {
+                map.insert(key.into(), value);
+            }
+        }
         JobResult {
             best_latency_s: latency,
             gflops: flops.map(|f| f / latency / 1e9),
@@ -409,18 +406,7 @@ impl TvmBackend {
                     .tvm_version
                     .unwrap_or_else(|| self.tvm_version.clone()),
             ),
-            extra: serde_json::json!({
-                "workload": driver.workload,
-                "metaschedule_best_latency_s": driver.best_latency_s,
-                "untuned_latency_s": verification.reference_latency_s,
-                "speedup_vs_untuned": speedup,
-                "max_abs_error": verification.max_abs_error,
-                "max_rel_error": verification.max_rel_error,
-                "timer": verification.timer,
-                "verified": true,
-                "warm_start_records": driver.warm_start_records,
-                "warm_start_ignored": driver.warm_start_ignored,
-            }),
+            extra,
             target: Some(job.workload.target.clone()),
         }
     }
