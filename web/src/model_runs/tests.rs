@@ -1,33 +1,8 @@
 use super::*;
-use tunefleet_shared::model::{ModelLatencies, TunerSettings};
-use tunefleet_shared::target::Target;
+use tunefleet_shared::model::ModelLatencies;
 
 pub(crate) fn view(state: ModelState) -> ModelView {
-    ModelView {
-        name: "sq".into(),
-        state,
-        target: Target::parse(r#"{"kind":"llvm"}"#).unwrap(),
-        trials_total: 64,
-        trials_done: 16,
-        trials_per_round: 16,
-        tasks: vec![],
-        estimated_latency_s: None,
-        verified: false,
-        latency_s: ModelLatencies::default(),
-        records_applied: None,
-        functions_tuned: None,
-        error: None,
-        curve: vec![],
-        extract_job: "e".repeat(64),
-        compile_job: None,
-        stop_requested: false,
-        io: serde_json::Value::Null,
-        tuner: TunerSettings::default(),
-        verification: serde_json::Value::Null,
-        created_at: 1,
-        updated_at: 1,
-        finished_at: None,
-    }
+    tunefleet_shared::testing::model_view("sq", state)
 }
 
 #[test]
