@@ -23,7 +23,8 @@ use std::collections::HashMap;
 
 use crate::model::ModelView;
 use crate::protocol::{
-    FleetEvent, FleetSnapshot, JobChange, JobCounts, JobId, JobProgress, JobView, WorkerView,
+    FleetEvent, FleetSnapshot, JobChange, JobCounts, JobId, JobProgress, JobView, StorageProblem,
+    WorkerView,
 };
 
 /// What [`Fleet::apply_event`] made of an event.
@@ -49,6 +50,8 @@ pub struct Fleet {
     models: Vec<ModelView>,
     /// Jobs the master archived (`--job-retention`), by state: counted, not held.
     archived: JobCounts,
+    /// Why the master cannot commit its state, while it cannot.
+    storage_problem: Option<StorageProblem>,
     /// `seq` of the last snapshot or event applied; `None` before the first snapshot.
     seq: Option<u64>,
     /// Snapshots applied so far (1 after the first subscribe; more after resyncs).
@@ -102,8 +105,10 @@ impl Fleet {
             mut workers,
             mut models,
             archived,
+            storage_problem,
         } = snapshot;
         self.archived = archived;
+        self.storage_problem = storage_problem;
         models.sort_by(|a, b| (a.created_at, &a.name).cmp(&(b.created_at, &b.name)));
         let mut names = std::collections::HashSet::new();
         models.reverse();
@@ -170,6 +175,7 @@ impl Fleet {
                     None => self.models.push(*model),
                 }
             }
+            FleetEvent::StorageChanged { problem } => self.storage_problem = problem,
             FleetEvent::JobsArchived { job_ids, archived } => {
                 self.archived = archived;
                 if !job_ids.is_empty() {
@@ -264,6 +270,12 @@ impl Fleet {
     /// The archived jobs' counts alone.
     pub fn archived(&self) -> &JobCounts {
         &self.archived
+    }
+
+    /// Why the master's store cannot commit (it answers reads and refuses
+    /// changes), while it cannot; `None` when it is healthy.
+    pub fn storage_problem(&self) -> Option<&StorageProblem> {
+        self.storage_problem.as_ref()
     }
 
     /// Workers holding a job.

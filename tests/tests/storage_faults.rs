@@ -181,6 +181,28 @@ fn cli_submit(master: &Master, file: &std::path::Path) -> (bool, String, f64) {
     )
 }
 
+/// The next `storage_changed` event a subscriber gets: the problem it
+/// names, or `None` for "healthy again".
+async fn storage_changed(
+    client: &mut tunefleet_server::client::Client,
+) -> Option<tunefleet_shared::protocol::StorageProblem> {
+    use tunefleet_server::client::Update;
+    use tunefleet_shared::protocol::FleetEvent;
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match client.next_update().await {
+                Ok(Some(Update::Event(_, FleetEvent::StorageChanged { problem }))) => {
+                    return problem
+                }
+                Ok(Some(_)) => {}
+                other => panic!("the subscription ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a storage_changed event within 20 s")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_is_answered_at_once_reads_go_on_and_work_resumes_without_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -199,6 +221,10 @@ async fn a_full_disk_is_answered_at_once_reads_go_on_and_work_resumes_without_a_
         (status.jobs.done >= 2).then_some(())
     })
     .await;
+
+    // A dashboard's subscription, to see the store's health change.
+    let mut watcher = master.client().await;
+    watcher.subscribe().await.expect("subscribe");
 
     let filler = fill_disk(dir.path());
     let during = dir.path().join("during.yaml");
@@ -246,6 +272,16 @@ async fn a_full_disk_is_answered_at_once_reads_go_on_and_work_resumes_without_a_
         .await
         .expect("results during the outage");
     assert_eq!(results.len(), 20, "the refused submission is not there");
+    // Subscribers were told, and a new one's snapshot says it too.
+    let problem = storage_changed(&mut watcher).await.expect("degraded");
+    assert!(problem.reason.contains("fleet.db"), "{problem:?}");
+    let (_, snapshot) = master
+        .client()
+        .await
+        .subscribe()
+        .await
+        .expect("subscribe during the outage");
+    assert_eq!(snapshot.storage_problem.as_ref(), Some(&problem));
 
     // Space returns: the master commits again by itself.
     std::fs::remove_file(&filler).expect("free space");
@@ -259,6 +295,11 @@ async fn a_full_disk_is_answered_at_once_reads_go_on_and_work_resumes_without_a_
         freed.elapsed().as_secs_f64()
     );
     assert!(master.log().contains("takes commits again"));
+    assert_eq!(
+        storage_changed(&mut watcher).await,
+        None,
+        "subscribers are told the store is healthy again"
+    );
     let out = master.cli(&["status", "--json"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains(r#""storage": "ok""#));
 

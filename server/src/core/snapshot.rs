@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tracing::error;
 use tunefleet_shared::fleet::job_order;
 use tunefleet_shared::model::ModelView;
-use tunefleet_shared::protocol::{JobCounts, JobView, WorkerView};
+use tunefleet_shared::protocol::{JobCounts, JobView, StorageProblem, WorkerView};
 
 use super::{worker_json, Core};
 
@@ -104,6 +104,7 @@ pub(super) struct SnapshotParts {
     pub(super) workers: Vec<Arc<str>>,
     pub(super) models: Vec<ModelView>,
     pub(super) archived: JobCounts,
+    pub(super) storage_problem: Option<StorageProblem>,
 }
 
 /// `ServerMessage::Snapshot { seq, snapshot }` with the `FleetSnapshot`
@@ -137,6 +138,12 @@ pub(super) fn snapshot_message(seq: u64, fleet: &SnapshotParts) -> String {
     if !fleet.archived.is_empty() {
         out.push_str(r#","archived":"#);
         out.push_str(&serde_json::to_string(&fleet.archived).unwrap_or_else(|_| "{}".into()));
+    }
+    if let Some(problem) = &fleet.storage_problem {
+        if let Ok(json) = serde_json::to_string(problem) {
+            out.push_str(r#","storage_problem":"#);
+            out.push_str(&json);
+        }
     }
     out.push_str("}}");
     out
@@ -177,6 +184,7 @@ impl Core {
                 .collect(),
             models: self.models.runs().map(|r| r.view()).collect(),
             archived: self.archived.clone(),
+            storage_problem: self.storage.problem(),
         }
     }
 }

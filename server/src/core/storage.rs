@@ -25,9 +25,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
-use tunefleet_shared::protocol::{close_code, JobCounts, Millis, StorageProblem};
+use tunefleet_shared::protocol::{close_code, FleetEvent, JobCounts, Millis, StorageProblem};
 
-use super::{now_ms, Batch, Core, Outbound};
+use super::{now_ms, Batch, Core, EventText, Outbound};
 use crate::models::ModelRuns;
 use crate::scheduler::{Output, Scheduler, SchedulerConfig};
 use crate::store::{Store, StoreError};
@@ -161,6 +161,11 @@ impl Core {
                 reason: format!("the {e}"),
                 since: now_ms(),
             });
+            // Subscribers (the dashboard) are told at once: nothing of the
+            // state changed, so there is nothing to commit first.
+            let mut told = Batch::default();
+            told.events.push(self.storage_event());
+            self.deliver(told);
             self.close_workers(&e);
         } else {
             warn!(refused, "cannot commit state yet: {e}");
@@ -283,7 +288,16 @@ impl Core {
             );
         }
         self.storage.recover();
+        held.events.push(self.storage_event());
         self.deliver(held);
+    }
+
+    /// `storage_changed` with the store's health now.
+    fn storage_event(&self) -> EventText {
+        let event = FleetEvent::StorageChanged {
+            problem: self.storage.problem(),
+        };
+        EventText::Same(serde_json::to_string(&event).unwrap_or_default())
     }
 
     /// Whether the store is degraded (changes are refused in `apply`).

@@ -71,19 +71,25 @@ fn hand_built_snapshot_frame_parses_as_server_message() {
     let mut some_archived = JobCounts::default();
     some_archived.count_archived(JobState::Done, 3);
     some_archived.count_archived(JobState::Failed, 1);
+    let problem = tunefleet_shared::protocol::StorageProblem {
+        reason: "state database /srv/f.db: the \"disk\" is full".into(),
+        since: 12,
+    };
     let cases = [
-        (vec![], JobCounts::default()),
+        (vec![], JobCounts::default(), None),
         (
             vec![some_worker("a", 1), some_worker("b", 2)],
             some_archived,
+            Some(problem),
         ),
     ];
-    for (workers, archived) in cases {
+    for (workers, archived, storage_problem) in cases {
         let parts = SnapshotParts {
             jobs: vec![],
             workers: workers.iter().map(worker_json).collect(),
             models: vec![],
             archived: archived.clone(),
+            storage_problem: storage_problem.clone(),
         };
         let parsed: ServerMessage = serde_json::from_str(&snapshot_message(9, &parts)).unwrap();
         let snapshot = FleetSnapshot {
@@ -91,6 +97,7 @@ fn hand_built_snapshot_frame_parses_as_server_message() {
             workers,
             models: vec![],
             archived,
+            storage_problem,
         };
         assert_eq!(parsed, ServerMessage::Snapshot { seq: 9, snapshot });
     }

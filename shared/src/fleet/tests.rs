@@ -24,6 +24,7 @@ fn snapshot() -> FleetSnapshot {
         workers: vec![worker("s1", Some("b"))],
         models: vec![],
         archived: JobCounts::default(),
+        storage_problem: None,
     }
 }
 
@@ -92,6 +93,30 @@ fn applies_a_snapshot_then_events_in_order() {
     assert!(!fleet.all_terminal(), "the run plans more rounds");
     fleet.apply_event(16, run(ModelState::Done));
     assert!(fleet.all_terminal());
+}
+
+#[test]
+fn the_store_degrades_and_recovers_through_events_and_snapshots() {
+    use crate::protocol::StorageProblem;
+    let mut fleet = Fleet::new();
+    fleet.apply_snapshot(1, snapshot());
+    assert!(fleet.storage_problem().is_none());
+    let problem = StorageProblem {
+        reason: "state database /srv/fleet.db: the disk is full".into(),
+        since: 7,
+    };
+    let degraded = FleetEvent::StorageChanged {
+        problem: Some(problem.clone()),
+    };
+    assert_eq!(fleet.apply_event(2, degraded), EventOutcome::Applied);
+    assert_eq!(fleet.storage_problem(), Some(&problem));
+    fleet.apply_event(3, FleetEvent::StorageChanged { problem: None });
+    assert!(fleet.storage_problem().is_none());
+    // A resync's snapshot says it whole.
+    let mut again = snapshot();
+    again.storage_problem = Some(problem.clone());
+    fleet.apply_snapshot(9, again);
+    assert_eq!(fleet.storage_problem(), Some(&problem));
 }
 
 #[test]

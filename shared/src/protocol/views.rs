@@ -373,6 +373,10 @@ pub struct FleetSnapshot {
     /// Jobs archived (`--job-retention`), by state: not in `jobs`.
     #[serde(default, skip_serializing_if = "JobCounts::is_empty")]
     pub archived: JobCounts,
+    /// Set while the master cannot commit its state (it answers reads and
+    /// refuses changes): the cause, naming the file or server, and since when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_problem: Option<super::StorageProblem>,
 }
 
 /// Everything subscribers are told, in order.
@@ -424,5 +428,12 @@ pub enum FleetEvent {
     JobsArchived {
         job_ids: Vec<JobId>,
         archived: JobCounts,
+    },
+    /// The master's store stopped committing (`problem` says why and since
+    /// when) or commits again (`problem` absent): the snapshot's
+    /// `storage_problem`, changed. Sent at once, since it changes no state.
+    StorageChanged {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        problem: Option<super::StorageProblem>,
     },
 }

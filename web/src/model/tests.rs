@@ -55,6 +55,7 @@ fn snapshot(jobs: Vec<JobView>, workers: Vec<WorkerView>) -> FleetSnapshot {
         workers,
         models: vec![],
         archived: Default::default(),
+        storage_problem: None,
     }
 }
 

@@ -122,6 +122,10 @@ fn messages() -> Vec<ServerMessage> {
                 workers: vec![worker()],
                 models: vec![model_view(ModelState::Tuning)],
                 archived: archived.clone(),
+                storage_problem: Some(tunefleet_shared::protocol::StorageProblem {
+                    reason: "state database /srv/f.db: the disk is full".into(),
+                    since: 5,
+                }),
             },
         },
         event(
@@ -180,6 +184,16 @@ fn messages() -> Vec<ServerMessage> {
             },
         ),
         event(
+            15,
+            FleetEvent::StorageChanged {
+                problem: Some(tunefleet_shared::protocol::StorageProblem {
+                    reason: "state database /srv/f.db: the disk is full".into(),
+                    since: 5,
+                }),
+            },
+        ),
+        event(15, FleetEvent::StorageChanged { problem: None }),
+        event(
             16,
             FleetEvent::JobsArchived {
                 job_ids: vec!["00000000000000aa".into()],
@@ -204,6 +218,7 @@ fn kind_is_covered(event: &FleetEvent) -> bool {
         | FleetEvent::JobProgress { .. }
         | FleetEvent::JobChanged { .. }
         | FleetEvent::ModelUpdated { .. }
+        | FleetEvent::StorageChanged { .. }
         | FleetEvent::JobsArchived { .. } => true,
     }
 }
@@ -214,7 +229,7 @@ fn every_message_reads_as_the_derived_reader_reads_it() {
         .iter()
         .filter(|m| matches!(m, ServerMessage::Event { event, .. } if kind_is_covered(event)))
         .count();
-    assert_eq!(events, 9, "one sample of every event kind");
+    assert_eq!(events, 11, "a sample of every event kind");
     for msg in messages() {
         let text = serde_json::to_string(&msg).unwrap();
         let derived: ServerMessage = serde_json::from_str(&text).unwrap();

@@ -20,6 +20,7 @@ fn progress_counts_finished_jobs() {
                 job("d", JobState::Cancelled),
             ],
             workers: vec![],
+            storage_problem: None,
             models: vec![],
             archived: Default::default(),
         },

@@ -94,6 +94,7 @@ fn page(app: &App) -> Html {
         <div class="page">
             { header(app) }
             { banner(app) }
+            { storage_banner(app) }
             <main id="main" class={cls(&[("grid", true), ("stale", !app.session.live()),
                 ("with-models", !app.session.fleet.models().is_empty())])}>
                 { overall(app, now) }
@@ -217,6 +218,25 @@ fn banner(app: &App) -> Html {
             </div>
         },
         _ => Html::default(),
+    }
+}
+
+/// The master cannot commit its state: it still answers reads (what the
+/// page shows is current), and refuses changes until it can again.
+fn storage_banner(app: &App) -> Html {
+    let Some(problem) = app.session.fleet.storage_problem() else {
+        return Html::default();
+    };
+    let since = browser::now_ms().saturating_sub(problem.since);
+    html! {
+        <div id="storage-banner" class="banner bad" role="alert">
+            <strong>{ "The master's store is degraded: it cannot commit." }</strong>
+            <span>{ format!(
+                " {} (for {}). The tables are current; submits, cancels and retries are refused until it commits again.",
+                problem.reason,
+                format_duration(since)
+            ) }</span>
+        </div>
     }
 }
 
