@@ -70,4 +70,6 @@ def test_worker_and_package_extract_the_same_tasks(tmp_path):
     for rows in (worker, package):
         total = sum(r["untuned_time_s"] for r in rows)
         assert total > 0
-        assert all(r["trivial"] == (r["untuned_time_s"] < tunefleet.relax.TRIVIAL_TIME_SHARE * total) for r in rows)
+        # Trivial only when short in time as well as by FLOPs.
+        assert all(not r["trivial"] or r["untuned_time_s"] < tunefleet.relax.TRIVIAL_TIME_SHARE * total
+                   for r in rows)

@@ -158,13 +158,14 @@ def task_rows(fused, target, rebuild=None, args=None) -> list:
     TVMScript back into the module a worker would tune; it must equal
     `workload_mod` of the task.
 
-    Trivial (not worth trials) by time, not FLOPs: with `args` (the fused
-    `main`'s arguments; `random_args` makes them) the untuned module is run
-    once with every function timed, and a task under TRIVIAL_TIME_SHARE of
-    that run is trivial (`untuned_time_s`: its functions' time). On CPU, TVM's
+    Trivial (not worth trials) by time as well as FLOPs: with `args` (the
+    fused `main`'s arguments; `random_args` makes them) the untuned module is
+    run once with every function timed (`untuned_time_s`: a task's
+    functions' time), and a task is trivial only when it is under
+    TRIVIAL_TIME_SHARE of that run *and* `is_trivial` by FLOPs. On CPU, TVM's
     default schedule of a pooling, a transpose or an LRN is a single-threaded
-    loop nest that can cost more than a convolution. Without `args`, or when
-    the module cannot be run, `is_trivial`'s FLOPs rule."""
+    loop nest that can cost more than a convolution: time catches those. Without
+    `args`, or when the module cannot be run, the FLOPs rule alone."""
     require_tvm("task extraction")
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
@@ -192,12 +193,15 @@ def task_rows(fused, target, rebuild=None, args=None) -> list:
     untuned_total = sum(times.values())
     total = sum(r["flops"] * r["weight"] for r in rows if r["flops"] is not None)
     for r in rows:
-        reductions = r.pop("_reductions")
+        by_flops = is_trivial(r["flops"], r["weight"], total, r.pop("_reductions"))
         if untuned_total > 0:
             r["untuned_time_s"] = times[r["workload"][0]]
-            r["trivial"] = r["untuned_time_s"] < TRIVIAL_TIME_SHARE * untuned_total
+            # Both rules must call it trivial: a small convolution is a small
+            # share of the untuned time, but tuning shrinks the big ones far
+            # more than it, so in the tuned model it would be a large share.
+            r["trivial"] = by_flops and r["untuned_time_s"] < TRIVIAL_TIME_SHARE * untuned_total
         else:
-            r["trivial"] = is_trivial(r["flops"], r["weight"], total, reductions)
+            r["trivial"] = by_flops
     return rows
 
 

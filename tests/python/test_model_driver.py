@@ -146,7 +146,8 @@ def test_extract():
     tasks = {t["name"]: t for t in r["tasks"]}
     for t in r["tasks"]:
         assert t["untuned_time_s"] >= 0, t
-        assert t["trivial"] == (t["untuned_time_s"] < 0.005 * total), (t["name"], t["untuned_time_s"], total)
+        # Trivial only when short in time as well as by FLOPs (the FLOPs rule's half is its own test).
+        assert not t["trivial"] or t["untuned_time_s"] < 0.005 * total, (t["name"], t["untuned_time_s"], total)
     conv = [t for n, t in tasks.items() if "conv2d" in n]
     assert len(conv) == 1 and not conv[0]["trivial"] and conv[0]["flops"] > 1e5, r["tasks"]
     assert all(t["untuned_time_s"] < conv[0]["untuned_time_s"] for n, t in tasks.items() if "reshape" in n), r["tasks"]
