@@ -52,12 +52,21 @@ fn pg_ctl_run(dir: &str, action: &str) {
     let Some(pg_ctl) = pg_ctl() else {
         panic!("no pg_ctl");
     };
+    // The server `start` leaves running must not inherit this test's output:
+    // it would hold the pipe of whoever runs the tests (`cargo test | tee`
+    // in scripts/test.sh) open for ever. Its own log file instead, and no
+    // inherited descriptors.
     let ok = Command::new("su")
         .args(["postgres", "-s", "/bin/sh", "-c"])
-        .arg(format!("'{pg_ctl}' -D '{dir}' -m fast -w -t 30 {action}"))
+        .arg(format!(
+            "'{pg_ctl}' -D '{dir}' -l '{dir}/server.log' -m fast -w -t 30 {action}"
+        ))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    assert!(ok, "pg_ctl {action}");
+    assert!(ok, "pg_ctl {action} (see {dir}/server.log)");
 }
 
 /// The server is stopped by one test at a time (this binary's tests run on

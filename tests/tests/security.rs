@@ -722,6 +722,15 @@ async fn tokens_and_secrets_never_appear_in_logs() {
     }
     assert!(master_log.contains("client refused: wrong token"));
     assert!(master_log.contains("missing or wrong join secret"));
+    // One line holds the admin token on purpose, as Jupyter's does: the
+    // dashboard's sign-in link, written once to the operator's terminal
+    // (stderr) when the master listens. No other line may.
+    let sign_in = format!("#token={admin_token}");
+    let (links, master_log): (Vec<&str>, Vec<&str>) = master_log.lines().partition(|l| {
+        l.starts_with("dashboard, signed in as admin: http://") && l.ends_with(&sign_in)
+    });
+    assert_eq!(links.len(), 1, "the sign-in link, once: {links:?}");
+    let master_log = master_log.join("\n");
     for (name, text) in [
         ("master log", &master_log),
         ("master stdout", &master_out),
