@@ -60,7 +60,8 @@ RUN groupadd --system --gid 10001 tunefleet \
       --shell /usr/sbin/nologin tunefleet \
  && install -d -o 10001 -g 10001 -m 0750 /var/tmp/tunefleet
 
-# The tuning drivers (tunefleet_tune.py and, beside it, tunefleet_model.py).
+# The tuning drivers: the long-lived tunefleet_driver.py, which runs
+# tunefleet_tune.py's and tunefleet_model.py's code.
 COPY worker/python/*.py /opt/tunefleet/worker/python/
 # The tunefleet package: tunefleet_model.py imports its shared Relax preparation
 # (python/tunefleet/relax.py) from ../../python.

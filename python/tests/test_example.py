@@ -17,7 +17,7 @@ need("onnx", "the onnx package (scripts/setup-tvm.sh)")
 
 def test_the_notebook_example_runs_end_to_end(master, workers, tmp_path):
     workers.start(master.url, "tvm", 0, "--backend", "tvm", "--python", sys.executable,
-                  "--tvm-driver", str(REPO / "worker/python/tunefleet_tune.py"), "--target", "auto",
+                  "--tvm-driver", str(REPO / "worker/python/tunefleet_driver.py"), "--target", "auto",
                   "--work-dir", str(tmp_path / "work"))
     env = {**os.environ, "TUNEFLEET_SERVER": master.url, "TUNEFLEET_TOKEN": ADMIN_TOKEN,
            "TUNEFLEET_EXAMPLE_TRIALS": "4", "TUNEFLEET_EXAMPLE_RELAX_TRIALS": "4",

@@ -33,7 +33,7 @@ def _median_s(fn, repeat=15):
 
 def test_tune_module_applied_is_faster_and_equal(master, workers, fleet, tmp_path):
     workers.start(master.url, "tvm", 0, "--backend", "tvm", "--python", sys.executable,
-                  "--tvm-driver", str(REPO / "worker/python/tunefleet_tune.py"), "--target", "auto",
+                  "--tvm-driver", str(REPO / "worker/python/tunefleet_driver.py"), "--target", "auto",
                   "--work-dir", str(tmp_path / "work"))
     mod = relax_models.MatmulRelu
     run = fleet.tune_module(mod, name="mm-relu", trials=8, trials_per_round=8)
