@@ -140,16 +140,7 @@ async fn fetch_run(
 ) -> anyhow::Result<(ModelView, Vec<(String, String)>)> {
     let mut client = connect.connect().await?;
     client.set_request_timeout(Duration::from_secs(300));
-    let reply = client
-        .request(ClientCommand::Models {
-            name: Some(name.to_string()),
-        })
-        .await
-        .map_err(|e| connect.explain(e))?;
-    let view = match reply {
-        ReplyBody::Models { mut models } if !models.is_empty() => models.remove(0),
-        _ => bail!("no model run named `{name}`"),
-    };
+    let view = super::model::view_on(&mut client, connect, name).await?;
     if view.io.get("inputs").is_none() {
         bail!(
             "model run `{name}` has not extracted its tasks yet (it is {}): wait for its first rounds",

@@ -250,13 +250,23 @@ async fn wait_for_end(
 
 pub async fn fetch(connect: &ConnectArgs, name: &str) -> anyhow::Result<ModelView> {
     let mut client = connect.connect().await?;
+    let view = view_on(&mut client, connect, name).await;
+    let _ = client.close().await;
+    view
+}
+
+/// The run's view, asked on a connection the caller holds.
+pub async fn view_on(
+    client: &mut Client,
+    connect: &ConnectArgs,
+    name: &str,
+) -> anyhow::Result<ModelView> {
     let reply = client
         .request(ClientCommand::Models {
             name: Some(name.to_string()),
         })
         .await
         .map_err(|e| connect.explain(e))?;
-    let _ = client.close().await;
     match reply {
         ReplyBody::Models { mut models } if !models.is_empty() => Ok(models.remove(0)),
         _ => bail!("no model run named `{name}`"),
