@@ -174,14 +174,18 @@ class AsyncFleet:
     async def submit_model(self, path: str | os.PathLike, *, name: str | None = None, trials: int | None = None,
                            trials_per_round: int | None = None, target: dict | str | None = None,
                            input_shapes: dict | None = None, tuner: dict | None = None,
-                           seed: int = 0) -> AsyncModelRun:
+                           seed: int = 0, prepack: bool = False) -> AsyncModelRun:
         """Starts a whole-model run of an ONNX file; returns at once.
 
         Float weights over 64 elements are stripped before upload, as the CLI
         does, when the `onnx` package is installed (the fleet tunes with
         random weights: weights do not change which kernels a model needs);
         without it the file is sent as it is, within the master's 8 MiB
-        limit. `run.upload_note` says which happened."""
+        limit. `run.upload_note` says which happened.
+
+        `prepack=True` tunes for pre-packed weights (the weights compiled in,
+        their layout chosen by MetaSchedule): build the model with
+        `tunefleet compile`; such a run has no weights-as-arguments library."""
         path = os.fspath(path)
         try:
             with open(path, "rb") as f:
@@ -193,6 +197,8 @@ class AsyncFleet:
             name = os.path.splitext(os.path.basename(path))[0]
         model = {"name": name, "source": {"onnx_b64": base64.b64encode(stripped).decode("ascii"),
                                           "input_shapes": _shapes(input_shapes), "seed": int(seed)}}
+        if prepack:
+            model["source"]["prepack"] = True
         _model_settings(model, trials, trials_per_round, target, tuner)
         run = await self._submit_model(model)
         run.upload_note = note

@@ -100,6 +100,48 @@ def prepare(mod, target):
     return fuse(mod, make_target(target))
 
 
+def attach_layout_free(mod):
+    """`mod` with `layout_free_buffers` on every PrimFunc that reads a weight
+    (a Relax constant, or a parameter of `main` past its `num_input`): the
+    first half of weight pre-packing. MetaSchedule's RewriteLayout may then
+    pick those buffers' layout; the attribute is part of each task's
+    workload, so extraction and compile must both run it. Call under a target."""
+    require_tvm("weight pre-packing")
+    from tvm import relax
+
+    return relax.transform.AttachAttrLayoutFreeBuffers()(mod)
+
+
+def fold_layout_rewrites(mod, target):
+    """The second half of pre-packing, after the records are applied: the
+    weight-layout rewrites the schedules chose are split out of the kernels
+    (`SplitLayoutRewritePreproc`) and, the weights being constants, folded
+    into them (`FoldConstant`): the compiled model holds its weights in the
+    tuned layout and does no layout work at run time. Returns (mod,
+    prepacked, at_run_time): the kernels whose weights were re-laid out at
+    compile time, and those whose rewrite still runs with the model (a
+    weight that is not a constant)."""
+    tvm = require_tvm("weight pre-packing")
+    from tvm import relax
+
+    with make_target(target):
+        mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+        # TVM names the split-out rewrite `<kernel>_weight_prepack`.
+        rewrites = {gv.name_hint for gv, f in mod.functions_items()
+                    if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint.endswith("_weight_prepack")}
+        mod = relax.transform.FoldConstant()(mod)
+    # What no Relax function calls any more (the folded rewrites, the kernels before
+    # the split) is dropped: DeadCodeElimination keeps every PrimFunc with a
+    # global symbol, i.e. all of them.
+    called = {gv.name_hint for _, f in mod.functions_items() if isinstance(f, relax.Function)
+              for gv in relax.analysis.all_global_vars(f)}
+    kept = {gv: f for gv, f in mod.functions_items()
+            if not isinstance(f, tvm.tirx.PrimFunc) or gv.name_hint in called}
+    left = rewrites & called
+    out = tvm.IRModule(kept, attrs=mod.attrs) if mod.attrs else tvm.IRModule(kept)
+    return out, len(rewrites - left), len(left)
+
+
 def workload_mod(func):
     """The module MetaSchedule keys a task's records by: {"main": func} with
     `global_symbol` main and `tirx.noalias` (what `tune_tir` adds itself).

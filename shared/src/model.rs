@@ -148,6 +148,14 @@ pub struct ModelSource {
     /// Seed of the random weights and inputs used for verification.
     #[serde(default)]
     pub seed: u64,
+    /// Weight pre-packing: tasks are extracted with the weights compiled in
+    /// as constants and marked layout-free, so MetaSchedule may choose their
+    /// layout, and `tunefleet compile` folds that layout into the user's
+    /// weights. The compiled model then takes its inputs alone; a run with
+    /// it has no weights-as-arguments library (`export --format library`).
+    /// Absent (false) in runs submitted before it existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prepack: bool,
 }
 
 /// One tuned task handed to the compile job.
@@ -327,6 +335,10 @@ pub struct ModelView {
     /// Verification details from the compile job (tolerance, max error).
     #[serde(default)]
     pub verification: serde_json::Value,
+    /// The run's tasks were extracted for pre-packed weights
+    /// ([`ModelSource::prepack`]): compile the same way.
+    #[serde(default)]
+    pub prepack: bool,
     pub created_at: Millis,
     pub updated_at: Millis,
     pub finished_at: Option<Millis>,

@@ -28,6 +28,7 @@ pub fn model_view(name: &str, state: crate::model::ModelState) -> crate::model::
         io: serde_json::Value::Null,
         tuner: crate::model::TunerSettings::default(),
         verification: serde_json::Value::Null,
+        prepack: false,
         created_at: 1,
         updated_at: 1,
         finished_at: None,

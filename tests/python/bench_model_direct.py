@@ -61,6 +61,8 @@ def main() -> int:
     ap.add_argument("--input-shape", action="append", default=[])
     ap.add_argument("--target", default=None, help="JSON; default: detected from this host")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--prepack", action="store_true",
+                    help="weights bound (random) with layout-free buffers: MetaSchedule may pre-pack them")
     args = ap.parse_args()
 
     from tvm.s_tir import meta_schedule as ms
@@ -74,7 +76,8 @@ def main() -> int:
     with open(args.model, "rb") as f:
         model_b64 = base64.b64encode(f.read()).decode()
     target_json = json.loads(args.target) if args.target else host_target()
-    job = {"model_b64": model_b64, "input_shapes": shapes, "target": target_json, "seed": 0}
+    job = {"model_b64": model_b64, "input_shapes": shapes, "target": target_json, "seed": 0,
+           "prepack": args.prepack}
     tt.prepare_tvm_for_target(target_json)
     prep = tm.prepare_model(job)
 
@@ -143,6 +146,7 @@ def main() -> int:
         "target": target_json,
         "trials": args.trials,
         "trials_per_round": args.trials_per_round,
+        "prepack": args.prepack,
         "tasks_tuned": len(chosen),
         "tasks_total": len(extracted),
         "tuning_s": round(tuning_s, 1),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks of worker/python/tunefleet_model.py on a tiny handmade ONNX model (fast).
 
-    .venv/bin/python tests/python/test_model_driver.py [extract] [compile] [errors] [warm]
+    .venv/bin/python tests/python/test_model_driver.py [extract] [compile] [errors] [warm] [prepack]
 
 No argument runs extract, compile and errors (about 15 s on 2 cores). Each
 check prints "ok <name> ..." or raises. The test_* functions also run under
@@ -16,6 +16,8 @@ MatMul(8x10, stripped), input `x` of shape [N, 3, 16, 16] (dynamic batch).
 - compile: no records -> applied 0, verified true; the exported model.so is
   run in a fresh process with the module docstring's load_and_run snippet.
 - errors: not an ONNX file, dynamic input without input_shapes, unsupported op.
+- prepack: weight pre-packing, extraction to a library run with its input
+  alone (one real 4-trial round, ~30 s).
 - warm: tunes the conv task for 4 trials with tunefleet_tune.py, then 4 more
   warm-started from those records (trials counts only the new ones; the best
   is never worse than the warm-start best), then compiles the model with the
@@ -160,6 +162,21 @@ def test_extract():
     return r
 
 
+# The tiny model in numpy: compares the library's `y` for input `x` with
+# weights `w`, `b`, `fc` and prints the error (the end of both snippets below).
+TINY_REFERENCE = r"""
+xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+conv = np.zeros((1, 8, 16, 16), np.float64)
+for i in range(3):
+    for j in range(3):
+        conv += np.einsum("nchw,oc->nohw", xp[:, :, i:i + 16, j:j + 16], w[:, :, i, j])
+ref = np.maximum(conv + b[None, :, None, None], 0).mean(axis=(2, 3)) @ fc
+assert y.shape == (1, 10), y.shape
+err = float(np.abs(y - ref).max())
+assert err < 1e-4 * max(1.0, float(np.abs(ref).max())), err
+print(json.dumps({"max_abs_err": err}))
+"""
+
 LOAD_AND_RUN = r"""
 import json, sys
 import numpy as np, tvm
@@ -179,17 +196,7 @@ ps = [rng.standard_normal(p["shape"]).astype(p["dtype"]) for p in r["params"]]
 y = load_and_run(r["library"], ins, ps)
 x, (w, b, fc) = ins[0], ps
 # numpy reference of the tiny model, with the weights passed in (weights-agnostic library)
-xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-conv = np.zeros((1, 8, 16, 16), np.float64)
-for i in range(3):
-    for j in range(3):
-        conv += np.einsum("nchw,oc->nohw", xp[:, :, i:i + 16, j:j + 16], w[:, :, i, j])
-ref = np.maximum(conv + b[None, :, None, None], 0).mean(axis=(2, 3)) @ fc
-assert y.shape == (1, 10), y.shape
-err = float(np.abs(y - ref).max())
-assert err < 1e-4 * max(1.0, float(np.abs(ref).max())), err
-print(json.dumps({"max_abs_err": err}))
-"""
+""" + TINY_REFERENCE
 
 
 def test_compile_no_records():
@@ -258,8 +265,59 @@ def test_warm_start():
           f"latency {c['latency_s']})", flush=True)
 
 
+PREPACKED_RUN = r"""
+import json, sys
+import numpy as np, tvm
+from tvm import relax
+
+r = json.loads(sys.stdin.read())
+# The contract: the model's inputs alone.
+vm = relax.VirtualMachine(tvm.runtime.load_module(r["library"]), tvm.cpu())
+x = np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype("float32")
+y = vm["main"](tvm.runtime.tensor(x)).numpy()
+# The tiny model's own weights (tiny_model's generator), in numpy.
+rng = np.random.default_rng(0)
+w, b, fc = (rng.standard_normal(s).astype("float32") for s in ((8, 3, 3, 3), (8,), (8, 10)))
+""" + TINY_REFERENCE
+
+
+def test_prepack():
+    """Weight pre-packing end to end on the tiny model: extraction binds
+    random weights and marks them layout-free; a real 4-trial round of the
+    conv picks the weight's layout; `tunefleet compile`'s job (the model's
+    own weights, bound) finds every extracted workload, applies the record,
+    folds the layout rewrite into the weight, and the library runs with the
+    input alone and gives the model's own outputs."""
+    ex = _result(*run_driver(_job("extract", prepack=True), "prepack_extract"))
+    assert ex["params"] == [], ex["params"]  # weights compiled in
+    conv = next(t for t in ex["tasks"] if "conv2d" in t["name"])
+    assert "layout_free_buffers" in conv["tvmscript"], conv["tvmscript"][:2000]
+    wl = {"name": conv["name"], "op": "tvmscript", "tvmscript": conv["tvmscript"], "target": TARGET, "trials": 4}
+    job = {"workload": wl, "nbest": 8, "seed": 0, "num_trials_per_iter": 4, "max_workers": 2, "rpc": None,
+           "check_kernel": False}
+    r = _result(*run_driver(job, "prepack_round", script=TUNE, timeout=600))
+    records = [x["record"] for x in r["records"]]
+    assert records and all("TransformLayout" in json.dumps(rec) for rec in records), "no weight layout chosen"
+    tasks = [{"name": t["name"], "workload": t["workload"],
+              "records": records if t["name"] == conv["name"] else []} for t in ex["tasks"]]
+    model_path = os.path.join(_tmp(), "tiny_with_weights.onnx")
+    with open(model_path, "wb") as f:
+        f.write(tiny_model(strip=False))
+    job = _job("compile", tasks=tasks, prepack=True, weights="bound", model_path=model_path)
+    del job["model_b64"]
+    c = _result(*run_driver(job, "prepack_compile"))
+    assert c["tasks_matched"] == len(tasks) and c["unmatched_tasks"] == [], c["unmatched_tasks"]
+    assert c["applied"] == 1 and c["prepacked"] == 1 and c["params"] == [] and c["verified"] is True, c
+    assert not any("conv2d" in f["name"] for f in c["default_schedule"]), c["default_schedule"]
+    p = subprocess.run([PYTHON, "-c", PREPACKED_RUN], input=json.dumps(c), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    print(f"ok prepack ({len(tasks)} tasks all matched, {len(records)} records with a weight layout, "
+          f"prepacked {c['prepacked']}, fresh-process run with the input alone {p.stdout.strip()})", flush=True)
+
+
 def main(argv):
-    which = set(argv) or {"extract", "compile", "errors"}
+    which = set(argv) or {"extract", "compile", "errors", "prepack"}
     work = _tmp()
     print(f"work dirs under {work} (kept if a test fails)", flush=True)
     if "extract" in which:
@@ -270,6 +328,8 @@ def main(argv):
         test_errors()
     if "warm" in which:
         test_warm_start()
+    if "prepack" in which:
+        test_prepack()
     teardown_module(None)
     return 0
 

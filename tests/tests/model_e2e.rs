@@ -144,6 +144,7 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
                     onnx_b64: tunefleet_shared::model::base64::encode(b"target: {kind: llvm}\n"),
                     input_shapes: Default::default(),
                     seed: 0,
+                    prepack: false,
                 },
                 trials: Some(10),
                 trials_per_round: None,
@@ -187,6 +188,48 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
     assert!(status.jobs.total >= 1);
 }
 
+/// `submit --prepack`: the run says so, and a weights-as-arguments library
+/// is refused with the command that builds the model instead (its compile
+/// job binds random weights, for timing only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepacked_run_points_export_library_to_tunefleet_compile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = Master::start(dir.path(), &[]);
+    let model = dir.path().join("dyn.onnx");
+    dynamic_relu_model(&model);
+    let out = master.cli(&[
+        "submit",
+        model.to_str().unwrap(),
+        "--name",
+        "packed",
+        "--input-shape",
+        "x=1,4",
+        "--prepack",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = master.cli(&["results", "--model", "packed", "--format", "json"]);
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(view["prepack"], true, "{view}");
+    let lib = dir.path().join("packed.so");
+    let out = master.cli(&[
+        "export",
+        "--model",
+        "packed",
+        "--format",
+        "library",
+        "--out",
+        lib.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("pre-packs its weights")
+            && err.contains("tunefleet compile MODEL.onnx --model packed"),
+        "{err}"
+    );
+    assert!(!lib.exists());
+}
+
 /// A run of tasks its client extracted (the Python package's `tune_module`),
 /// sent with the Rust client: no extract job, rounds on a sim worker at once,
 /// `done` without a compile job, and it survives a master restart (the empty
@@ -211,6 +254,7 @@ async fn client_extracted_tasks_are_tuned_without_extract_or_compile() {
         source: ModelSource {
             onnx_b64: String::new(),
             input_shapes: Default::default(),
+            prepack: false,
             seed: 0,
         },
         trials: Some(8),
@@ -588,7 +632,8 @@ async fn squeezenet_in_faster_squeezenet_out() {
 }
 
 /// The model driver's own tests (a tiny handmade model: extraction, compile
-/// and verification without records, and its error messages).
+/// and verification without records, its error messages, and weight
+/// pre-packing from extraction to a library run with its input alone).
 #[cfg(feature = "tvm")]
 #[test]
 fn model_driver_python_tests() {

@@ -251,6 +251,7 @@ pub fn submission(model: &LoadedModel, checked: &Checked) -> ModelSubmission {
             onnx_b64: model.stripped_b64.clone(),
             input_shapes: checked.input_shapes.clone(),
             seed: 0,
+            prepack: false,
         },
         trials: Some(checked.trials),
         trials_per_round: None,

@@ -19,6 +19,7 @@ JOB.json::
      "input_shapes": {"data": [1, 3, 224, 224]},      (may be {} or absent)
      "target": {"kind": "llvm", "mcpu": "znver3", "num-cores": 2},
      "seed": 0,
+     "prepack": false,          (true: weights bound and pre-packed, see `_prepack`)
      # compile only:
      "tasks": [{"name": "fused_conv2d_add_relu", "workload": [hash, b64],
                 "records": [[trace, run_secs, target, args_info], ...]}],
@@ -455,6 +456,20 @@ def _weights_mode(job: dict) -> str:
     return mode
 
 
+def _prepack(job: dict) -> bool:
+    """`prepack: true`: weights are compiled in as constants (the model's own
+    with `weights: bound`, seeded random ones otherwise) and every PrimFunc
+    gets `layout_free_buffers` (`AttachAttrLayoutFreeBuffers`), so
+    MetaSchedule's RewriteLayout may choose the weights' layout; compile then
+    splits the rewrite out (`SplitLayoutRewritePreproc`) and folds it into
+    the constants (`FoldConstant`): pre-packed weights, no cost per run.
+    Extraction and compile run the same passes, so every record applies."""
+    value = job.get("prepack", False)
+    if not isinstance(value, bool):
+        raise JobError(f"job field `prepack` must be true or false, got {value!r}")
+    return value
+
+
 def _target_num_cores(target_json: dict) -> int:
     n = target_json.get("num-cores")
     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
@@ -478,9 +493,11 @@ def prepare_model(job: dict) -> Prepared:
     target_json = job.get("target")
     target, target_json = tt.make_target(target_json)
     seed = tt._int_field(job, "seed", 0, lo=0)
-    bound = _weights_mode(job) == "bound"
+    own = _weights_mode(job) == "bound"
+    prepack = _prepack(job)
+    bound = own or prepack
     model = _decode_model(job)
-    inputs, weight_names = materialize(model, seed, job.get("input_shapes") or {}, random_weights=not bound)
+    inputs, weight_names = materialize(model, seed, job.get("input_shapes") or {}, random_weights=not own)
     if bound:
         weight_names = []  # compiled in as constants: `main` takes the inputs alone
     _check_ops(model.graph)
@@ -523,6 +540,8 @@ def prepare_model(job: dict) -> Prepared:
     try:
         with target:
             mod = seq(mod)
+            if prepack:
+                mod = relax_prep.attach_layout_free(mod)
     except Exception as err:  # noqa: BLE001
         traceback.print_exc(file=sys.stderr)
         raise JobError(f"lowering the model failed: {type(err).__name__}: {tt._shorten(str(err))}") from err
@@ -770,6 +789,19 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
     proto.emit({"event": "progress", "stage": "records_applied", "applied": stats["applied"],
                 "functions": stats["functions"], "elapsed_s": round(time.monotonic() - t0, 3)})
 
+    prepacked = None
+    if _prepack(job):
+        t = time.monotonic()
+        try:
+            tuned_mod, prepacked, at_run_time = relax_prep.fold_layout_rewrites(tuned_mod, prep.target)
+        except Exception as err:  # noqa: BLE001
+            traceback.print_exc(file=sys.stderr)
+            raise JobError(f"pre-packing the weights failed: {type(err).__name__}: {tt._shorten(str(err))}") from err
+        prep.timings["prepack_s"] = round(time.monotonic() - t, 3)
+        if at_run_time:
+            print(f"tunefleet: {at_run_time} weight layout rewrite(s) could not be folded and run with the model",
+                  file=sys.stderr)
+
     t = time.monotonic()
     try:
         tuned_ex = tvm.compile(tuned_mod, target=prep.target)
@@ -833,11 +865,13 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
     t = time.monotonic()
     spent = relax_prep.time_functions(tuned_ex, args)
     run_total = sum(spent.values()) or 1.0
-    applied_names = set(stats["applied_names"])
-    prim_funcs = {gv.name_hint for gv, f in prep.mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    # By the functions of the module compiled (pre-packing renames the
+    # kernels it splits, `..._prepacked`), scheduled = a record applied.
+    prim_funcs = {gv.name_hint: f for gv, f in tuned_mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
     default_schedule = sorted(
         ({"name": name, "time_s": secs, "share": secs / run_total}
-         for name, secs in spent.items() if name in prim_funcs and name not in applied_names),
+         for name, secs in spent.items()
+         if name in prim_funcs and not (prim_funcs[name].attrs and "tirx.is_scheduled" in prim_funcs[name].attrs)),
         key=lambda f: -f["time_s"])
     prep.timings["profile_s"] = round(time.monotonic() - t, 3)
 
@@ -866,6 +900,9 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
                               "atol = 1e-4 * max|onnxruntime output| (per output)"},
         "latency_s": {"untuned": lat_untuned, "tuned": lat_tuned, "onnxruntime": lat_ort},
         "weights": _weights_mode(job),
+        "prepack": _prepack(job),
+        # Kernels whose weights the compile re-laid out for them (pre-packing).
+        "prepacked": prepacked,
         "default_schedule": default_schedule,
         "default_schedule_share": sum(f["share"] for f in default_schedule),
         "target": prep.target_json,

@@ -188,6 +188,8 @@ fn driver_job(view: &ModelView, model: &Path, db_dir: &Path, out: &Path, repeat:
         "input_shapes": input_shapes,
         "target": view.target,
         "seed": 0,
+        // The run's tasks were extracted this way: every record applies.
+        "prepack": view.prepack,
         "database_dir": db_dir,
         "out": out,
         "repeat": repeat.max(1),

@@ -66,6 +66,11 @@ pub struct ModelFlags {
     /// Measurements per candidate.
     #[arg(long)]
     pub repeat: Option<u32>,
+    /// Pre-pack the weights: tune kernels that may choose the weights'
+    /// layout, folded into the real weights by `tunefleet compile` (the run
+    /// then has no `export --format library`).
+    #[arg(long)]
+    pub prepack: bool,
 }
 
 impl ModelFlags {
@@ -85,6 +90,7 @@ impl ModelFlags {
             ("--runner-timeout", self.runner_timeout.is_some()),
             ("--number", self.number.is_some()),
             ("--repeat", self.repeat.is_some()),
+            ("--prepack", self.prepack),
         ] {
             if given {
                 set.push(flag);
@@ -153,6 +159,7 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
             onnx_b64: base64::encode(&stripped),
             input_shapes: shapes,
             seed: 0,
+            prepack: flags.prepack,
         },
         trials: flags.trials,
         trials_per_round: flags.trials_per_round,

@@ -122,6 +122,12 @@ impl Core {
                     },
                 ])
             }
+            // A pre-packed run's compile job binds random weights: its
+            // library is for timing, never for a user.
+            ModelArtifactKind::Library if run.source.prepack => Err(format!(
+                "model run `{name}` pre-packs its weights, so it has no weights-as-arguments library: \
+                 run `tunefleet compile MODEL.onnx --model {name} --out FILE.so` with your model file"
+            )),
             ModelArtifactKind::Library => {
                 let bytes = self
                     .store

@@ -211,6 +211,7 @@ impl ModelRun {
             io: self.io.clone(),
             tuner: self.tuner.clone(),
             verification: self.verification.clone(),
+            prepack: self.source.prepack,
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,

@@ -11,6 +11,7 @@ fn submission(name: &str, trials: u32, per_round: u32) -> ModelSubmission {
             onnx_b64: "AAAA".into(),
             input_shapes: Default::default(),
             seed: 0,
+            prepack: false,
         },
         trials: Some(trials),
         trials_per_round: Some(per_round),

@@ -538,6 +538,7 @@ fn a_model_submit_is_a_submit_with_its_own_reply() {
             onnx_b64: "AAAA".into(),
             input_shapes: Default::default(),
             seed: 0,
+            prepack: false,
         },
         trials: Some(64),
         trials_per_round: None,

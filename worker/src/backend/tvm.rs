@@ -500,6 +500,7 @@ impl TvmBackend {
             "model_b64": source.onnx_b64,
             "input_shapes": source.input_shapes,
             "seed": source.seed,
+            "prepack": source.prepack,
             "target": job.workload.target,
             "tasks": tasks,
         });
