@@ -13,7 +13,9 @@
 //! compiles, checks the outputs against onnxruntime with the same weights on
 //! seeded random inputs, and times untuned TVM, tuned TVM and onnxruntime
 //! with the same threads. A mismatch is an error: the command exits 0 only
-//! for a verified library.
+//! for a verified library. A run submitted with `--prepack` was tuned for
+//! weights in the layouts its kernels choose: the driver folds those layouts
+//! into the real weights here (`prepacked` in the report counts them).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -309,6 +311,8 @@ fn report(view: &ModelView, result: &Value) -> Value {
         "timings",
         "default_schedule",
         "default_schedule_share",
+        "prepack",
+        "prepacked",
     ] {
         report[key] = result[key].clone();
     }
@@ -347,6 +351,11 @@ fn to_text(report: &Value) -> String {
         out.push_str(&format!(" ({:.2}x onnxruntime's time)", tuned / ort));
     }
     out.push('\n');
+    if let Some(n) = report["prepacked"].as_u64() {
+        out.push_str(&format!(
+            "weights pre-packed at compile time for {n} kernels (the run was submitted with --prepack)\n"
+        ));
+    }
     if let (Some(share), Some(funcs)) = (
         report["default_schedule_share"].as_f64(),
         report["default_schedule"].as_array(),
