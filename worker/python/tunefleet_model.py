@@ -910,19 +910,22 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
     if not u_ok:
         print(f"tunefleet: warning: untuned model does not match onnxruntime either: {u_msg}", file=sys.stderr)
 
-    # Where the tuned model's time goes: the functions still on TVM's default
-    # schedule, and their share (what more tuning, or a task marked trivial,
-    # leaves on the table).
+    # Where the tuned model's time goes: the functions no record covers (on
+    # TVM's default schedule, or `generic`: the package's parallel one), and
+    # their share (what more tuning, or a task marked trivial, leaves on the
+    # table).
     t = time.monotonic()
     spent = relax_prep.time_functions(tuned_ex, args)
     run_total = sum(spent.values()) or 1.0
     # By the functions of the module compiled (pre-packing renames the
     # kernels it splits, `..._prepacked`), scheduled = a record applied.
     prim_funcs = {gv.name_hint: f for gv, f in tuned_mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    generic = set(stats["generic_names"])
     default_schedule = sorted(
-        ({"name": name, "time_s": secs, "share": secs / run_total}
+        ({"name": name, "time_s": secs, "share": secs / run_total, "generic": name in generic}
          for name, secs in spent.items()
-         if name in prim_funcs and not (prim_funcs[name].attrs and "tirx.is_scheduled" in prim_funcs[name].attrs)),
+         if name in prim_funcs and (name in generic or not (prim_funcs[name].attrs
+                                                             and "tirx.is_scheduled" in prim_funcs[name].attrs))),
         key=lambda f: -f["time_s"])
     prep.timings["profile_s"] = round(time.monotonic() - t, 3)
 
@@ -955,6 +958,8 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
         # Kernels whose weights the compile re-laid out for them (pre-packing).
         "prepacked": prepacked,
         "default_schedule": default_schedule,
+        # Of those, the functions given the generic parallel schedule.
+        "generic_schedules": len(generic),
         "default_schedule_share": sum(f["share"] for f in default_schedule),
         "target": prep.target_json,
         "host_cpu": _host_cpu(),

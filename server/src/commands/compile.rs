@@ -313,6 +313,7 @@ fn report(view: &ModelView, result: &Value) -> Value {
         "default_schedule_share",
         "prepack",
         "prepacked",
+        "generic_schedules",
     ] {
         report[key] = result[key].clone();
     }
@@ -372,8 +373,9 @@ fn to_text(report: &Value) -> String {
             })
             .collect();
         out.push_str(&format!(
-            "on TVM's default schedule: {} functions, {:.1}% of the tuned model's time{}\n",
+            "no record for {} functions ({} of them on the generic parallel schedule), {:.1}% of the tuned model's time{}\n",
             funcs.len(),
+            report["generic_schedules"].as_u64().unwrap_or(0),
             share * 100.0,
             if top.is_empty() {
                 String::new()
