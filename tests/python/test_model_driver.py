@@ -202,6 +202,10 @@ x, (w, b, fc) = ins[0], ps
 def test_compile_no_records():
     r = _result(*run_driver(_job("compile", tasks=[]), "compile"))
     assert r["applied"] == 0 and r["tuned_functions"] == 0 and r["functions"] >= 3, r
+    # No records: the generic parallel schedule covers what it can (the conv,
+    # the pooling), and the outputs below still match numpy.
+    assert r["generic_schedules"] >= 2, r["default_schedule"]
+    assert 2 <= sum(f["generic"] for f in r["default_schedule"]) <= r["generic_schedules"], r["default_schedule"]
     assert r["verified"] is True and r["max_abs_err"] is not None
     assert set(r["tolerance"]) >= {"rtol", "atol"}
     lat = r["latency_s"]
