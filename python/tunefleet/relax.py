@@ -61,6 +61,31 @@ def fusion_sequence():
     return tvm.transform.Sequential([getattr(relax.transform, p)() for p in FUSION_PASSES])
 
 
+#: Weight pre-packing runs TVM's own CPU order (`static_shape_tuning_pipeline`
+#: with `cpu_weight_prepack`): batch norms decomposed for inference (so they
+#: fuse into the convolution before them), and constants folded *before*
+#: fusion, so what depends on the weights alone (transposes, reshapes, the
+#: light test models' weight-building subgraphs) is computed at compile
+#: time instead of fused into kernels. FUSION_PASSES (weights as arguments,
+#: nothing to fold) stays as it was: runs extracted with it keep their keys.
+PREPACK_PASSES = ("DecomposeOpsForInference", "CanonicalizeBindings", "LegalizeOps", "AnnotateTIROpPattern",
+                  "FoldConstant", "FuseOps", "FuseTIR")
+
+
+def prepack_sequence():
+    """PREPACK_PASSES then AttachAttrLayoutFreeBuffers, as one Sequential:
+    every PrimFunc that reads a weight (a Relax constant) gets
+    `layout_free_buffers`, the first half of weight pre-packing, so that
+    MetaSchedule's RewriteLayout may pick those buffers' layout. The
+    attribute is part of each task's workload: extraction and compile must
+    both run this. Call under a target."""
+    tvm = require_tvm("weight pre-packing")
+    from tvm import relax
+
+    passes = [getattr(relax.transform, p)() for p in PREPACK_PASSES]
+    return tvm.transform.Sequential(passes + [relax.transform.AttachAttrLayoutFreeBuffers()])
+
+
 def fuse(mod, target):
     """Runs FUSION_PASSES on `mod` under `target` (a tvm Target)."""
     with target:
@@ -98,18 +123,6 @@ def prepare(mod, target):
     """`mod` fused as the farm fuses ONNX models (the module `apply` expects)."""
     check_static(mod)
     return fuse(mod, make_target(target))
-
-
-def attach_layout_free(mod):
-    """`mod` with `layout_free_buffers` on every PrimFunc that reads a weight
-    (a Relax constant, or a parameter of `main` past its `num_input`): the
-    first half of weight pre-packing. MetaSchedule's RewriteLayout may then
-    pick those buffers' layout; the attribute is part of each task's
-    workload, so extraction and compile must both run it. Call under a target."""
-    require_tvm("weight pre-packing")
-    from tvm import relax
-
-    return relax.transform.AttachAttrLayoutFreeBuffers()(mod)
 
 
 def fold_layout_rewrites(mod, target):

@@ -188,6 +188,24 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
     assert!(status.jobs.total >= 1);
 }
 
+/// Submits the one-Relu model as run `packed` with `--prepack` (4 trials).
+fn submit_prepacked_relu(master: &Master, dir: &Path) {
+    let model = dir.join("relu.onnx");
+    dynamic_relu_model(&model);
+    let out = master.cli(&[
+        "submit",
+        model.to_str().expect("UTF-8 path"),
+        "--name",
+        "packed",
+        "--input-shape",
+        "x=1,4",
+        "--trials",
+        "4",
+        "--prepack",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 /// `submit --prepack`: the run says so, and a weights-as-arguments library
 /// is refused with the command that builds the model instead (its compile
 /// job binds random weights, for timing only).
@@ -195,18 +213,7 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
 async fn a_prepacked_run_points_export_library_to_tunefleet_compile() {
     let dir = tempfile::tempdir().expect("tempdir");
     let master = Master::start(dir.path(), &[]);
-    let model = dir.path().join("dyn.onnx");
-    dynamic_relu_model(&model);
-    let out = master.cli(&[
-        "submit",
-        model.to_str().unwrap(),
-        "--name",
-        "packed",
-        "--input-shape",
-        "x=1,4",
-        "--prepack",
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    submit_prepacked_relu(&master, dir.path());
     let out = master.cli(&["results", "--model", "packed", "--format", "json"]);
     let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(view["prepack"], true, "{view}");
@@ -228,6 +235,42 @@ async fn a_prepacked_run_points_export_library_to_tunefleet_compile() {
         "{err}"
     );
     assert!(!lib.exists());
+}
+
+/// A `--prepack` run on a real TVM worker ends verified: extraction binds
+/// random weights, and the compile job keeps its library (random weights
+/// compiled in, ResNet-50's was 100 MB, over what a result may carry) on the
+/// worker instead of failing the run.
+#[cfg(feature = "tvm")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepacked_run_ends_verified_without_shipping_its_library() {
+    let python = repo_root().join(".venv/bin/python");
+    if light_models().is_none() {
+        eprintln!("SKIPPED: no TVM venv (scripts/setup-tvm.sh)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let master = Master::start(dir.path(), &[]);
+    let _worker = tvm_worker(&master, dir.path(), "tvm-prepack", &python, &[]);
+    submit_prepacked_relu(&master, dir.path());
+    let view = eventually(Duration::from_secs(300), "the run to end", || async {
+        let out = master.cli(&["results", "--model", "packed", "--format", "json"]);
+        let view: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        (view["state"] == "done" || view["state"] == "failed").then_some(view)
+    })
+    .await;
+    assert_eq!(view["state"], "done", "{view:#}");
+    assert_eq!(view["verified"], true, "{view:#}");
+    assert_eq!(view["prepack"], true, "{view:#}");
+    assert_eq!(
+        view["io"]["params"],
+        serde_json::json!([]),
+        "weights compiled in: {view:#}"
+    );
+    assert!(
+        view["latency_s"]["tuned"].as_f64().is_some_and(|t| t > 0.0),
+        "{view:#}"
+    );
 }
 
 /// A run of tasks its client extracted (the Python package's `tune_module`),

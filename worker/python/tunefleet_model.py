@@ -536,12 +536,10 @@ def prepare_model(job: dict) -> Prepared:
     timings["frontend_s"] = round(time.monotonic() - t, 3)
 
     t = time.monotonic()
-    seq = fusion_sequence()
+    seq = relax_prep.prepack_sequence() if prepack else fusion_sequence()
     try:
         with target:
             mod = seq(mod)
-            if prepack:
-                mod = relax_prep.attach_layout_free(mod)
     except Exception as err:  # noqa: BLE001
         traceback.print_exc(file=sys.stderr)
         raise JobError(f"lowering the model failed: {type(err).__name__}: {tt._shorten(str(err))}") from err
