@@ -184,7 +184,13 @@ class Connection:
             await self.ws.send(json.dumps({"id": request_id, **command}))
         except Exception as err:  # noqa: BLE001
             self._waiting.pop(request_id, None)
-            raise ConnectionLost(f"connection to {self.url} lost: {err}") from err
+            lost = ConnectionLost(f"connection to {self.url} lost: {err}")
+            # Marked here, not only by the reader: a send can fail before the
+            # reader task has run, and a resending caller that found this
+            # connection still open would retry on it without ever yielding
+            # (a busy loop seen when a master was killed mid-test).
+            self._fail_all(lost)
+            raise lost from err
         try:
             return await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:

@@ -109,7 +109,9 @@ class AsyncFleet:
             except ConnectionLost:
                 if not resend:
                     raise
-                # Reconnect (or fail after reconnect_timeout) and send it again.
+                # Reconnect (or fail after reconnect_timeout) and send it
+                # again, after letting the connection's reader run.
+                await asyncio.sleep(0)
 
     async def close(self) -> None:
         async with self._lock:
