@@ -410,7 +410,7 @@ def apply_database(mod, db, target, generic=True):
     tvm = require_tvm("applying tuning records")
 
     out = tvm.IRModule(mod.functions, attrs=mod.attrs) if mod.attrs else tvm.IRModule(mod.functions)
-    total = tuned = applied = 0
+    total = 0
     applied_names = []
     matched_keys = []  # workload hashes (database_workload.json's first column) that matched
     failures = []
@@ -419,45 +419,52 @@ def apply_database(mod, db, target, generic=True):
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
         total += 1
-        key_mod = workload_mod(func)
-        if not db.has_workload(key_mod):
-            if generic and _generic_into(out, gv, func):
+        new = _best_schedule(db, gv, func, target, matched_keys, failures)
+        if new is not None:
+            _install(out, gv, func, new)
+            applied_names.append(gv.name_hint)
+            continue
+        if generic:
+            new = _generic_or_none(gv, func)
+            if new is not None:
+                _install(out, gv, func, new)
                 generic_names.append(gv.name_hint)
-            continue
-        tuned += 1
-        # Already in the database: commit_workload returns the stored entry (no write).
-        matched_keys.append(str(db.commit_workload(key_mod).as_json()[0]))
-        try:
-            sch = db.query_schedule(key_mod, target=target, workload_name="main")
-        except Exception as err:  # noqa: BLE001
-            failures.append(f"{gv.name_hint}: {_shorten(str(err), 200)}")
-            continue
-        if sch is None:
-            failures.append(f"{gv.name_hint}: no valid record")
-            if generic and _generic_into(out, gv, func):
-                generic_names.append(gv.name_hint)
-            continue
-        new = sch.mod["main"]
-        symbol = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else gv.name_hint
-        new = new.with_attr("global_symbol", symbol).with_attr("tirx.is_scheduled", True)
-        out[gv] = new
-        applied += 1
-        applied_names.append(gv.name_hint)
-    return out, {"functions": total, "tuned_functions": tuned, "applied": applied,
+    return out, {"functions": total, "tuned_functions": len(matched_keys), "applied": len(applied_names),
                  "applied_names": applied_names, "matched_keys": matched_keys, "failures": failures,
                  "generic_names": generic_names}
 
 
-def _generic_into(out, gv, func) -> bool:
-    """`out[gv]` = `generic_schedule(func)`, marked scheduled; False (and
-    `out` unchanged) when there is none or TVM refuses it."""
+def _best_schedule(db, gv, func, target, matched_keys: list, failures: list):
+    """The best record's schedule of `func` (its PrimFunc), or None; a
+    function the database knows adds its workload hash to `matched_keys`,
+    one it knows but cannot schedule a line to `failures`."""
+    key_mod = workload_mod(func)
+    if not db.has_workload(key_mod):
+        return None
+    # Already in the database: commit_workload returns the stored entry (no write).
+    matched_keys.append(str(db.commit_workload(key_mod).as_json()[0]))
     try:
-        new = generic_schedule(func)
-    except Exception as err:  # noqa: BLE001  (TVM's ScheduleError and friends)
-        print(f"tunefleet: no generic schedule for {gv.name_hint}: {_shorten(str(err), 200)}", file=sys.stderr)
-        return False
-    if new is None:
-        return False
+        sch = db.query_schedule(key_mod, target=target, workload_name="main")
+    except Exception as err:  # noqa: BLE001
+        failures.append(f"{gv.name_hint}: {_shorten(str(err), 200)}")
+        return None
+    if sch is None:
+        failures.append(f"{gv.name_hint}: no valid record")
+        return None
+    return sch.mod["main"]
+
+
+def _install(out, gv, func, new) -> None:
+    """`out[gv]` = `new`, under `func`'s own symbol and marked scheduled (so
+    the build's default schedule leaves it alone)."""
     symbol = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else gv.name_hint
     out[gv] = new.with_attr("global_symbol", symbol).with_attr("tirx.is_scheduled", True)
-    return True
+
+
+def _generic_or_none(gv, func):
+    """`generic_schedule(func)`, or None when there is none or TVM refuses it."""
+    try:
+        return generic_schedule(func)
+    except Exception as err:  # noqa: BLE001  (TVM's ScheduleError and friends)
+        print(f"tunefleet: no generic schedule for {gv.name_hint}: {_shorten(str(err), 200)}", file=sys.stderr)
+        return None

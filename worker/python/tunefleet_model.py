@@ -72,7 +72,7 @@ mode=compile result::
      "verified": true, "max_abs_err": x, "untuned_max_abs_err": y,
      "tolerance": {"rtol": 1e-3, "atol": a, "rule": "..."},
      "latency_s": {"untuned": s, "tuned": s, "onnxruntime": s}, "repeat": r,
-     "library": "/abs/model.so", "library_bytes": n,
+     "library": "/abs/model.so", "library_bytes": n,   (null: prepack with random weights)
      "inputs": [...], "params": [...], "outputs": [...]}
 
 `applied` counts PrimFuncs of the fused module that got a schedule from the
@@ -711,8 +711,20 @@ def _median_time(fn, repeat: int, budget_s: float = 20.0, min_s: float = 1.0) ->
     return times[mid] if len(times) % 2 else 0.5 * (times[mid - 1] + times[mid])
 
 
-def time_onnxruntime(model, feeds: dict, threads: int, repeat: int, work_dir: str) -> float:
-    """onnxruntime's median time for `model` on `feeds`, measured in a
+def _onnxruntime_session(model, threads: int):
+    """An onnxruntime CPU session of `model` (bytes or a path) with `threads`
+    intra-op threads, the settings both the reference run and the timing use."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def time_onnxruntime(onnx_bytes: bytes, feeds: dict, threads: int, repeat: int, work_dir: str) -> float:
+    """onnxruntime's median time for the model `onnx_bytes` on `feeds`, measured in a
     process of its own. In this one, TVM's thread pool (two VMs have run)
     and onnxruntime's both spin between calls and slow each other down:
     timed here after TVM, onnxruntime's SqueezeNet read 3-7 ms where it
@@ -724,7 +736,7 @@ def time_onnxruntime(model, feeds: dict, threads: int, repeat: int, work_dir: st
     d = os.path.join(work_dir, "onnxruntime-timing")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "model.onnx"), "wb") as f:
-        f.write(model.SerializeToString())
+        f.write(onnx_bytes)
     np.savez(os.path.join(d, "feeds.npz"), **feeds)
     cmd = [sys.executable, os.path.abspath(__file__), "--time-onnxruntime", d, str(threads), str(repeat)]
     try:
@@ -742,13 +754,8 @@ def time_onnxruntime(model, feeds: dict, threads: int, repeat: int, work_dir: st
 def _time_onnxruntime_main(d: str, threads: int, repeat: int) -> int:
     """The child of `time_onnxruntime`: prints the median, in seconds."""
     import numpy as np
-    import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(os.path.join(d, "model.onnx"), sess_options=so, providers=["CPUExecutionProvider"])
+    sess = _onnxruntime_session(os.path.join(d, "model.onnx"), threads)
     with np.load(os.path.join(d, "feeds.npz")) as z:
         feeds = {k: z[k] for k in z.files}
     print(repr(_median_time(lambda: sess.run(None, feeds), repeat)))
@@ -856,17 +863,21 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
         traceback.print_exc(file=sys.stderr)
         raise JobError(f"building the tuned model failed: {type(err).__name__}: {tt._shorten(str(err))}") from err
     prep.timings["build_tuned_s"] = round(time.monotonic() - t, 3)
-    lib_path = job.get("out") or os.path.join(work_dir, "model.so")
-    if not isinstance(lib_path, str):
-        raise JobError("job field `out` must be a file path")
-    t = time.monotonic()
-    tmp = lib_path + ".tmp.so"
-    try:
-        tuned_ex.export_library(tmp)
-        os.replace(tmp, lib_path)
-    except OSError as err:
-        raise JobError(f"cannot write the library {lib_path}: {err.strerror or err}") from err
-    prep.timings["export_s"] = round(time.monotonic() - t, 3)
+    # A worker's pre-packed compile has random weights compiled in (ResNet-50:
+    # a 100 MB library nobody may run): it is verified and timed, not written.
+    lib_path = None
+    if not (_prepack(job) and _weights_mode(job) == "random"):
+        lib_path = job.get("out") or os.path.join(work_dir, "model.so")
+        if not isinstance(lib_path, str):
+            raise JobError("job field `out` must be a file path")
+        t = time.monotonic()
+        tmp = lib_path + ".tmp.so"
+        try:
+            tuned_ex.export_library(tmp)
+            os.replace(tmp, lib_path)
+        except OSError as err:
+            raise JobError(f"cannot write the library {lib_path}: {err.strerror or err}") from err
+        prep.timings["export_s"] = round(time.monotonic() - t, 3)
     t = time.monotonic()
     try:
         untuned_ex = tvm.compile(prep.mod, target=prep.target)
@@ -884,15 +895,9 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
     tuned_out = _as_list(tuned_vm["main"](*args))
     untuned_out = _as_list(untuned_vm["main"](*args))
 
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = prep.num_cores
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    onnx_bytes = prep.onnx_model.SerializeToString()  # ResNet-50: 100 MB, serialized once
     try:
-        sess = ort.InferenceSession(prep.onnx_model.SerializeToString(), sess_options=so,
-                                    providers=["CPUExecutionProvider"])
+        sess = _onnxruntime_session(onnx_bytes, prep.num_cores)
     except Exception as err:  # noqa: BLE001
         raise JobError(f"onnxruntime cannot load the model: {tt._shorten(str(err))}") from err
     feeds = {info["name"]: x for info, x in zip(prep.inputs, in_np)}
@@ -930,7 +935,7 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
     t = time.monotonic()
     lat_untuned = _median_time(lambda: untuned_vm["main"](*args), repeat)
     lat_tuned = _median_time(lambda: tuned_vm["main"](*args), repeat)
-    lat_ort = time_onnxruntime(prep.onnx_model, feeds, prep.num_cores, repeat, work_dir)
+    lat_ort = time_onnxruntime(onnx_bytes, feeds, prep.num_cores, repeat, work_dir)
     prep.timings["timing_s"] = round(time.monotonic() - t, 3)
 
     return {
@@ -963,8 +968,8 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
         "host_cpu": _host_cpu(),
         "records": len(db.get_all_tuning_records()),
         "repeat": repeat,
-        "library": os.path.abspath(lib_path),
-        "library_bytes": os.path.getsize(lib_path),
+        "library": os.path.abspath(lib_path) if lib_path else None,
+        "library_bytes": os.path.getsize(lib_path) if lib_path else None,
         "inputs": prep.inputs,
         "params": prep.params,
         "outputs": prep.outputs,

@@ -532,14 +532,14 @@ impl TvmBackend {
                 .ok_or_else(|| {
                     TuneError::Failed("model driver: no tuned latency in the result".into())
                 })?;
-            let path = object
-                .remove("library")
-                .and_then(|p| p.as_str().map(PathBuf::from))
-                .ok_or_else(|| TuneError::Failed("model driver: no `library` path".into()))?;
-            // A pre-packed run's library has random weights compiled in
-            // (ResNet-50: 100 MB): it was built to be verified and timed,
-            // never exported, so it stays here.
+            let library = object.remove("library");
+            // A pre-packed run's compile has random weights compiled in
+            // (ResNet-50: 100 MB): the driver verifies and times it and
+            // writes no library (`library` is null).
             if !source.prepack {
+                let path = library
+                    .and_then(|p| p.as_str().map(PathBuf::from))
+                    .ok_or_else(|| TuneError::Failed("model driver: no `library` path".into()))?;
                 let size = std::fs::metadata(&path)?.len();
                 if size > MAX_LIBRARY_BYTES {
                     return Err(TuneError::Failed(format!(
