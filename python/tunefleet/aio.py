@@ -176,7 +176,7 @@ class AsyncFleet:
     async def submit_model(self, path: str | os.PathLike, *, name: str | None = None, trials: int | None = None,
                            trials_per_round: int | None = None, target: dict | str | None = None,
                            input_shapes: dict | None = None, tuner: dict | None = None,
-                           seed: int = 0, prepack: bool = False) -> AsyncModelRun:
+                           seed: int = 0, prepack: bool = False, layout: str = "NCHW") -> AsyncModelRun:
         """Starts a whole-model run of an ONNX file; returns at once.
 
         Float weights over 64 elements are stripped before upload, as the CLI
@@ -187,7 +187,9 @@ class AsyncFleet:
 
         `prepack=True` tunes for pre-packed weights (the weights compiled in,
         their layout chosen by MetaSchedule): build the model with
-        `tunefleet compile`; such a run has no weights-as-arguments library."""
+        `tunefleet compile`; such a run has no weights-as-arguments library.
+        `layout="NHWC"` (with `prepack=True`) tunes the convolutions
+        channels-last."""
         path = os.fspath(path)
         try:
             with open(path, "rb") as f:
@@ -201,6 +203,11 @@ class AsyncFleet:
                                           "input_shapes": _shapes(input_shapes), "seed": int(seed)}}
         if prepack:
             model["source"]["prepack"] = True
+        layout = str(layout).upper()
+        if layout not in ("NCHW", "NHWC"):
+            raise TunefleetError(f"layout must be NCHW or NHWC, got {layout!r}")
+        if layout != "NCHW":
+            model["source"]["layout"] = layout
         _model_settings(model, trials, trials_per_round, target, tuner)
         run = await self._submit_model(model)
         run.upload_note = note

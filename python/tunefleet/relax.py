@@ -72,17 +72,40 @@ PREPACK_PASSES = ("DecomposeOpsForInference", "CanonicalizeBindings", "LegalizeO
                   "FoldConstant", "FuseOps", "FuseTIR")
 
 
-def prepack_sequence():
+#: Data layouts a pre-packed run may be tuned in. NCHW is the ONNX layout,
+#: kept as it is. NHWC converts every 2-D convolution (and what layout
+#: inference carries with it: batch norms, poolings, elementwise ops) to
+#: channels-last before lowering, so a convolution's innermost loop runs over
+#: channels (64-2048) instead of the image width (7-56 in ResNet-50's late
+#: stages), which is what a CPU's vector units want; the auto-scheduler's
+#: own tutorials tune CNNs in NHWC for that reason. The transposes it needs
+#: at the model's edges are one each; the weights' transposes fold away,
+#: because a pre-packed run's weights are constants.
+LAYOUTS = ("NCHW", "NHWC")
+
+
+def check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise TunefleetError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    return layout
+
+
+def prepack_sequence(layout: str = "NCHW"):
     """PREPACK_PASSES then AttachAttrLayoutFreeBuffers, as one Sequential:
     every PrimFunc that reads a weight (a Relax constant) gets
     `layout_free_buffers`, the first half of weight pre-packing, so that
     MetaSchedule's RewriteLayout may pick those buffers' layout. The
     attribute is part of each task's workload: extraction and compile must
-    both run this. Call under a target."""
+    both run this, with the same `layout` (see LAYOUTS). Call under a
+    target."""
     tvm = require_tvm("weight pre-packing")
     from tvm import relax
 
-    passes = [getattr(relax.transform, p)() for p in PREPACK_PASSES]
+    passes = []
+    if check_layout(layout) == "NHWC":
+        passes += [relax.transform.FoldConstant(),
+                   relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})]
+    passes += [getattr(relax.transform, p)() for p in PREPACK_PASSES]
     return tvm.transform.Sequential(passes + [relax.transform.AttachAttrLayoutFreeBuffers()])
 
 

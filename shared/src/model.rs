@@ -156,6 +156,62 @@ pub struct ModelSource {
     /// Absent (false) in runs submitted before it existed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prepack: bool,
+    /// The data layout the run's kernels are tuned in (pre-packed runs
+    /// only). Absent (NCHW, the ONNX layout) in runs submitted before it
+    /// existed.
+    #[serde(default, skip_serializing_if = "DataLayout::is_default")]
+    pub layout: DataLayout,
+}
+
+/// The data layout of a model's convolutions while it is tuned and
+/// compiled. ONNX models are NCHW; NHWC puts the channels innermost, so a
+/// convolution's vector loop runs over its 64–2048 channels rather than an
+/// image row of 7–56 (see the `tunefleet.relax.LAYOUTS` docs). The weights'
+/// transposes fold into the constants, so only pre-packed runs may ask for
+/// it ([`DataLayout::check`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum DataLayout {
+    #[default]
+    #[serde(rename = "NCHW")]
+    Nchw,
+    #[serde(rename = "NHWC")]
+    Nhwc,
+}
+
+impl DataLayout {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataLayout::Nchw => "NCHW",
+            DataLayout::Nhwc => "NHWC",
+        }
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == DataLayout::Nchw
+    }
+
+    /// Parses `nchw`/`nhwc` in any case (the CLI's `--layout`).
+    pub fn parse(text: &str) -> Result<DataLayout, String> {
+        match text.to_ascii_uppercase().as_str() {
+            "NCHW" => Ok(DataLayout::Nchw),
+            "NHWC" => Ok(DataLayout::Nhwc),
+            _ => Err(format!("layout must be NCHW or NHWC, got `{text}`")),
+        }
+    }
+
+    /// A layout other than NCHW transposes the weights; that folds away
+    /// only when they are compile-time constants (`prepack`).
+    pub fn check(self, prepack: bool) -> Result<(), String> {
+        if self != DataLayout::Nchw && !prepack {
+            return Err(format!(
+                "layout {} needs weight pre-packing (--prepack): the weights' transposes fold away only when they are constants",
+                self.as_str()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// One tuned task handed to the compile job.
@@ -339,6 +395,9 @@ pub struct ModelView {
     /// ([`ModelSource::prepack`]): compile the same way.
     #[serde(default)]
     pub prepack: bool,
+    /// The data layout the run was tuned in ([`ModelSource::layout`]).
+    #[serde(default)]
+    pub layout: DataLayout,
     pub created_at: Millis,
     pub updated_at: Millis,
     pub finished_at: Option<Millis>,

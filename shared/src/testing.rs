@@ -29,6 +29,7 @@ pub fn model_view(name: &str, state: crate::model::ModelState) -> crate::model::
         tuner: crate::model::TunerSettings::default(),
         verification: serde_json::Value::Null,
         prepack: false,
+        layout: Default::default(),
         created_at: 1,
         updated_at: 1,
         finished_at: None,

@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--prepack", action="store_true",
                     help="weights bound (random) with layout-free buffers: MetaSchedule may pre-pack them")
+    ap.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"],
+                    help="data layout to tune in (NHWC needs --prepack)")
     args = ap.parse_args()
 
     from tvm.s_tir import meta_schedule as ms
@@ -77,7 +79,7 @@ def main() -> int:
         model_b64 = base64.b64encode(f.read()).decode()
     target_json = json.loads(args.target) if args.target else host_target()
     job = {"model_b64": model_b64, "input_shapes": shapes, "target": target_json, "seed": 0,
-           "prepack": args.prepack}
+           "prepack": args.prepack, "layout": args.layout}
     tt.prepare_tvm_for_target(target_json)
     prep = tm.prepare_model(job)
 
@@ -147,6 +149,7 @@ def main() -> int:
         "trials": args.trials,
         "trials_per_round": args.trials_per_round,
         "prepack": args.prepack,
+        "layout": args.layout,
         "tasks_tuned": len(chosen),
         "tasks_total": len(extracted),
         "tuning_s": round(tuning_s, 1),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks of worker/python/tunefleet_model.py on a tiny handmade ONNX model (fast).
 
-    .venv/bin/python tests/python/test_model_driver.py [extract] [compile] [errors] [warm] [prepack]
+    .venv/bin/python tests/python/test_model_driver.py [extract] [compile] [errors] [warm] [prepack] [nhwc]
 
 No argument runs extract, compile and errors (about 15 s on 2 cores). Each
 check prints "ok <name> ..." or raises. The test_* functions also run under
@@ -285,21 +285,25 @@ w, b, fc = (rng.standard_normal(s).astype("float32") for s in ((8, 3, 3, 3), (8,
 """ + TINY_REFERENCE
 
 
-def test_prepack():
+def _prepack_end_to_end(layout: str) -> None:
     """Weight pre-packing end to end on the tiny model: extraction binds
     random weights and marks them layout-free; a real 4-trial round of the
     conv picks the weight's layout; `tunefleet compile`'s job (the model's
     own weights, bound) finds every extracted workload, applies the record,
     folds the layout rewrite into the weight, and the library runs with the
     input alone and gives the model's own outputs."""
-    ex = _result(*run_driver(_job("extract", prepack=True), "prepack_extract"))
+    tag = f"prepack_{layout.lower()}"
+    ex = _result(*run_driver(_job("extract", prepack=True, layout=layout), f"{tag}_extract"))
     assert ex["params"] == [], ex["params"]  # weights compiled in
     conv = next(t for t in ex["tasks"] if "conv2d" in t["name"])
     assert "layout_free_buffers" in conv["tvmscript"], conv["tvmscript"][:2000]
+    # The conv's output buffer: (1, 8, 16, 16) in NCHW, (1, 16, 16, 8) in NHWC.
+    out_shape = "(1, 16, 16, 8)" if layout == "NHWC" else "(1, 8, 16, 16)"
+    assert out_shape in conv["tvmscript"], conv["tvmscript"][:2000]
     wl = {"name": conv["name"], "op": "tvmscript", "tvmscript": conv["tvmscript"], "target": TARGET, "trials": 4}
     job = {"workload": wl, "nbest": 8, "seed": 0, "num_trials_per_iter": 4, "max_workers": 2, "rpc": None,
            "check_kernel": False}
-    r = _result(*run_driver(job, "prepack_round", script=TUNE, timeout=600))
+    r = _result(*run_driver(job, f"{tag}_round", script=TUNE, timeout=600))
     records = [x["record"] for x in r["records"]]
     assert records and all("TransformLayout" in json.dumps(rec) for rec in records), "no weight layout chosen"
     tasks = [{"name": t["name"], "workload": t["workload"],
@@ -307,21 +311,69 @@ def test_prepack():
     model_path = os.path.join(_tmp(), "tiny_with_weights.onnx")
     with open(model_path, "wb") as f:
         f.write(tiny_model(strip=False))
-    job = _job("compile", tasks=tasks, prepack=True, weights="bound", model_path=model_path)
+    job = _job("compile", tasks=tasks, prepack=True, layout=layout, weights="bound", model_path=model_path)
     del job["model_b64"]
-    c = _result(*run_driver(job, "prepack_compile"))
+    c = _result(*run_driver(job, f"{tag}_compile"))
     assert c["tasks_matched"] == len(tasks) and c["unmatched_tasks"] == [], c["unmatched_tasks"]
     assert c["applied"] == 1 and c["prepacked"] == 1 and c["params"] == [] and c["verified"] is True, c
+    assert c["layout"] == layout, c["layout"]
     assert not any("conv2d" in f["name"] for f in c["default_schedule"]), c["default_schedule"]
     p = subprocess.run([PYTHON, "-c", PREPACKED_RUN], input=json.dumps(c), capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
-    print(f"ok prepack ({len(tasks)} tasks all matched, {len(records)} records with a weight layout, "
+    print(f"ok {tag} ({len(tasks)} tasks all matched, {len(records)} records with a weight layout, "
           f"prepacked {c['prepacked']}, fresh-process run with the input alone {p.stdout.strip()})", flush=True)
 
 
+def test_prepack():
+    _prepack_end_to_end("NCHW")
+
+
+def test_prepack_nhwc():
+    """The same with the convolutions tuned channels-last: the model's
+    inputs and outputs stay as the ONNX file has them (NCHW)."""
+    _prepack_end_to_end("NHWC")
+
+
+def test_layout_needs_prepack():
+    events, _, rc = run_driver(_job("extract", layout="NHWC"), "nhwc_no_prepack")
+    msg = _error(events, rc)
+    assert "job field `layout` 'NHWC' needs `prepack: true`" in msg, msg
+    events, _, rc = run_driver(_job("extract", prepack=True, layout="NCHWc"), "bad_layout")
+    msg = _error(events, rc)
+    assert "job field `layout` must be one of NCHW, NHWC, got 'NCHWc'" in msg, msg
+    print("ok layout errors", flush=True)
+
+
+def test_canonicalize_for_layout():
+    """Sum of three becomes two Adds, an inference Dropout an Identity, and
+    onnxruntime gives the same outputs before and after."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from tunefleet.onnx_graph import canonicalize_for_layout
+
+    v = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])  # noqa: E731
+    graph = helper.make_graph([
+        helper.make_node("Dropout", ["a"], ["d"], name="drop"),
+        helper.make_node("Sum", ["d", "b", "a"], ["s"], name="sum3"),
+        helper.make_node("Sum", ["s"], ["y"], name="sum1"),
+    ], "g", [v("a"), v("b")], [v("y")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    before = model.SerializeToString()
+    assert canonicalize_for_layout(model) == 2
+    ops = [n.op_type for n in model.graph.node]
+    assert ops == ["Identity", "Add", "Add", "Sum"], ops
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal((2, 3)).astype("float32"), "b": rng.standard_normal((2, 3)).astype("float32")}
+    run = lambda m: ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]  # noqa: E731
+    np.testing.assert_allclose(run(model.SerializeToString()), run(before), rtol=1e-6)
+    print("ok canonicalize_for_layout", flush=True)
+
+
 def main(argv):
-    which = set(argv) or {"extract", "compile", "errors", "prepack"}
+    which = set(argv) or {"extract", "compile", "errors", "prepack", "nhwc"}
     work = _tmp()
     print(f"work dirs under {work} (kept if a test fails)", flush=True)
     if "extract" in which:
@@ -334,6 +386,10 @@ def main(argv):
         test_warm_start()
     if "prepack" in which:
         test_prepack()
+    if "nhwc" in which:
+        test_canonicalize_for_layout()
+        test_layout_needs_prepack()
+        test_prepack_nhwc()
     teardown_module(None)
     return 0
 

@@ -252,6 +252,7 @@ pub fn submission(model: &LoadedModel, checked: &Checked) -> ModelSubmission {
             input_shapes: checked.input_shapes.clone(),
             seed: 0,
             prepack: false,
+            layout: Default::default(),
         },
         trials: Some(checked.trials),
         trials_per_round: None,

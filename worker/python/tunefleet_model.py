@@ -121,6 +121,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tunefleet.relax import FUSION_PASSES, apply_database, fusion_sequence  # noqa: E402,F401
 from tunefleet.relax import workload_mod as _workload_mod  # noqa: E402
 import tunefleet.relax as relax_prep  # noqa: E402
+from tunefleet.onnx_graph import canonicalize_for_layout  # noqa: E402
 
 JobError = tt.JobError
 
@@ -470,6 +471,20 @@ def _prepack(job: dict) -> bool:
     return value
 
 
+def _layout(job: dict) -> str:
+    """`layout`: the data layout a pre-packed run is tuned in ("NCHW", the
+    model's own, or "NHWC": see tunefleet.relax.LAYOUTS). Only with
+    `prepack`: with weights as arguments the weights' transposes would run
+    with every call instead of folding away."""
+    value = job.get("layout", "NCHW")
+    if value not in relax_prep.LAYOUTS:
+        raise JobError(f"job field `layout` must be one of {', '.join(relax_prep.LAYOUTS)}, got {value!r}")
+    if value != "NCHW" and not _prepack(job):
+        raise JobError(f"job field `layout` {value!r} needs `prepack: true` (the weights' transposes fold "
+                       "away only when they are constants)")
+    return value
+
+
 def _target_num_cores(target_json: dict) -> int:
     n = target_json.get("num-cores")
     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
@@ -501,6 +516,13 @@ def prepare_model(job: dict) -> Prepared:
     if bound:
         weight_names = []  # compiled in as constants: `main` takes the inputs alone
     _check_ops(model.graph)
+    layout = _layout(job)
+    tvm_model = model
+    if layout != "NCHW":
+        # onnxruntime keeps the user's graph (the reference and its timing).
+        tvm_model = type(model)()
+        tvm_model.CopyFrom(model)
+        canonicalize_for_layout(tvm_model)
     timings["materialize_s"] = round(time.monotonic() - t, 3)
 
     t = time.monotonic()
@@ -509,7 +531,7 @@ def prepare_model(job: dict) -> Prepared:
         # Bound weights fold into the same fused PrimFuncs (the constants are
         # arguments of each call_tir), so records of a run extracted with
         # weights as inputs apply; only weight-only reshapes fold away.
-        mod = from_onnx(model, shape_dict=shape_dict, keep_params_in_input=not bound)
+        mod = from_onnx(tvm_model, shape_dict=shape_dict, keep_params_in_input=not bound)
     except tvm.error.OpNotImplemented as err:
         raise JobError(f"unsupported ONNX operator: {tt._shorten(str(err))}") from err
     except Exception as err:  # noqa: BLE001
@@ -536,7 +558,7 @@ def prepare_model(job: dict) -> Prepared:
     timings["frontend_s"] = round(time.monotonic() - t, 3)
 
     t = time.monotonic()
-    seq = relax_prep.prepack_sequence() if prepack else fusion_sequence()
+    seq = relax_prep.prepack_sequence(layout) if prepack else fusion_sequence()
     try:
         with target:
             mod = seq(mod)
@@ -958,6 +980,7 @@ def run_compile(job: dict, prep: Prepared, work_dir: str, proto, t0: float) -> d
         "latency_s": {"untuned": lat_untuned, "tuned": lat_tuned, "onnxruntime": lat_ort},
         "weights": _weights_mode(job),
         "prepack": _prepack(job),
+        "layout": _layout(job),
         # Kernels whose weights the compile re-laid out for them (pre-packing).
         "prepacked": prepacked,
         "default_schedule": default_schedule,

@@ -192,6 +192,7 @@ fn driver_job(view: &ModelView, model: &Path, db_dir: &Path, out: &Path, repeat:
         "seed": 0,
         // The run's tasks were extracted this way: every record applies.
         "prepack": view.prepack,
+        "layout": view.layout,
         "database_dir": db_dir,
         "out": out,
         "repeat": repeat.max(1),
@@ -313,6 +314,7 @@ fn report(view: &ModelView, result: &Value) -> Value {
         "default_schedule_share",
         "prepack",
         "prepacked",
+        "layout",
         "generic_schedules",
     ] {
         report[key] = result[key].clone();
@@ -354,7 +356,11 @@ fn to_text(report: &Value) -> String {
     out.push('\n');
     if let Some(n) = report["prepacked"].as_u64() {
         out.push_str(&format!(
-            "weights pre-packed at compile time for {n} kernels (the run was submitted with --prepack)\n"
+            "weights pre-packed at compile time for {n} kernels (the run was submitted with --prepack{})\n",
+            match report["layout"].as_str() {
+                Some(l) if l != "NCHW" => format!(", tuned in {l}"),
+                _ => String::new(),
+            }
         ));
     }
     if let (Some(share), Some(funcs)) = (

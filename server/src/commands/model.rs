@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tunefleet_shared::export::format_latency;
 use tunefleet_shared::model::{
-    base64, ModelArtifactKind, ModelSource, ModelSubmission, ModelView, TunerSettings,
+    base64, DataLayout, ModelArtifactKind, ModelSource, ModelSubmission, ModelView, TunerSettings,
     MAX_MODEL_BYTES, STRIP_MIN_ELEMENTS,
 };
 use tunefleet_shared::onnx;
@@ -71,6 +71,11 @@ pub struct ModelFlags {
     /// then has no `export --format library`).
     #[arg(long)]
     pub prepack: bool,
+    /// Data layout to tune the convolutions in: NCHW (the model's own) or
+    /// NHWC (channels innermost, what the CPU's vector units want; needs
+    /// --prepack, since the weights' transposes fold into the constants).
+    #[arg(long, value_name = "NCHW|NHWC", value_parser = DataLayout::parse, default_value = "NCHW")]
+    pub layout: DataLayout,
 }
 
 impl ModelFlags {
@@ -91,6 +96,7 @@ impl ModelFlags {
             ("--number", self.number.is_some()),
             ("--repeat", self.repeat.is_some()),
             ("--prepack", self.prepack),
+            ("--layout", !self.layout.is_default()),
         ] {
             if given {
                 set.push(flag);
@@ -117,6 +123,10 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
             onnx::parse_input_shape(arg).map_err(|e| anyhow::anyhow!("--input-shape: {e}"))?;
         shapes.insert(name, dims);
     }
+    flags
+        .layout
+        .check(flags.prepack)
+        .map_err(|e| anyhow::anyhow!("--layout: {e}"))?;
     onnx::check_ops(&summary).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     onnx::check_inputs(&summary, &shapes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let (stripped, report) = onnx::strip_weights(&bytes, STRIP_MIN_ELEMENTS)
@@ -160,6 +170,7 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
             input_shapes: shapes,
             seed: 0,
             prepack: flags.prepack,
+            layout: flags.layout,
         },
         trials: flags.trials,
         trials_per_round: flags.trials_per_round,

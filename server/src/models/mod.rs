@@ -212,6 +212,7 @@ impl ModelRun {
             tuner: self.tuner.clone(),
             verification: self.verification.clone(),
             prepack: self.source.prepack,
+            layout: self.source.layout,
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,
@@ -367,6 +368,10 @@ impl ModelRuns {
             )));
         }
         check_tuner(&tuner).map_err(ModelError::BadSettings)?;
+        source
+            .layout
+            .check(source.prepack)
+            .map_err(ModelError::BadSettings)?;
         let requested_target = target.unwrap_or(default_target);
         let extract = Workload {
             name: format!("{name}/extract"),

@@ -1,7 +1,7 @@
 //! The planner driven by hand: a run's whole life with made-up results.
 
 use super::*;
-use tunefleet_shared::model::{ExtractedModel, ExtractedTask, ModelSource};
+use tunefleet_shared::model::{DataLayout, ExtractedModel, ExtractedTask, ModelSource};
 use tunefleet_shared::protocol::{JobError, JobState, ResultMeta};
 
 fn submission(name: &str, trials: u32, per_round: u32) -> ModelSubmission {
@@ -12,6 +12,7 @@ fn submission(name: &str, trials: u32, per_round: u32) -> ModelSubmission {
             input_shapes: Default::default(),
             seed: 0,
             prepack: false,
+            layout: Default::default(),
         },
         trials: Some(trials),
         trials_per_round: Some(per_round),
@@ -337,10 +338,26 @@ fn names_and_settings_are_checked() {
     assert!(err.to_string().contains("trials"), "{err}");
     let mut s = submission("ok", 10, 1);
     s.tuner.strategy = Some("annealing".into());
-    let err = runs.submit(s, llvm, 0).unwrap_err();
+    let err = runs.submit(s, llvm.clone(), 0).unwrap_err();
     assert!(
         err.to_string().contains("tuner.strategy: unknown strategy"),
         "{err}"
+    );
+    // NHWC transposes the weights: only a pre-packed run folds that away.
+    let mut s = submission("nhwc", 10, 1);
+    s.source.layout = DataLayout::Nhwc;
+    let err = runs.submit(s.clone(), llvm.clone(), 0).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("layout NHWC needs weight pre-packing"),
+        "{err}"
+    );
+    s.source.prepack = true;
+    runs.submit(s, llvm, 0)
+        .expect("a pre-packed NHWC run is accepted");
+    assert_eq!(
+        runs.get("nhwc").map(|r| r.view().layout),
+        Some(DataLayout::Nhwc)
     );
 }
 

@@ -482,6 +482,7 @@ fn a_model_run_comes_back_as_it_was_stored() {
             input_shapes: [("data".to_string(), vec![1, 3, 224, 224])].into(),
             seed: 7,
             prepack: false,
+            layout: Default::default(),
         },
         requested_target: Target::of_kind("llvm"),
         target: Some(target),

@@ -539,6 +539,7 @@ fn a_model_submit_is_a_submit_with_its_own_reply() {
             input_shapes: Default::default(),
             seed: 0,
             prepack: false,
+            layout: Default::default(),
         },
         trials: Some(64),
         trials_per_round: None,

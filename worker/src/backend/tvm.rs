@@ -501,6 +501,7 @@ impl TvmBackend {
             "input_shapes": source.input_shapes,
             "seed": source.seed,
             "prepack": source.prepack,
+            "layout": source.layout,
             "target": job.workload.target,
             "tasks": tasks,
         });
