@@ -190,9 +190,19 @@ fn start_master(bin: &Path, state: &str, extra: &[&str]) -> anyhow::Result<Maste
             std::env::var("BENCH_MASTER_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start {}", bin.display()))?;
+    // The master's warnings reach the bench's stderr; its sign-in link (one
+    // per master, seven masters in a scaling run) would only clutter the table.
+    let stderr = child.stderr.take().context("stderr")?;
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if !line.starts_with("dashboard, signed in as admin:") {
+                eprintln!("{line}");
+            }
+        }
+    });
     let stdout = child.stdout.take().context("stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     for line in lines.by_ref() {

@@ -15,10 +15,14 @@
 //!
 //! Printed for each K: the wall time (uncompressed back to real seconds) to
 //! spend the budget, to get within 5% of the final estimate, and to the end
-//! of the run; and the speed-up over K = 1.
+//! of the run; the speed-up over K = 1; and how busy the K workers were
+//! until the budget was spent (what is not busy is where scaling stops:
+//! the extraction, which one worker runs while the others wait, and the
+//! tail of the last rounds).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -211,6 +215,9 @@ fn load(path: &PathBuf) -> anyhow::Result<Recording> {
 struct Replay {
     recording: Arc<Recording>,
     compress: f64,
+    /// Recorded seconds of the extract and round jobs answered so far, over
+    /// all workers (the compile is after the budget and not counted).
+    busy_ms: Arc<AtomicU64>,
 }
 
 impl Replay {
@@ -256,6 +263,10 @@ impl Backend for Replay {
         Box::pin(async move {
             let answer = self.answer(&job)?;
             tokio::time::sleep(Duration::from_secs_f64(answer.wall_s / self.compress)).await;
+            if !job.workload.name.ends_with("/compile") {
+                self.busy_ms
+                    .fetch_add((answer.wall_s * 1e3) as u64, Ordering::Relaxed);
+            }
             let mut result = answer.result;
             result.target = Some(job.workload.target.clone());
             Ok(result)
@@ -266,6 +277,10 @@ impl Backend for Replay {
 /// What one replay with K workers saw, in real (uncompressed) seconds.
 struct Outcome {
     budget_s: f64,
+    /// Share of the K workers' time until the budget was spent that they
+    /// were running a job (the rest: waiting for the extraction, and the
+    /// last rounds' tail).
+    busy: f64,
     within_5pct_s: f64,
     end_s: f64,
     estimate_s: f64,
@@ -286,19 +301,20 @@ pub(crate) async fn run(args: Args, master_bin: &std::path::Path) -> anyhow::Res
         args.compress
     );
     println!(
-        "{:>4} {:>12} {:>14} {:>10} {:>9} {:>12}",
-        "K", "budget spent", "within 5% of", "run ended", "speed-up", "estimate"
+        "{:>4} {:>12} {:>14} {:>10} {:>9} {:>6} {:>12}",
+        "K", "budget spent", "within 5% of", "run ended", "speed-up", "busy", "estimate"
     );
     let mut base = None;
     for &k in &args.workers {
         let out = replay(&args, &recording, k, master_bin).await?;
         let base_s = *base.get_or_insert(out.budget_s);
         println!(
-            "{k:>4} {:>11.0}s {:>13.0}s {:>9.0}s {:>8.1}x {:>9.2} ms  ({} trials)",
+            "{k:>4} {:>11.0}s {:>13.0}s {:>9.0}s {:>8.1}x {:>5.0}% {:>9.2} ms  ({} trials)",
             out.budget_s,
             out.within_5pct_s,
             out.end_s,
             base_s / out.budget_s,
+            out.busy * 100.0,
             out.estimate_s * 1e3,
             out.trials
         );
@@ -316,11 +332,13 @@ async fn replay(
     let state = dir.path().join("fleet.db");
     let master = start_master(master_bin, &state.to_string_lossy(), &[])?;
     let stop = Arc::new(tokio::sync::Notify::new());
+    let busy_ms = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for i in 0..k {
         let backend = Replay {
             recording: Arc::clone(recording),
             compress: args.compress,
+            busy_ms: Arc::clone(&busy_ms),
         };
         let mut config = WorkerConfig::new(
             master.url.clone(),
@@ -394,8 +412,10 @@ async fn replay(
         None => points.first().map_or(end, |p| p.0),
     };
     drop(master);
+    let busy = busy_ms.load(Ordering::Relaxed) as f64 / 1e3 / (k as f64 * budget_s);
     Ok(Outcome {
         budget_s,
+        busy,
         within_5pct_s,
         end_s: end,
         estimate_s,
