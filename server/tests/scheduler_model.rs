@@ -10,7 +10,7 @@ use tunefleet_server::scheduler::{
     Job, LeaveKind, Output, ProgressReport, Rejection, Scheduler, SchedulerConfig, SessionId,
 };
 use tunefleet_shared::protocol::{
-    JobResult, JobState, MasterMessage, TuningRecord, WorkerHello, PROTOCOL_VERSION,
+    JobResult, JobState, Lease, MasterMessage, TuningRecord, WorkerHello, PROTOCOL_VERSION,
 };
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{parse_workload_file, Workload};
@@ -62,7 +62,7 @@ fn result(latency: f64) -> JobResult {
     }
 }
 
-fn assigned(out: &[Output]) -> Vec<(SessionId, String, u64)> {
+fn assigned(out: &[Output]) -> Vec<(SessionId, String, Lease)> {
     out.iter()
         .filter_map(|o| match o {
             Output::Send {
@@ -141,10 +141,11 @@ fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
     let a = assigned(&out);
     assert_eq!(
         (a[0].1.as_str(), a[0].2),
-        (ids[0].as_str(), 2),
+        (ids[0].as_str(), Lease(2)),
         "second lease"
     );
-    s.result(2, &ids[0], 2, result(1e-3), 7, &mut out).unwrap();
+    s.result(2, &ids[0], Lease(2), result(1e-3), 7, &mut out)
+        .unwrap();
     let job = s.job(&ids[0]).unwrap();
     assert_eq!(job.state(), JobState::Done);
     assert_eq!(job.view.attempts, 2);
@@ -180,22 +181,22 @@ fn results_from_the_wrong_worker_or_lease_are_rejected() {
         .unwrap();
     s.request_job(1, 0, &mut out);
     assert!(matches!(
-        s.result(2, &ids[0], 1, result(1e-3), 1, &mut out),
+        s.result(2, &ids[0], Lease(1), result(1e-3), 1, &mut out),
         Err(Rejection::NotAssigned { .. })
     ));
     assert!(matches!(
-        s.result(1, &ids[0], 7, result(1e-3), 1, &mut out),
+        s.result(1, &ids[0], Lease(7), result(1e-3), 1, &mut out),
         Err(Rejection::NotAssigned { .. })
     ));
     assert!(matches!(
-        s.result(1, "nope", 1, result(1e-3), 1, &mut out),
+        s.result(1, "nope", Lease(1), result(1e-3), 1, &mut out),
         Err(Rejection::UnknownJob(_))
     ));
     let bad = s.progress(
         2,
         &ProgressReport {
             job_id: ids[0].clone(),
-            lease: 1,
+            lease: Lease(1),
             trials_done: 1,
             trials_total: 8,
             best_latency_s: Some(1.0),
@@ -204,9 +205,10 @@ fn results_from_the_wrong_worker_or_lease_are_rejected() {
         &mut out,
     );
     assert!(bad.is_err());
-    s.result(1, &ids[0], 1, result(1e-3), 2, &mut out).unwrap();
+    s.result(1, &ids[0], Lease(1), result(1e-3), 2, &mut out)
+        .unwrap();
     assert!(matches!(
-        s.result(1, &ids[0], 1, result(1e-3), 3, &mut out),
+        s.result(1, &ids[0], Lease(1), result(1e-3), 3, &mut out),
         Err(Rejection::AlreadyFinished { .. })
     ));
 }
@@ -225,7 +227,8 @@ fn late_result_rule() {
     // Still open (queued): accepted from the same process.
     s.worker_joined(3, &hello("a", r#"{"kind":"llvm"}"#), 2, &mut out)
         .unwrap();
-    s.result(3, &ids[0], 1, result(1e-3), 3, &mut out).unwrap();
+    s.result(3, &ids[0], Lease(1), result(1e-3), 3, &mut out)
+        .unwrap();
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Done);
     assert!(!s.queue_order().contains(&ids[0]));
 
@@ -241,18 +244,26 @@ fn late_result_rule() {
     s.worker_joined(6, &hello("c", r#"{"kind":"llvm"}"#), 7, &mut out)
         .unwrap();
     out.clear();
-    s.result(6, &ids[1], 1, result(2e-3), 8, &mut out).unwrap();
+    s.result(6, &ids[1], Lease(1), result(2e-3), 8, &mut out)
+        .unwrap();
     assert!(out.iter().any(|o| matches!(
         o,
         Output::Send {
             session: 5,
-            msg: MasterMessage::Cancel { lease: 2, .. }
+            msg: MasterMessage::Cancel {
+                lease: Lease(2),
+                ..
+            }
         }
     )));
     assert_eq!(s.session_job(5), None);
     // Another process cannot claim someone else's lease, and done stays done.
-    assert!(s.result(5, &ids[1], 2, result(1e-3), 9, &mut out).is_err());
-    assert!(s.result(3, &ids[0], 1, result(1e-3), 9, &mut out).is_err());
+    assert!(s
+        .result(5, &ids[1], Lease(2), result(1e-3), 9, &mut out)
+        .is_err());
+    assert!(s
+        .result(3, &ids[0], Lease(1), result(1e-3), 9, &mut out)
+        .is_err());
 }
 
 #[test]
@@ -266,8 +277,15 @@ fn failures_retry_until_max_attempts_then_fail_with_all_errors() {
         out.clear();
         s.request_job(1, lease, &mut out);
         assert_eq!(assigned(&out).len(), 1, "attempt {lease} assigned");
-        s.job_failed(1, &ids[0], lease, &format!("boom {lease}"), lease, &mut out)
-            .unwrap();
+        s.job_failed(
+            1,
+            &ids[0],
+            Lease(lease),
+            &format!("boom {lease}"),
+            lease,
+            &mut out,
+        )
+        .unwrap();
     }
     let job = s.job(&ids[0]).unwrap();
     assert_eq!(job.state(), JobState::Failed);
@@ -334,7 +352,8 @@ fn restart_requeues_in_flight_jobs_without_counting_the_attempt() {
     s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
     s.request_job(1, 0, &mut out);
-    s.result(1, &ids[0], 1, result(1e-3), 1, &mut out).unwrap();
+    s.result(1, &ids[0], Lease(1), result(1e-3), 1, &mut out)
+        .unwrap();
     s.request_job(1, 2, &mut out); // ids[1] in flight
     let persisted: Vec<Job> = s.jobs().cloned().collect();
     let mut out = Vec::new();
@@ -374,7 +393,7 @@ enum Op {
     Forged {
         slot: usize,
         job: usize,
-        lease: u64,
+        lease: Lease,
     },
     Tick {
         advance: u64,
@@ -401,7 +420,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => slot.clone().prop_map(|slot| Op::Progress { slot }),
         3 => slot.clone().prop_map(|slot| Op::Finish { slot }),
         1 => slot.clone().prop_map(|slot| Op::Fail { slot }),
-        1 => (slot, 0usize..6, 0u64..4).prop_map(|(slot, job, lease)| Op::Forged { slot, job, lease }),
+        1 => (slot, 0usize..6, 0u64..4).prop_map(|(slot, job, lease)| Op::Forged { slot, job, lease: Lease(lease) }),
         1 => (0u64..15_000).prop_map(|advance| Op::Tick { advance }),
         1 => (0usize..6).prop_map(|job| Op::Cancel { job }),
         1 => (0usize..6).prop_map(|job| Op::Retry { job }),
@@ -420,7 +439,7 @@ struct Harness {
     /// slot -> live session
     sessions: HashMap<usize, SessionId>,
     /// slot -> the assignment it was last sent and has not finished
-    holding: HashMap<usize, (String, u64)>,
+    holding: HashMap<usize, (String, Lease)>,
     persisted: BTreeMap<String, Job>,
     /// Archived jobs (out of memory; their rows stay in `persisted`).
     archived: BTreeMap<String, Job>,
@@ -812,18 +831,19 @@ fn a_late_failure_does_not_end_the_run_that_replaced_it() {
         .unwrap();
     out.clear();
     assert!(matches!(
-        s.job_failed(3, &ids[0], 1, "crashed while offline", 4, &mut out),
+        s.job_failed(3, &ids[0], Lease(1), "crashed while offline", 4, &mut out),
         Err(Rejection::Superseded { .. })
     ));
     assert!(out.is_empty(), "nothing changes: {out:?}");
-    assert_eq!(s.session_job(2), Some(&(ids[0].clone(), 2)));
+    assert_eq!(s.session_job(2), Some(&(ids[0].clone(), Lease(2))));
     assert_eq!(
         s.job(&ids[0]).unwrap().view.errors.len(),
         1,
         "only the loss is recorded"
     );
     // The late *result* wins, and names its worker.
-    s.result(3, &ids[0], 1, result(1e-3), 5, &mut out).unwrap();
+    s.result(3, &ids[0], Lease(1), result(1e-3), 5, &mut out)
+        .unwrap();
     assert_eq!(s.job(&ids[0]).unwrap().view.worker.as_deref(), Some("a"));
 }
 
@@ -857,7 +877,7 @@ fn progress_builds_a_bounded_curve_that_restarts_with_each_attempt() {
     for t in 1..=1000u32 {
         let report = ProgressReport {
             job_id: ids[0].clone(),
-            lease: 1,
+            lease: Lease(1),
             trials_done: t,
             trials_total: 1000,
             best_latency_s: Some(1.0 / f64::from(t)),

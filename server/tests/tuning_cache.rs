@@ -4,7 +4,7 @@
 
 use tunefleet_server::scheduler::{CachePolicy, Output, ProgressReport, Scheduler, SessionId};
 use tunefleet_server::store::{Durability, Store};
-use tunefleet_shared::protocol::{JobResult, JobState, MasterMessage, TuningRecord};
+use tunefleet_shared::protocol::{JobResult, JobState, Lease, MasterMessage, TuningRecord};
 use tunefleet_shared::target::Target;
 
 mod common;
@@ -31,7 +31,7 @@ fn result(latency: f64, trials: u32, target: &str, first: u32) -> JobResult {
     }
 }
 
-fn assignment(out: &[Output]) -> Option<(SessionId, String, u64, Box<MasterMessage>)> {
+fn assignment(out: &[Output]) -> Option<(SessionId, String, Lease, Box<MasterMessage>)> {
     out.iter().find_map(|o| match o {
         Output::Send {
             session,

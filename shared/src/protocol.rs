@@ -57,7 +57,29 @@ pub type JobId = String;
 
 /// Identifies one assignment of a job to a worker. Increases with every
 /// assignment of that job, so stale progress and results can be told apart.
-pub type Lease = u64;
+/// A type of its own (a plain number on the wire) so that a lease cannot be
+/// passed where a session, a time or a count is meant: the lease-holder
+/// check compares leases with leases only.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(transparent)]
+pub struct Lease(pub u64);
+
+impl Lease {
+    /// The lease of the job's next assignment.
+    pub fn next(self) -> Lease {
+        Lease(self.0 + 1)
+    }
+}
+
+impl std::fmt::Display for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// Milliseconds since the Unix epoch.
 pub type Millis = u64;

@@ -197,7 +197,7 @@ impl Worker {
     /// Aborts the running job for a shutdown; returns the final stats.
     fn stop(&mut self) -> WorkerStats {
         for job in self.running.drain(..) {
-            info!(job_id = %job.job_id, lease = job.lease, "aborting the running job for shutdown");
+            info!(job_id = %job.job_id, lease = %job.lease, "aborting the running job for shutdown");
         }
         if !self.pending.is_empty() {
             warn!(
@@ -238,7 +238,7 @@ impl Worker {
         mut shutdown: Pin<&mut S>,
     ) -> SessionEnd {
         for report in &self.pending {
-            info!(job_id = %report.job_id, lease = report.lease, "re-sending an unacknowledged result");
+            info!(job_id = %report.job_id, lease = %report.lease, "re-sending an unacknowledged result");
             if let Err(e) = conn.send(&report.message(token)).await {
                 return SessionEnd::Lost(e.to_string());
             }
@@ -246,7 +246,7 @@ impl Worker {
         for job in &mut self.running {
             job.orphaned = true;
             info!(
-                job_id = %job.job_id, lease = job.lease,
+                job_id = %job.job_id, lease = %job.lease,
                 "job from the previous connection still running; its result will be sent when it finishes"
             );
         }
@@ -362,9 +362,9 @@ impl Worker {
                 if let Some(index) = ours {
                     self.running.remove(index);
                     self.stats.jobs_cancelled += 1;
-                    info!(%job_id, lease, %reason, "job cancelled by the master");
+                    info!(%job_id, %lease, %reason, "job cancelled by the master");
                 } else {
-                    debug!(%job_id, lease, %reason, "cancel for a job this worker is not running");
+                    debug!(%job_id, %lease, %reason, "cancel for a job this worker is not running");
                 }
                 Step::Continue(None)
             }
@@ -379,16 +379,16 @@ impl Worker {
                     .iter()
                     .position(|r| r.job_id == job_id && r.lease == lease);
                 match position {
-                    None => debug!(%job_id, lease, accepted, "ack for nothing pending"),
+                    None => debug!(%job_id, %lease, accepted, "ack for nothing pending"),
                     Some(i) => {
                         self.pending.remove(i);
                         if accepted {
                             self.stats.reports_accepted += 1;
-                            info!(%job_id, lease, "master accepted the result");
+                            info!(%job_id, %lease, "master accepted the result");
                         } else {
                             self.stats.reports_rejected += 1;
                             let reason = reason.as_deref().unwrap_or("no reason given");
-                            warn!(%job_id, lease, %reason, "master rejected the result");
+                            warn!(%job_id, %lease, %reason, "master rejected the result");
                         }
                     }
                 }

@@ -2,6 +2,7 @@
 //! tests build workloads only here, from the documented wire form.
 
 use crate::backend::JobSpec;
+use tunefleet_shared::protocol::Lease;
 use tunefleet_shared::workload::Workload;
 
 /// An `n`×`n`×`n` matmul workload with `n` trials.
@@ -20,7 +21,7 @@ pub(crate) fn workload(name: &str, n: u32) -> Workload {
 pub(crate) fn job(workload: Workload, nbest: u32) -> JobSpec {
     JobSpec {
         job_id: workload.job_id(),
-        lease: 1,
+        lease: Lease(1),
         attempt: 1,
         workload,
         nbest,

@@ -56,10 +56,12 @@ impl Core {
         out: &mut Vec<Output>,
         batch: &mut Batch,
     ) -> bool {
-        let (job_id, lease, result) = match input {
+        // A result or a failure names the job and lease it answers (and
+        // gets an ack); a request or a progress report does not.
+        let (answered, result) = match input {
             WorkerInput::RequestJob => {
                 self.scheduler.request_job(session, now, out);
-                (None, 0, Ok(()))
+                (None, Ok(()))
             }
             WorkerInput::Progress(report) => {
                 let r = self.scheduler.progress(session, &report, now, out);
@@ -67,7 +69,7 @@ impl Core {
                     warn!(session, "progress rejected: {e}");
                     self.push_send(batch, session, error_msg(e));
                 }
-                (None, 0, Ok(()))
+                (None, Ok(()))
             }
             WorkerInput::Result {
                 job_id,
@@ -81,7 +83,7 @@ impl Core {
                 if let (Ok(()), Some(artifact)) = (&r, library) {
                     batch.artifacts.push(artifact);
                 }
-                (Some(job_id), lease, r)
+                (Some((job_id, lease)), r)
             }
             WorkerInput::Failed {
                 job_id,
@@ -91,12 +93,12 @@ impl Core {
                 let r = self
                     .scheduler
                     .job_failed(session, &job_id, lease, &error, now, out);
-                (Some(job_id), lease, r)
+                (Some((job_id, lease)), r)
             }
         };
-        if let Some(job_id) = job_id {
+        if let Some((job_id, lease)) = answered {
             if let Err(e) = &result {
-                warn!(session, job = %job_id, lease, "result rejected, not stored: {e}");
+                warn!(session, job = %job_id, %lease, "result rejected, not stored: {e}");
             }
             let ack = MasterMessage::Ack {
                 job_id,

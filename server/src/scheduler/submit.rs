@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use tunefleet_shared::model::WarmStart;
-use tunefleet_shared::protocol::{JobId, JobState, JobView, Millis};
+use tunefleet_shared::protocol::{JobId, JobState, JobView, Lease, Millis};
 use tunefleet_shared::workload::Workload;
 
 use super::cache::CacheAnswer;
@@ -134,7 +134,7 @@ impl Scheduler {
                 id.clone(),
                 Box::new(Job {
                     view: Arc::new(view),
-                    lease: 0,
+                    lease: Lease::default(),
                     holder: None,
                     lease_history: Vec::new(),
                     last_progress_at: now,

@@ -193,7 +193,7 @@ impl Scheduler {
         else {
             return;
         };
-        job.lease += 1;
+        job.lease = job.lease.next();
         job.holder = Some(session);
         job.view_mut().attempts += 1;
         // A new attempt tunes from scratch, or from its warm start; its

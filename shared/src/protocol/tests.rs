@@ -61,7 +61,7 @@ fn debug_output_never_shows_secrets() {
             WorkerMessage::JobFailed {
                 token: "sess-token-2".into(),
                 job_id: "j".into(),
-                lease: 1,
+                lease: Lease(1),
                 error: "e".into()
             }
         ),

@@ -74,13 +74,13 @@ impl Worker {
     pub(super) fn start_job(&mut self, spec: JobSpec, token: &str) -> Option<WorkerMessage> {
         let same = |job_id: &JobId, lease: Lease| *job_id == spec.job_id && lease == spec.lease;
         if self.running.iter().any(|job| same(&job.job_id, job.lease)) {
-            debug!(job_id = %spec.job_id, lease = spec.lease, "duplicate assign ignored");
+            debug!(job_id = %spec.job_id, lease = %spec.lease, "duplicate assign ignored");
             return None;
         }
         if self.running.len() >= self.config.slots as usize {
             let job = &self.running[0];
             warn!(
-                job_id = %spec.job_id, lease = spec.lease, busy_with = %job.job_id,
+                job_id = %spec.job_id, lease = %spec.lease, busy_with = %job.job_id,
                 "assigned a job while busy; refusing it"
             );
             return Some(WorkerMessage::JobFailed {
@@ -101,12 +101,12 @@ impl Worker {
             });
         }
         if self.pending.iter().any(|r| same(&r.job_id, r.lease)) {
-            debug!(job_id = %spec.job_id, lease = spec.lease, "assign for a finished job ignored");
+            debug!(job_id = %spec.job_id, lease = %spec.lease, "assign for a finished job ignored");
             return None;
         }
 
         info!(
-            job_id = %spec.job_id, lease = spec.lease, attempt = spec.attempt,
+            job_id = %spec.job_id, lease = %spec.lease, attempt = spec.attempt,
             workload = %spec.workload.name, trials = spec.workload.trials, "starting job"
         );
         self.stats.jobs_assigned += 1;
@@ -172,20 +172,20 @@ impl Worker {
                     .truncate(usize::try_from(job.nbest).unwrap_or(usize::MAX));
                 self.stats.jobs_succeeded += 1;
                 info!(
-                    %job_id, lease, best_latency_s = result.best_latency_s,
+                    %job_id, %lease, best_latency_s = result.best_latency_s,
                     wall_time_s = result.wall_time_s, "job finished"
                 );
                 Outcome::Result(result)
             }
             Ok(Err(e)) => {
                 self.stats.jobs_failed += 1;
-                warn!(%job_id, lease, error = %e, "job failed");
+                warn!(%job_id, %lease, error = %e, "job failed");
                 Outcome::Failed(e.to_string())
             }
             Err(e) if e.is_panic() => {
                 self.stats.jobs_failed += 1;
                 let message = format!("backend panicked: {}", panic_message(e.into_panic()));
-                error!(%job_id, lease, %message, "job failed");
+                error!(%job_id, %lease, %message, "job failed");
                 Outcome::Failed(message)
             }
             Err(_) => {

@@ -240,7 +240,7 @@ async fn unacked_result_is_resent_with_original_lease_after_reconnect() {
 
     let job = workload("mm-32", 32);
     let job_id = job.job_id();
-    send(&mut ws, assign(job, 7, 3)).await;
+    send(&mut ws, assign(job, Lease(7), 3)).await;
 
     let mut progress = Vec::new();
     let first_result: JobResult = loop {
@@ -255,7 +255,7 @@ async fn unacked_result_is_resent_with_original_lease_after_reconnect() {
             } => {
                 assert_eq!(
                     (token.as_str(), id.as_str(), lease),
-                    ("t1", job_id.as_str(), 7)
+                    ("t1", job_id.as_str(), Lease(7))
                 );
                 assert_eq!(trials_total, 32);
                 progress.push((trials_done, best_latency_s));
@@ -268,7 +268,7 @@ async fn unacked_result_is_resent_with_original_lease_after_reconnect() {
             } => {
                 assert_eq!(
                     (token.as_str(), id.as_str(), lease),
-                    ("t1", job_id.as_str(), 7)
+                    ("t1", job_id.as_str(), Lease(7))
                 );
                 break result;
             }
@@ -295,7 +295,7 @@ async fn unacked_result_is_resent_with_original_lease_after_reconnect() {
         } => {
             assert_eq!(
                 (token.as_str(), id.as_str(), lease),
-                ("t2", job_id.as_str(), 7)
+                ("t2", job_id.as_str(), Lease(7))
             );
             assert_eq!(result, first_result);
         }
@@ -305,7 +305,7 @@ async fn unacked_result_is_resent_with_original_lease_after_reconnect() {
         &mut ws,
         MasterMessage::Ack {
             job_id: job_id.clone(),
-            lease: 7,
+            lease: Lease(7),
             accepted: true,
             reason: None,
         },
@@ -335,9 +335,9 @@ async fn running_job_survives_reconnect_and_max_jobs_stops_the_worker() {
     expect_request_job(&mut ws, "t1").await;
     let job = workload("mm-16", 16);
     let job_id = job.job_id();
-    send(&mut ws, assign(job, 3, 5)).await;
+    send(&mut ws, assign(job, Lease(3), 5)).await;
     match recv(&mut ws).await {
-        WorkerMessage::Progress { lease, .. } => assert_eq!(lease, 3),
+        WorkerMessage::Progress { lease, .. } => assert_eq!(lease, Lease(3)),
         other => panic!("expected progress, got {other:?}"),
     }
     // Disconnect mid-job, this time with a close frame.
@@ -361,7 +361,7 @@ async fn running_job_survives_reconnect_and_max_jobs_stops_the_worker() {
         } => {
             assert_eq!(
                 (token.as_str(), id.as_str(), lease),
-                ("t2", job_id.as_str(), 3)
+                ("t2", job_id.as_str(), Lease(3))
             );
             result
         }
@@ -372,7 +372,7 @@ async fn running_job_survives_reconnect_and_max_jobs_stops_the_worker() {
         &mut ws,
         MasterMessage::Ack {
             job_id,
-            lease: 3,
+            lease: Lease(3),
             accepted: false,
             reason: Some("lease expired".into()),
         },
@@ -397,7 +397,7 @@ async fn cancel_ping_and_failure() {
 
     let hang = workload("sim-hang-1", 8);
     let hang_id = hang.job_id();
-    send(&mut ws, assign(hang, 1, 5)).await;
+    send(&mut ws, assign(hang, Lease(1), 5)).await;
     ws.send(Message::Ping(b"still there?".to_vec().into()))
         .await
         .unwrap();
@@ -409,7 +409,7 @@ async fn cancel_ping_and_failure() {
         &mut ws,
         MasterMessage::Cancel {
             job_id: hang_id,
-            lease: 1,
+            lease: Lease(1),
             reason: "cancelled by admin".into(),
         },
     )
@@ -418,7 +418,7 @@ async fn cancel_ping_and_failure() {
 
     let fail = workload("sim-fail-1", 8);
     let fail_id = fail.job_id();
-    send(&mut ws, assign(fail, 2, 5)).await;
+    send(&mut ws, assign(fail, Lease(2), 5)).await;
     match recv(&mut ws).await {
         WorkerMessage::JobFailed {
             token,
@@ -428,7 +428,7 @@ async fn cancel_ping_and_failure() {
         } => {
             assert_eq!(
                 (token.as_str(), job_id.as_str(), lease),
-                ("t1", fail_id.as_str(), 2)
+                ("t1", fail_id.as_str(), Lease(2))
             );
             assert_eq!(error, "simulated failure");
         }
@@ -438,7 +438,7 @@ async fn cancel_ping_and_failure() {
         &mut ws,
         MasterMessage::Ack {
             job_id: fail_id,
-            lease: 2,
+            lease: Lease(2),
             accepted: true,
             reason: None,
         },
@@ -542,7 +542,7 @@ async fn result_finished_while_disconnected_goes_out_first_after_registering() {
     expect_request_job(&mut ws, "t1").await;
     let job = workload("mm-8", 8);
     let job_id = job.job_id();
-    send(&mut ws, assign(job, 11, 2)).await;
+    send(&mut ws, assign(job, Lease(11), 2)).await;
     drop(ws);
 
     // Keep the worker waiting in its handshake until the job is long done.
@@ -557,7 +557,7 @@ async fn result_finished_while_disconnected_goes_out_first_after_registering() {
         } => {
             assert_eq!(
                 (token.as_str(), id.as_str(), lease),
-                ("t2", job_id.as_str(), 11)
+                ("t2", job_id.as_str(), Lease(11))
             );
             assert_eq!(result.records.len(), 2);
         }
@@ -567,7 +567,7 @@ async fn result_finished_while_disconnected_goes_out_first_after_registering() {
         &mut ws,
         MasterMessage::Ack {
             job_id,
-            lease: 11,
+            lease: Lease(11),
             accepted: true,
             reason: None,
         },
@@ -594,12 +594,12 @@ async fn the_next_job_is_asked_for_before_the_ack_but_at_most_two_reports_wait()
     for (i, lease) in [(1u32, 21), (2, 22)] {
         let job = workload(&format!("mm-{i}"), 8 * i);
         ids.push((job.job_id(), lease));
-        send(&mut ws, assign(job, lease, 1)).await;
+        send(&mut ws, assign(job, Lease(lease), 1)).await;
         loop {
             match recv(&mut ws).await {
                 WorkerMessage::Progress { .. } => {}
                 WorkerMessage::Result { lease: l, .. } => {
-                    assert_eq!(l, lease);
+                    assert_eq!(l, Lease(lease));
                     break;
                 }
                 other => panic!("expected the result, got {other:?}"),
@@ -617,7 +617,7 @@ async fn the_next_job_is_asked_for_before_the_ack_but_at_most_two_reports_wait()
         &mut ws,
         MasterMessage::Ack {
             job_id: first,
-            lease,
+            lease: Lease(lease),
             accepted: true,
             reason: None,
         },
@@ -656,12 +656,12 @@ async fn a_worker_with_three_slots_holds_three_jobs() {
         .map(|i| workload(&format!("mm-{i}"), 8 * i))
         .collect();
     for (lease, job) in (10..).zip(&jobs[..3]) {
-        send(&mut ws, assign(job.clone(), lease, 1)).await;
+        send(&mut ws, assign(job.clone(), Lease(lease), 1)).await;
     }
-    send(&mut ws, assign(jobs[3].clone(), 13, 1)).await;
+    send(&mut ws, assign(jobs[3].clone(), Lease(13), 1)).await;
     match recv_report(&mut ws).await {
         WorkerMessage::JobFailed { lease, error, .. } => {
-            assert_eq!(lease, 13);
+            assert_eq!(lease, Lease(13));
             assert!(error.contains("3 slots"), "{error}");
         }
         other => panic!("expected the fourth job refused, got {other:?}"),
@@ -670,7 +670,7 @@ async fn a_worker_with_three_slots_holds_three_jobs() {
         &mut ws,
         MasterMessage::Cancel {
             job_id: jobs[1].job_id(),
-            lease: 11,
+            lease: Lease(11),
             reason: "cancelled by an admin".into(),
         },
     )
@@ -698,8 +698,8 @@ async fn three_slots_report_each_job_and_ask_again() {
     let mut sent = std::collections::BTreeSet::new();
     for (lease, i) in (20..).zip(1..=3u32) {
         let job = workload(&format!("mm-{i}"), 8 * i);
-        sent.insert((job.job_id(), lease));
-        send(&mut ws, assign(job, lease, 1)).await;
+        sent.insert((job.job_id(), Lease(lease)));
+        send(&mut ws, assign(job, Lease(lease), 1)).await;
     }
     let (mut reported, mut requests) = (std::collections::BTreeSet::new(), 0);
     while reported.len() < 3 || requests < 3 {

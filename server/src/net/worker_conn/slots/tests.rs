@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tunefleet_shared::protocol::{JobResult, MasterMessage};
+use tunefleet_shared::protocol::{JobResult, Lease, MasterMessage};
 
 use super::Slots;
 use crate::core::WorkerInput;
@@ -10,7 +10,7 @@ use crate::scheduler::ProgressReport;
 fn assign(job: &str) -> MasterMessage {
     MasterMessage::Assign {
         job_id: job.into(),
-        lease: 1,
+        lease: Lease(1),
         attempt: 1,
         workload: Box::new(tunefleet_shared::testing::workload(job)),
         nbest: 1,
@@ -23,7 +23,7 @@ fn assign(job: &str) -> MasterMessage {
 fn result(job: &str) -> WorkerInput {
     WorkerInput::Result {
         job_id: job.into(),
-        lease: 1,
+        lease: Lease(1),
         result: Box::new(JobResult {
             best_latency_s: 1e-3,
             gflops: None,
@@ -41,7 +41,7 @@ fn result(job: &str) -> WorkerInput {
 fn progress(job: &str) -> WorkerInput {
     WorkerInput::Progress(ProgressReport {
         job_id: job.into(),
-        lease: 1,
+        lease: Lease(1),
         trials_done: 1,
         trials_total: 2,
         best_latency_s: None,
@@ -93,7 +93,7 @@ fn a_cancel_frees_its_slot() {
         2,
         &MasterMessage::Cancel {
             job_id: "b".into(),
-            lease: 1,
+            lease: Lease(1),
             reason: "cancelled by an admin".into(),
         },
     );
