@@ -3,7 +3,9 @@
 //! refuses.
 
 use serde_json::{json, Value};
-use tunefleet_server::scheduler::{CachePolicy, JobExtras, Scheduler, IMPORT_PREFIX, KEY_PREFIX};
+use tunefleet_server::scheduler::{
+    CachePolicy, JobExtras, Scheduler, SessionId, IMPORT_PREFIX, KEY_PREFIX,
+};
 use tunefleet_shared::import::{ImportedWorkload, WorkloadKey};
 use tunefleet_shared::model::WarmStart;
 use tunefleet_shared::protocol::{JobResult, TuningRecord};
@@ -122,9 +124,10 @@ fn a_line_learned_from_a_run_seeds_later_jobs_of_the_same_content() {
     imported(&mut s, false);
     let mut out = Vec::new();
     let hello = hello("w", r#"{"kind":"llvm","mcpu":"znver4"}"#);
-    s.worker_joined(1, &hello, 0, &mut out).expect("joins");
+    s.worker_joined(SessionId(1), &hello, 0, &mut out)
+        .expect("joins");
     let (first, _) = s.submit(vec![matmul(8, "{kind: llvm, mcpu: znver4}")], 1, &mut out);
-    s.request_job(1, 1, &mut out);
+    s.request_job(SessionId(1), 1, &mut out);
     let lease = s.job(&first[0]).expect("job").lease;
     let result = JobResult {
         best_latency_s: 4e-5,
@@ -140,7 +143,7 @@ fn a_line_learned_from_a_run_seeds_later_jobs_of_the_same_content() {
         extra: json!({"workload": line()}),
         target: Some(hello.target.clone()),
     };
-    s.result(1, &first[0], lease, result, 2, &mut out)
+    s.result(SessionId(1), &first[0], lease, result, 2, &mut out)
         .expect("accepted");
     // Same content, another target: no cache entry serves it, but the line
     // is known now, and one imported record was measured for znver3.

@@ -84,9 +84,9 @@ const CONFIG: SchedulerConfig = SchedulerConfig {
 fn idle_worker_gets_a_job_as_soon_as_one_is_submitted() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.request_job(1, 0, &mut out);
+    s.request_job(SessionId(1), 0, &mut out);
     assert!(assigned(&out).is_empty());
     out.clear();
     let (new, dup) = s.submit(workloads(2, 0), 1, &mut out);
@@ -106,9 +106,9 @@ fn a_view_held_by_a_snapshot_keeps_its_state_when_the_job_moves_on() {
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
     let held = s.job(&ids[0]).unwrap().view.clone();
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.request_job(1, 3, &mut out);
+    s.request_job(SessionId(1), 3, &mut out);
     let job = s.job(&ids[0]).unwrap();
     assert_eq!(job.state(), JobState::Assigned);
     assert_eq!(job.view.worker.as_deref(), Some("a"));
@@ -122,29 +122,29 @@ fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(3, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.request_job(1, 0, &mut out);
+    s.request_job(SessionId(1), 0, &mut out);
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Assigned);
     out.clear();
-    s.worker_left(1, LeaveKind::Lost, "killed", 5, &mut out);
+    s.worker_left(SessionId(1), LeaveKind::Lost, "killed", 5, &mut out);
     let job = s.job(&ids[0]).unwrap();
     assert_eq!(job.state(), JobState::Queued);
     assert_eq!(s.queue_order()[0], ids[0], "recycled job is first in line");
     assert_eq!(job.view.errors.len(), 1);
     assert!(job.view.errors[0].message.contains("killed"));
 
-    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 6, &mut out)
+    s.worker_joined(SessionId(2), &hello("b", r#"{"kind":"llvm"}"#), 6, &mut out)
         .unwrap();
     out.clear();
-    s.request_job(2, 6, &mut out);
+    s.request_job(SessionId(2), 6, &mut out);
     let a = assigned(&out);
     assert_eq!(
         (a[0].1.as_str(), a[0].2),
         (ids[0].as_str(), Lease(2)),
         "second lease"
     );
-    s.result(2, &ids[0], Lease(2), result(1e-3), 7, &mut out)
+    s.result(SessionId(2), &ids[0], Lease(2), result(1e-3), 7, &mut out)
         .unwrap();
     let job = s.job(&ids[0]).unwrap();
     assert_eq!(job.state(), JobState::Done);
@@ -160,11 +160,12 @@ fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
     // The stored latency is the worker's verified measurement, even when the
     // tuner's own records say something else.
     let mut out = Vec::new();
-    s.request_job(2, 9, &mut out);
+    s.request_job(SessionId(2), 9, &mut out);
     let (_, id, lease) = assigned(&out).pop().expect("next queued job assigned");
     let mut measured = result(1e-3);
     measured.best_latency_s = 0.9e-3;
-    s.result(2, &id, lease, measured, 10, &mut out).unwrap();
+    s.result(SessionId(2), &id, lease, measured, 10, &mut out)
+        .unwrap();
     let job = s.job(&id).unwrap();
     assert_eq!(job.view.best_latency_s, Some(0.9e-3));
     assert_eq!(job.view.records[0].latency_s, 1e-3);
@@ -175,25 +176,25 @@ fn results_from_the_wrong_worker_or_lease_are_rejected() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(2), &hello("b", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.request_job(1, 0, &mut out);
+    s.request_job(SessionId(1), 0, &mut out);
     assert!(matches!(
-        s.result(2, &ids[0], Lease(1), result(1e-3), 1, &mut out),
+        s.result(SessionId(2), &ids[0], Lease(1), result(1e-3), 1, &mut out),
         Err(Rejection::NotAssigned { .. })
     ));
     assert!(matches!(
-        s.result(1, &ids[0], Lease(7), result(1e-3), 1, &mut out),
+        s.result(SessionId(1), &ids[0], Lease(7), result(1e-3), 1, &mut out),
         Err(Rejection::NotAssigned { .. })
     ));
     assert!(matches!(
-        s.result(1, "nope", Lease(1), result(1e-3), 1, &mut out),
+        s.result(SessionId(1), "nope", Lease(1), result(1e-3), 1, &mut out),
         Err(Rejection::UnknownJob(_))
     ));
     let bad = s.progress(
-        2,
+        SessionId(2),
         &ProgressReport {
             job_id: ids[0].clone(),
             lease: Lease(1),
@@ -205,10 +206,10 @@ fn results_from_the_wrong_worker_or_lease_are_rejected() {
         &mut out,
     );
     assert!(bad.is_err());
-    s.result(1, &ids[0], Lease(1), result(1e-3), 2, &mut out)
+    s.result(SessionId(1), &ids[0], Lease(1), result(1e-3), 2, &mut out)
         .unwrap();
     assert!(matches!(
-        s.result(1, &ids[0], Lease(1), result(1e-3), 3, &mut out),
+        s.result(SessionId(1), &ids[0], Lease(1), result(1e-3), 3, &mut out),
         Err(Rejection::AlreadyFinished { .. })
     ));
 }
@@ -220,49 +221,49 @@ fn late_result_rule() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(2, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.request_job(1, 0, &mut out);
-    s.worker_left(1, LeaveKind::Lost, "network", 1, &mut out);
+    s.request_job(SessionId(1), 0, &mut out);
+    s.worker_left(SessionId(1), LeaveKind::Lost, "network", 1, &mut out);
     // Still open (queued): accepted from the same process.
-    s.worker_joined(3, &hello("a", r#"{"kind":"llvm"}"#), 2, &mut out)
+    s.worker_joined(SessionId(3), &hello("a", r#"{"kind":"llvm"}"#), 2, &mut out)
         .unwrap();
-    s.result(3, &ids[0], Lease(1), result(1e-3), 3, &mut out)
+    s.result(SessionId(3), &ids[0], Lease(1), result(1e-3), 3, &mut out)
         .unwrap();
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Done);
     assert!(!s.queue_order().contains(&ids[0]));
 
     // Re-assigned to another worker meanwhile: still open, the late result wins
     // and the other worker is told to stop.
-    s.worker_joined(4, &hello("c", r#"{"kind":"llvm"}"#), 4, &mut out)
+    s.worker_joined(SessionId(4), &hello("c", r#"{"kind":"llvm"}"#), 4, &mut out)
         .unwrap();
-    s.request_job(4, 4, &mut out); // takes ids[1], lease 1
-    s.worker_left(4, LeaveKind::Lost, "network", 5, &mut out);
-    s.worker_joined(5, &hello("d", r#"{"kind":"llvm"}"#), 6, &mut out)
+    s.request_job(SessionId(4), 4, &mut out); // takes ids[1], lease 1
+    s.worker_left(SessionId(4), LeaveKind::Lost, "network", 5, &mut out);
+    s.worker_joined(SessionId(5), &hello("d", r#"{"kind":"llvm"}"#), 6, &mut out)
         .unwrap();
-    s.request_job(5, 6, &mut out); // ids[1], lease 2
-    s.worker_joined(6, &hello("c", r#"{"kind":"llvm"}"#), 7, &mut out)
+    s.request_job(SessionId(5), 6, &mut out); // ids[1], lease 2
+    s.worker_joined(SessionId(6), &hello("c", r#"{"kind":"llvm"}"#), 7, &mut out)
         .unwrap();
     out.clear();
-    s.result(6, &ids[1], Lease(1), result(2e-3), 8, &mut out)
+    s.result(SessionId(6), &ids[1], Lease(1), result(2e-3), 8, &mut out)
         .unwrap();
     assert!(out.iter().any(|o| matches!(
         o,
         Output::Send {
-            session: 5,
+            session: SessionId(5),
             msg: MasterMessage::Cancel {
                 lease: Lease(2),
                 ..
             }
         }
     )));
-    assert_eq!(s.session_job(5), None);
+    assert_eq!(s.session_job(SessionId(5)), None);
     // Another process cannot claim someone else's lease, and done stays done.
     assert!(s
-        .result(5, &ids[1], Lease(2), result(1e-3), 9, &mut out)
+        .result(SessionId(5), &ids[1], Lease(2), result(1e-3), 9, &mut out)
         .is_err());
     assert!(s
-        .result(3, &ids[0], Lease(1), result(1e-3), 9, &mut out)
+        .result(SessionId(3), &ids[0], Lease(1), result(1e-3), 9, &mut out)
         .is_err());
 }
 
@@ -271,14 +272,14 @@ fn failures_retry_until_max_attempts_then_fail_with_all_errors() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
     for lease in 1..=3 {
         out.clear();
-        s.request_job(1, lease, &mut out);
+        s.request_job(SessionId(1), lease, &mut out);
         assert_eq!(assigned(&out).len(), 1, "attempt {lease} assigned");
         s.job_failed(
-            1,
+            SessionId(1),
             &ids[0],
             Lease(lease),
             &format!("boom {lease}"),
@@ -304,9 +305,9 @@ fn job_timeout_recycles_a_quiet_job_and_cancels_the_worker() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.request_job(1, 0, &mut out);
+    s.request_job(SessionId(1), 0, &mut out);
     s.tick(9_000, &mut out);
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Assigned);
     out.clear();
@@ -315,7 +316,7 @@ fn job_timeout_recycles_a_quiet_job_and_cancels_the_worker() {
     assert!(out.iter().any(|o| matches!(
         o,
         Output::Send {
-            session: 1,
+            session: SessionId(1),
             msg: MasterMessage::Cancel { .. }
         }
     )));
@@ -326,20 +327,35 @@ fn workers_only_get_jobs_their_target_serves_and_mismatches_are_refused() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(2, 2), 0, &mut out).0; // ids[0] pinned to mcpu a
-    s.worker_joined(1, &hello("plain", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
+    s.worker_joined(
+        SessionId(1),
+        &hello("plain", r#"{"kind":"llvm"}"#),
+        0,
+        &mut out,
+    )
+    .unwrap();
     out.clear();
-    s.request_job(1, 0, &mut out);
+    s.request_job(SessionId(1), 0, &mut out);
     assert_eq!(
         assigned(&out)[0].1,
         ids[1],
         "plain llvm worker skips the pinned job"
     );
     assert!(s
-        .worker_joined(2, &hello("gpu", r#"{"kind":"cuda"}"#), 0, &mut out)
+        .worker_joined(
+            SessionId(2),
+            &hello("gpu", r#"{"kind":"cuda"}"#),
+            0,
+            &mut out
+        )
         .is_err());
     let matching = s
-        .worker_joined(3, &hello("a", r#"{"kind":"llvm","mcpu":"a"}"#), 0, &mut out)
+        .worker_joined(
+            SessionId(3),
+            &hello("a", r#"{"kind":"llvm","mcpu":"a"}"#),
+            0,
+            &mut out,
+        )
         .unwrap();
     assert_eq!(matching, 2);
 }
@@ -349,12 +365,12 @@ fn restart_requeues_in_flight_jobs_without_counting_the_attempt() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(3, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.request_job(1, 0, &mut out);
-    s.result(1, &ids[0], Lease(1), result(1e-3), 1, &mut out)
+    s.request_job(SessionId(1), 0, &mut out);
+    s.result(SessionId(1), &ids[0], Lease(1), result(1e-3), 1, &mut out)
         .unwrap();
-    s.request_job(1, 2, &mut out); // ids[1] in flight
+    s.request_job(SessionId(1), 2, &mut out); // ids[1] in flight
     let persisted: Vec<Job> = s.jobs().cloned().collect();
     let mut out = Vec::new();
     let r = Scheduler::recover(CONFIG, persisted, 10, &mut out);
@@ -457,7 +473,7 @@ impl Harness {
             s,
             ids,
             now: 0,
-            next_session: 1,
+            next_session: SessionId(1),
             sessions: HashMap::new(),
             holding: HashMap::new(),
             persisted: BTreeMap::new(),
@@ -535,7 +551,7 @@ impl Harness {
                     r#"{"kind":"llvm"}"#
                 };
                 let session = self.next_session;
-                self.next_session += 1;
+                self.next_session = self.next_session.next();
                 if self
                     .s
                     .worker_joined(
@@ -761,7 +777,7 @@ impl Harness {
         let session = 10_000;
         self.s
             .worker_joined(
-                session,
+                SessionId(session),
                 &hello("drainer", r#"{"kind":"llvm","mcpu":"a"}"#),
                 self.now,
                 &mut out,
@@ -769,12 +785,19 @@ impl Harness {
             .expect("a universal worker is accepted");
         for _ in 0..100 {
             out.clear();
-            self.s.request_job(session, self.now, &mut out);
+            self.s.request_job(SessionId(session), self.now, &mut out);
             let Some((_, job_id, lease)) = assigned(&out).pop() else {
                 break;
             };
             self.s
-                .result(session, &job_id, lease, result(1e-3), self.now, &mut out)
+                .result(
+                    SessionId(session),
+                    &job_id,
+                    lease,
+                    result(1e-3),
+                    self.now,
+                    &mut out,
+                )
                 .expect("holder's result is accepted");
             *self.accepted.entry(job_id).or_default() += 1;
         }
@@ -820,29 +843,39 @@ fn a_late_failure_does_not_end_the_run_that_replaced_it() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.request_job(1, 0, &mut out); // lease 1
-    s.worker_left(1, LeaveKind::Lost, "network", 1, &mut out);
-    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 2, &mut out)
+    s.request_job(SessionId(1), 0, &mut out); // lease 1
+    s.worker_left(SessionId(1), LeaveKind::Lost, "network", 1, &mut out);
+    s.worker_joined(SessionId(2), &hello("b", r#"{"kind":"llvm"}"#), 2, &mut out)
         .unwrap();
-    s.request_job(2, 2, &mut out); // lease 2
-    s.worker_joined(3, &hello("a", r#"{"kind":"llvm"}"#), 3, &mut out)
+    s.request_job(SessionId(2), 2, &mut out); // lease 2
+    s.worker_joined(SessionId(3), &hello("a", r#"{"kind":"llvm"}"#), 3, &mut out)
         .unwrap();
     out.clear();
     assert!(matches!(
-        s.job_failed(3, &ids[0], Lease(1), "crashed while offline", 4, &mut out),
+        s.job_failed(
+            SessionId(3),
+            &ids[0],
+            Lease(1),
+            "crashed while offline",
+            4,
+            &mut out
+        ),
         Err(Rejection::Superseded { .. })
     ));
     assert!(out.is_empty(), "nothing changes: {out:?}");
-    assert_eq!(s.session_job(2), Some(&(ids[0].clone(), Lease(2))));
+    assert_eq!(
+        s.session_job(SessionId(2)),
+        Some(&(ids[0].clone(), Lease(2)))
+    );
     assert_eq!(
         s.job(&ids[0]).unwrap().view.errors.len(),
         1,
         "only the loss is recorded"
     );
     // The late *result* wins, and names its worker.
-    s.result(3, &ids[0], Lease(1), result(1e-3), 5, &mut out)
+    s.result(SessionId(3), &ids[0], Lease(1), result(1e-3), 5, &mut out)
         .unwrap();
     assert_eq!(s.job(&ids[0]).unwrap().view.worker.as_deref(), Some("a"));
 }
@@ -852,11 +885,11 @@ fn a_clean_goodbye_requeues_without_burning_an_attempt() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.request_job(1, 0, &mut out);
+    s.request_job(SessionId(1), 0, &mut out);
     s.worker_left(
-        1,
+        SessionId(1),
         LeaveKind::Graceful,
         "closed by worker (code 1000)",
         1,
@@ -871,9 +904,9 @@ fn progress_builds_a_bounded_curve_that_restarts_with_each_attempt() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(1, &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
         .unwrap();
-    s.request_job(1, 0, &mut out);
+    s.request_job(SessionId(1), 0, &mut out);
     for t in 1..=1000u32 {
         let report = ProgressReport {
             job_id: ids[0].clone(),
@@ -882,7 +915,8 @@ fn progress_builds_a_bounded_curve_that_restarts_with_each_attempt() {
             trials_total: 1000,
             best_latency_s: Some(1.0 / f64::from(t)),
         };
-        s.progress(1, &report, u64::from(t), &mut out).unwrap();
+        s.progress(SessionId(1), &report, u64::from(t), &mut out)
+            .unwrap();
     }
     let history = &s.job(&ids[0]).unwrap().view.history;
     assert!(history.len() <= tunefleet_shared::protocol::MAX_HISTORY_POINTS);
@@ -899,10 +933,15 @@ fn progress_builds_a_bounded_curve_that_restarts_with_each_attempt() {
     assert!(history
         .windows(2)
         .all(|w| w[0].trials < w[1].trials && w[0].best_latency_s >= w[1].best_latency_s));
-    s.worker_left(1, LeaveKind::Lost, "gone", 2000, &mut out);
-    s.worker_joined(2, &hello("b", r#"{"kind":"llvm"}"#), 2001, &mut out)
-        .unwrap();
-    s.request_job(2, 2001, &mut out);
+    s.worker_left(SessionId(1), LeaveKind::Lost, "gone", 2000, &mut out);
+    s.worker_joined(
+        SessionId(2),
+        &hello("b", r#"{"kind":"llvm"}"#),
+        2001,
+        &mut out,
+    )
+    .unwrap();
+    s.request_job(SessionId(2), 2001, &mut out);
     let job = &s.job(&ids[0]).unwrap().view;
     assert!(job.history.is_empty() && job.best_latency_s.is_none() && job.trials_done == 0);
 }

@@ -48,15 +48,22 @@ const ZNVER3: &str = r#"{"kind":"llvm","mcpu":"znver3","num-cores":2}"#;
 fn tuned_once() -> (Scheduler, String) {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    s.worker_joined(1, &hello("w", ZNVER3), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("w", ZNVER3), 0, &mut out)
         .expect("worker joins");
     let (new, _) = s.submit(vec![matmul(8, "{kind: llvm}")], 1, &mut out);
-    s.request_job(1, 1, &mut out);
+    s.request_job(SessionId(1), 1, &mut out);
     let (_, job, lease, _) = assignment(&out).expect("assigned");
     assert_eq!(job, new[0]);
-    s.result(1, &job, lease, result(0.002, 8, ZNVER3, 0), 2, &mut out)
-        .expect("result accepted");
-    s.request_job(1, 3, &mut out);
+    s.result(
+        SessionId(1),
+        &job,
+        lease,
+        result(0.002, 8, ZNVER3, 0),
+        2,
+        &mut out,
+    )
+    .expect("result accepted");
+    s.request_job(SessionId(1), 3, &mut out);
     (s, job)
 }
 
@@ -221,14 +228,14 @@ fn a_job_read_back_without_its_key_answers_the_same() {
 fn a_result_without_records_is_no_entry() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    s.worker_joined(1, &hello("w", ZNVER3), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("w", ZNVER3), 0, &mut out)
         .expect("joins");
     s.submit(vec![matmul(8, "{kind: llvm}")], 1, &mut out);
-    s.request_job(1, 1, &mut out);
+    s.request_job(SessionId(1), 1, &mut out);
     let (_, job, lease, _) = assignment(&out).expect("assigned");
     let mut bare = result(0.002, 8, ZNVER3, 0);
     bare.records.clear();
-    s.result(1, &job, lease, bare, 2, &mut out)
+    s.result(SessionId(1), &job, lease, bare, 2, &mut out)
         .expect("accepted");
     let (new, _) = s.submit(vec![matmul(4, "{kind: llvm}")], 3, &mut out);
     assert!(!s.job(&new[0]).expect("job").view.cache_hit);

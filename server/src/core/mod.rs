@@ -382,7 +382,7 @@ impl Core {
             models,
             store,
             sessions: HashMap::new(),
-            next_session: 1,
+            next_session: SessionId(1),
             snapshot_cache: SnapshotCache::default(),
             worker_json: HashMap::new(),
             stale_worker_json: HashSet::new(),
@@ -453,7 +453,7 @@ impl Core {
                 kind,
                 reason,
             } => {
-                info!(session, %reason, "worker left");
+                info!(%session, %reason, "worker left");
                 self.scheduler
                     .worker_left(session, kind, &reason, now, &mut out);
             }

@@ -235,7 +235,7 @@ impl Core {
                 Some(tx) => {
                     let _ = tx.send((session, msg));
                 }
-                None => debug!(session, "message for a session that is gone"),
+                None => debug!(%session, "message for a session that is gone"),
             }
         }
         self.counters.events += batch.events.len() as u64;

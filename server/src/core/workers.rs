@@ -24,7 +24,7 @@ impl Core {
         // Every slot has the same target, so only the first can be refused.
         for _ in 0..hello.slot_count() {
             let session = self.next_session;
-            self.next_session += 1;
+            self.next_session = self.next_session.next();
             result = self.scheduler.worker_joined(session, hello, now, out);
             if result.is_err() {
                 break;
@@ -34,7 +34,7 @@ impl Core {
         }
         match &result {
             Ok(matching) => {
-                info!(session = joined.first().copied().unwrap_or_default(), slots = joined.len(), name = %hello.name, target = %hello.target, matching, "worker joined");
+                info!(session = %joined.first().copied().unwrap_or_default(), slots = joined.len(), name = %hello.name, target = %hello.target, matching, "worker joined");
                 let plan = self.models.refill(now, &self.slots());
                 self.apply_plan(plan, now, out, batch);
             }
@@ -66,7 +66,7 @@ impl Core {
             WorkerInput::Progress(report) => {
                 let r = self.scheduler.progress(session, &report, now, out);
                 if let Err(e) = &r {
-                    warn!(session, "progress rejected: {e}");
+                    warn!(%session, "progress rejected: {e}");
                     self.push_send(batch, session, error_msg(e));
                 }
                 (None, Ok(()))
@@ -98,7 +98,7 @@ impl Core {
         };
         if let Some((job_id, lease)) = answered {
             if let Err(e) = &result {
-                warn!(session, job = %job_id, %lease, "result rejected, not stored: {e}");
+                warn!(%session, job = %job_id, %lease, "result rejected, not stored: {e}");
             }
             let ack = MasterMessage::Ack {
                 job_id,

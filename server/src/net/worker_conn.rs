@@ -129,7 +129,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                 Frame::Text(text) => match serde_json::from_str::<WorkerMessage>(&text) {
                     Err(e) => {
                         bad_messages += 1;
-                        warn!(worker = %name, session, "unparseable message: {e}");
+                        warn!(worker = %name, %session, "unparseable message: {e}");
                         if bad_messages >= MAX_BAD_MESSAGES {
                             conn.close(close_code::POLICY, "too many invalid messages").await;
                             break "closed after too many invalid messages".into();
@@ -169,7 +169,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                                 }
                             }
                             Err(reply) => {
-                                warn!(worker = %name, session, "refused: {}", describe(&reply));
+                                warn!(worker = %name, %session, "refused: {}", describe(&reply));
                                 let _ = conn.send(&reply).await;
                             }
                         }
@@ -243,7 +243,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
             }
         }
     };
-    info!(worker = %name, session, %reason, "worker connection ended");
+    info!(worker = %name, %session, %reason, "worker connection ended");
     leave(&state, &slots, kind, &reason).await;
 }
 

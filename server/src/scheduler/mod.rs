@@ -39,8 +39,24 @@ use imports::ImportPool;
 pub use imports::{MetaRow, IMPORT_PREFIX, KEY_PREFIX};
 pub use job::{CachePolicy, Job, JobExtras, LeaseRecord, Memo, MAX_SEEDS_PER_JOB};
 
-/// A connection-scoped worker identity, allocated by the driver.
-pub type SessionId = u64;
+/// A connection-scoped worker identity, allocated by the driver. A type of
+/// its own so that it cannot be swapped with a lease or a time (all three
+/// were `u64`): the lease-holder check takes one of each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SessionId(pub u64);
+
+impl SessionId {
+    /// The id the driver allocates after this one.
+    pub fn next(self) -> SessionId {
+        SessionId(self.0 + 1)
+    }
+}
+
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// Leases remembered per job for accepting late results.
 const LEASE_HISTORY: usize = 16;

@@ -52,7 +52,9 @@ impl Slots {
 
     /// The first slot's session: the one the worker is told and logs name.
     pub(super) fn first(&self) -> SessionId {
-        self.slots.first().map_or(0, |s| s.session)
+        self.slots
+            .first()
+            .map_or(SessionId::default(), |s| s.session)
     }
 
     pub(super) fn sessions(&self) -> impl Iterator<Item = SessionId> + '_ {

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use tunefleet_server::scheduler::{Scheduler, SchedulerConfig};
+use tunefleet_server::scheduler::{Scheduler, SchedulerConfig, SessionId};
 use tunefleet_shared::protocol::{WorkerHello, PROTOCOL_VERSION};
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::parse_workload_file;
@@ -58,7 +58,7 @@ pub(crate) fn run(mut it: impl Iterator<Item = String>) -> anyhow::Result<()> {
     out.clear();
     let started = Instant::now();
     for (i, hello) in (0..).zip(&hellos) {
-        let matching = s.worker_joined(1_000 + i, hello, 2, &mut out)?;
+        let matching = s.worker_joined(SessionId(1_000 + i), hello, 2, &mut out)?;
         if matching != expected {
             bail!("a worker saw {matching} open jobs, expected {expected}");
         }
