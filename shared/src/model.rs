@@ -323,9 +323,9 @@ pub struct ModelTaskView {
     /// extraction): what a trivial task costs on TVM's default schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub untuned_share: Option<f64>,
-    /// Under 0.5% of the untuned model's time and of its FLOPs (FLOPs alone
-    /// when it could not be timed): compiled with TVM's default schedule,
-    /// no trials.
+    /// Under 0.5% of the untuned model's time and of its FLOPs (0.01% for a
+    /// convolution or a matmul; FLOPs alone when it could not be timed):
+    /// compiled with the generic schedule, no trials.
     pub trivial: bool,
     /// No valid candidate after its first round: gets no more rounds.
     pub dead: bool,
