@@ -27,6 +27,10 @@ import sys
 import tempfile
 import time
 
+# The repository's copy of the tunefleet package comes first, as for the
+# worker's drivers: the script and the package change together.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
 KINDS = ("conv", "matmul", "pool", "other")
 
 
@@ -119,30 +123,15 @@ def profile_tvm(lib: str, feeds: dict, repeat: int) -> tuple[float, dict]:
     import tvm
     from tvm import relax
 
+    from tunefleet.relax import time_functions
+
     dev = tvm.cpu()
-    vm = relax.VirtualMachine(tvm.runtime.load_module(lib), dev)
+    ex = tvm.runtime.load_module(lib)
+    vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(x, dev) for x in feeds.values()]
     total = median_run(lambda: vm["main"](*args), repeat)
-    per_run: list = []
-    spent: dict = {}
-    started: dict = {}
-
-    def instrument(func, symbol, before_run, ret_value, *call_args):
-        now = time.perf_counter()
-        if before_run:
-            started[symbol] = now
-        elif symbol in started:
-            spent[symbol] = spent.get(symbol, 0.0) + now - started.pop(symbol)
-        return 0
-
-    vm.set_instrument(instrument)
-    vm["main"](*args)
-    for _ in range(repeat):
-        spent = {}
-        vm["main"](*args)
-        per_run.append(spent)
-    symbols = {s for run in per_run for s in run}
-    funcs = {s: statistics.median(run.get(s, 0.0) for run in per_run) for s in symbols}
+    del vm
+    funcs = time_functions(ex, args, runs=repeat)
     kinds = {k: 0.0 for k in KINDS}
     for s, secs in funcs.items():
         if s.startswith("vm.builtin.") or s.startswith("relax."):

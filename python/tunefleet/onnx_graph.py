@@ -1,4 +1,4 @@
-"""ONNX graph rewrites the farm makes before TVM's ONNX frontend, shared by
+"""ONNX graph walks and rewrites the farm makes before TVM's ONNX frontend, shared by
 the model driver and the tests.
 
 Importing the module needs `onnx` only when a rewrite runs."""
@@ -6,7 +6,7 @@ Importing the module needs `onnx` only when a rewrite runs."""
 from __future__ import annotations
 
 
-def _read_names(graph) -> set:
+def used_names(graph) -> set:
     """Every value name read by a node (subgraphs included) or output by the graph."""
     used = set(o.name for o in graph.output)
     stack = [graph]
@@ -31,7 +31,7 @@ def canonicalize_for_layout(model) -> int:
     rewritten."""
     from onnx import helper
 
-    used = _read_names(model.graph)
+    used = used_names(model.graph)
     nodes = []
     rewritten = 0
     for n in model.graph.node:

@@ -306,22 +306,25 @@ def task_rows(fused, target, rebuild=None, args=None) -> list:
     return rows
 
 
-def time_functions(ex, args: list) -> dict:
+def time_functions(ex, args: list, runs: int = 1) -> dict:
     """Seconds each function call of one run of `main` took, summed by
     symbol, after a warm-up run (the VM's instrument hook: TVM 0.27's VM has
-    no profiler)."""
+    no profiler). With `runs` > 1, the median over that many runs (a symbol
+    a run did not call counts 0 in it)."""
     tvm = require_tvm("timing a model")
+    import statistics
     import time
 
     from tvm import relax
 
     vm = relax.VirtualMachine(ex, tvm.cpu())
     vm["main"](*args)
-    spent: dict = {}
+    per_run: list = []
     started: dict = {}
 
     def instrument(func, symbol, before_run, ret_value, *call_args):
         now = time.perf_counter()
+        spent = per_run[-1]
         if before_run:
             started[symbol] = now
         elif symbol in started:
@@ -329,8 +332,13 @@ def time_functions(ex, args: list) -> dict:
         return 0
 
     vm.set_instrument(instrument)
-    vm["main"](*args)
-    return spent
+    for _ in range(max(1, runs)):
+        per_run.append({})
+        vm["main"](*args)
+    if len(per_run) == 1:
+        return per_run[0]
+    symbols = {s for run in per_run for s in run}
+    return {s: statistics.median(run.get(s, 0.0) for run in per_run) for s in symbols}
 
 
 def random_args(fused, seed: int = 0) -> list:

@@ -121,7 +121,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tunefleet.relax import FUSION_PASSES, apply_database, fusion_sequence  # noqa: E402,F401
 from tunefleet.relax import workload_mod as _workload_mod  # noqa: E402
 import tunefleet.relax as relax_prep  # noqa: E402
-from tunefleet.onnx_graph import canonicalize_for_layout  # noqa: E402
+from tunefleet.onnx_graph import canonicalize_for_layout, used_names  # noqa: E402
 
 JobError = tt.JobError
 
@@ -204,21 +204,6 @@ def _consumers(graph) -> dict:
             if name:
                 out.setdefault(name, []).append((node, i))
     return out
-
-
-def _used_names(graph) -> set:
-    """Every value name read by a node (subgraphs included) or output by the graph."""
-    used = set(o.name for o in graph.output)
-    stack = [graph]
-    while stack:
-        g = stack.pop()
-        for node in g.node:
-            used.update(x for x in node.input if x)
-            for a in node.attribute:
-                if a.g is not None and a.HasField("g"):
-                    stack.append(a.g)
-                stack.extend(a.graphs)
-    return used
 
 
 def _random_weight(rng, name: str, dims: list, elem_type: int, consumers: list):
@@ -320,7 +305,7 @@ def materialize(model, seed: int, input_shapes: dict, random_weights: bool = Tru
         t.CopyFrom(numpy_helper.from_array(data, name=t.name))
 
     # Drop initializers nothing reads any more (e.g. the ConstantOfShape shapes).
-    used = _used_names(graph)
+    used = used_names(graph)
     keep = [t for t in graph.initializer if t.name in used]
     init_names = {t.name for t in graph.initializer}
     if len(keep) != len(graph.initializer):
