@@ -14,6 +14,12 @@ echo "== setting up the TVM venv"
 scripts/setup-tvm.sh
 export PATH="$PWD/.venv/bin:$PATH"   # tvm-ffi's build script needs tvm-ffi-config
 
+echo "== installing the Python package (python/) into the venv"
+# Installed the way users install it, before any test: the model driver's
+# Python tests (run by cargo test) import tunefleet.* as well as pytest does.
+.venv/bin/python -m pip install --disable-pip-version-check --quiet ./python
+rm -rf python/build python/*.egg-info
+
 echo "== building the web dashboard (web/dist, used by the browser tests)"
 scripts/build-web.sh
 
@@ -61,10 +67,8 @@ if [ -n "${TUNEFLEET_TEST_POSTGRES:-}" ]; then
 fi
 
 echo "== the Python package (python/): pytest against a real master and workers"
-# Installed into the venv the way users install it; the tests use the
-# binaries cargo test just built (target/debug, with the tvm feature).
-.venv/bin/python -m pip install --disable-pip-version-check --quiet ./python
-rm -rf python/build python/*.egg-info
+# The package was installed above; the tests use the binaries cargo test
+# just built (target/debug, with the tvm feature).
 .venv/bin/python -m pytest python/tests -p no:cacheprovider -rs 2>&1 | tee "$log.py"
 py_status=${PIPESTATUS[0]}
 # pytest exits 5 when it ran nothing (python/tests/conftest.py turns that
