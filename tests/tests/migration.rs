@@ -1,6 +1,6 @@
 //! A `fleet.db` written by an earlier release (schemas 1, 2 and 3, checked
 //! in as `tests/fixtures/fleet-v1.db`, `fleet-v2.db` and `fleet-v3.db`: the
-//! same fleet)
+//! same fleet; schema 4's `fleet-v4.db` holds a model run mid-tuning)
 //! opens in today's master, is migrated in place with a backup beside it, and
 //! the fleet resumes: finished jobs keep their results, the job that was in
 //! flight goes back to the queue, and a worker finishes the rest, each
@@ -24,6 +24,62 @@ async fn a_schema_2_database_migrates_and_resumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_3_database_migrates_and_resumes() {
     an_earlier_database_migrates_and_resumes(3).await;
+}
+
+/// Schema 4 kept a model run's records in its row; schema 5 gives each a row
+/// of its own. A run caught mid-tuning resumes, spends its budget, and reads
+/// back the same after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_4_model_run_migrates_and_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        repo_root().join("tests/fixtures/fleet-v4.db"),
+        dir.path().join("fleet.db"),
+    )
+    .unwrap();
+    let model = |master: &Master| {
+        let out = master.cli(&["results", "--model", "fixture-relax", "--format", "json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let master = Master::start(dir.path(), &[]);
+    assert!(master
+        .log()
+        .contains("migrating the state database from schema 4"));
+    let before = model(&master);
+    assert_eq!(before["state"], "tuning", "{before}");
+    let _worker = Worker::start(&master, "after-migration", 0.0, &[]);
+    let done = eventually(Duration::from_secs(30), "the run done", || {
+        let view = model(&master);
+        async move { (view["state"] == "done").then_some(view) }
+    })
+    .await;
+    assert_eq!(done["trials_done"], 64, "{done}");
+    for (task, old) in done["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(before["tasks"].as_array().unwrap())
+    {
+        let (new_best, old_best) = (
+            task["best_latency_s"].as_f64(),
+            old["best_latency_s"].as_f64(),
+        );
+        assert!(
+            new_best.is_some() && new_best <= old_best,
+            "{}: best {new_best:?} after {old_best:?}",
+            task["name"]
+        );
+    }
+    drop(_worker);
+    drop(master);
+    let master = Master::start(dir.path(), &[]);
+    let again = model(&master);
+    assert_eq!(again["tasks"], done["tasks"], "read back the same");
 }
 
 async fn an_earlier_database_migrates_and_resumes(schema: u32) {

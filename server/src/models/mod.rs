@@ -39,6 +39,7 @@ use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload, MAX_TRIALS};
 
 use crate::scheduler::JobExtras;
+pub(crate) use stages::sort_best_first;
 use stages::{
     compile_ended, compile_job, extract_ended, fail, parse_tasks, round_ended, round_job,
 };
@@ -77,7 +78,28 @@ pub struct Task {
     /// MetaSchedule's workload line for this task, from its first result.
     pub workload_line: Option<Value>,
     /// Every kept record, best first.
-    pub records: Vec<TuningRecord>,
+    pub records: Vec<KeptRecord>,
+}
+
+/// A record a task keeps, named by where it came from: the round job that
+/// measured it and its place in that job's result. The name is how the
+/// store writes each record once, in a row of its own, however often the
+/// run's row changes (a run keeps up to 512 records per task, tens of KiB
+/// each with a layout rewrite in the trace).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeptRecord {
+    pub key: String,
+    pub record: TuningRecord,
+}
+
+impl KeptRecord {
+    /// The `index`th record of round job `job`'s result.
+    pub fn of_round(job: &str, index: usize, record: TuningRecord) -> KeptRecord {
+        KeptRecord {
+            key: format!("{job}/{index}"),
+            record,
+        }
+    }
 }
 
 impl Task {
@@ -230,7 +252,7 @@ impl ModelRun {
             let valid: Vec<&Value> = task
                 .records
                 .iter()
-                .map(|r| &r.record)
+                .map(|r| &r.record.record)
                 .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
                 .collect();
             if valid.is_empty() {

@@ -11,7 +11,7 @@ use tunefleet_shared::protocol::{JobState, JobView, Millis};
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload};
 
-use super::{ModelRun, Task};
+use super::{KeptRecord, ModelRun, Task};
 use crate::scheduler::JobExtras;
 
 /// Records kept per task (best first); a warm start needs the good ones, and
@@ -21,6 +21,17 @@ const MAX_TASK_RECORDS: usize = 512;
 const COMPILE_RECORDS: usize = 4;
 /// Points kept on a run's estimated-latency curve.
 const MAX_CURVE_POINTS: usize = 512;
+
+/// A task's records, best first; ties by key, so that records read back
+/// from the store (in no particular order) are in the order they were kept.
+pub(crate) fn sort_best_first(records: &mut [KeptRecord]) {
+    records.sort_by(|a, b| {
+        a.record
+            .latency_s
+            .total_cmp(&b.record.latency_s)
+            .then_with(|| a.key.cmp(&b.key))
+    });
+}
 
 pub(super) fn fail(run: &mut ModelRun, error: String, now: Millis) {
     run.state = ModelState::Failed;
@@ -151,15 +162,19 @@ pub(super) fn round_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> boo
                 .filter(|w| w.as_array().is_some_and(|a| a.len() == 2))
                 .cloned();
         }
-        for record in &job.records {
-            if !task.records.iter().any(|r| r.record == record.record) {
-                task.records.push(record.clone());
+        for (index, record) in job.records.iter().enumerate() {
+            if !task
+                .records
+                .iter()
+                .any(|r| r.record.record == record.record)
+            {
+                let kept = KeptRecord::of_round(&job.job_id, index, record.clone());
+                task.records.push(kept);
             }
         }
-        task.records
-            .sort_by(|a, b| a.latency_s.total_cmp(&b.latency_s));
+        sort_best_first(&mut task.records);
         task.records.truncate(MAX_TASK_RECORDS);
-        let best = task.records.first().map(|r| r.latency_s);
+        let best = task.records.first().map(|r| r.record.latency_s);
         match (best, task.best()) {
             (Some(b), Some(old)) => task.history.push(b.min(old)),
             (Some(b), None) => task.history.push(b),
@@ -274,7 +289,7 @@ pub(super) fn round_job(
         let records: Vec<Value> = task
             .records
             .iter()
-            .map(|r| r.record.clone())
+            .map(|r| r.record.record.clone())
             .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
             .collect();
         (!records.is_empty()).then(|| {
@@ -311,7 +326,7 @@ pub(super) fn compile_job(run: &ModelRun, target: &Target) -> Workload {
             let records: Vec<Value> = t
                 .records
                 .iter()
-                .map(|r| r.record.clone())
+                .map(|r| r.record.record.clone())
                 .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
                 .take(COMPILE_RECORDS)
                 .collect();

@@ -319,7 +319,7 @@ fn idle_workers_run_a_task_twice_at_once_and_its_records_merge() {
     runs.job_ended(&done(&a2, line.clone(), &[0.8e-3, 0.9e-3]), 5, &four);
     runs.job_ended(&done(&a3, line.clone(), &[0.7e-3]), 6, &four);
     let task = &runs.get("m").unwrap().tasks[0];
-    let best: Vec<f64> = task.records.iter().map(|r| r.latency_s).collect();
+    let best: Vec<f64> = task.records.iter().map(|r| r.record.latency_s).collect();
     assert_eq!(&best[..3], [0.7e-3, 0.8e-3, 0.9e-3], "merged, best first");
     assert_eq!(task.best(), Some(0.7e-3));
 }

@@ -14,7 +14,10 @@ use rusqlite::{params, Connection};
 use serde_json::Value;
 
 use super::sqlite::create_tables;
-use super::{row, StoreError, ARCHIVED_INDEX, SCHEMA_VERSION, WORKLOADS_TABLE};
+use super::{
+    row, StoreError, ARCHIVED_INDEX, MODEL_RECORDS_TABLE, SCHEMA_VERSION, WARM_STARTS_TABLE,
+    WORKLOADS_TABLE,
+};
 
 /// One migration from schema `from`: the backup beside the file first (kept
 /// if it is already there: an earlier try wrote it from the same file),
@@ -111,11 +114,29 @@ pub(super) fn from_2(conn: &Connection, path: &Path, path_text: &str) -> Result<
     })
 }
 
-/// Schema 3 → 4 (and on).
+/// Schema 3 → 4 (and on to 5).
 pub(super) fn from_3(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
     migrate(conn, path, path_text, 3, |fail| {
         workloads_apart(conn).map_err(|e| fail(e.to_string()))
     })
+}
+
+/// Schema 4 → 5: the `model_records` and `warm_starts` tables. Records and
+/// warm starts stay in the rows that hold them until each run's or job's
+/// next commit moves them (`Store::commit`): a finished run is read as it
+/// was.
+pub(super) fn from_4(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
+    migrate(conn, path, path_text, 4, |fail| {
+        records_apart(conn).map_err(|e| fail(e.to_string()))
+    })
+}
+
+fn records_apart(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "{MODEL_RECORDS_TABLE};
+         {WARM_STARTS_TABLE};
+         UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
+    ))
 }
 
 /// Schema 3 → 4: each job's workload moves from `jobs.workload` to the
@@ -125,9 +146,9 @@ fn workloads_apart(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(&format!(
         "{WORKLOADS_TABLE};
          INSERT INTO workloads (job_id, workload) SELECT job_id, workload FROM jobs ORDER BY rowid;
-         ALTER TABLE jobs DROP COLUMN workload;
-         UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
-    ))
+         ALTER TABLE jobs DROP COLUMN workload;"
+    ))?;
+    records_apart(conn)
 }
 
 /// `jobs.data` of schema 1 → (schema-2 `data`, `workload`).

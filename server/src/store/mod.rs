@@ -12,9 +12,13 @@
 //! job's latest state (a `row` of its own, not the wire view);
 //! `workloads` its workload, written once, in a table of its own so that a
 //! change of state never rewrites it (SQLite rewrites a whole row on any
-//! update, a MiB of TVMScript included); `models` and `artifacts` the model runs
-//! (a `model_row` each, not the planner's state) and their compiled
-//! libraries; `trace` is the append-only log of state changes (what
+//! update, a MiB of TVMScript included); `warm_starts` a live job's warm
+//! start, for the same reason (a model round's is its task's records so far,
+//! MiBs; written once, deleted when the job ends); `models` and `artifacts`
+//! the model runs (a `model_row` each, not the planner's state, without its
+//! records) and their compiled libraries; `model_records` each record a run
+//! keeps, written once when a round brings it and deleted when better ones
+//! push it out (a commit compares keys, not records); `trace` is the append-only log of state changes (what
 //! `tunefleet export-trace` prints: lifecycle lines, not whole views;
 //! progress is never stored); `meta` holds the schema version. The
 //! rows are encoded here, once; a backend (`sqlite`, `postgres`) only
@@ -31,14 +35,14 @@ mod postgres;
 mod row;
 mod sqlite;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tunefleet_shared::protocol::{JobId, JobState, Millis};
 
-use crate::models::ModelRun;
+use crate::models::{sort_best_first, KeptRecord, ModelRun};
 use crate::scheduler::Job;
 pub use row::TraceJob;
 
@@ -46,8 +50,10 @@ pub use row::TraceJob;
 /// a `workload` column; compact trace lines. 3: `jobs.archived_at` and
 /// `jobs.content_key` (`--job-retention`: finished jobs kept in the database
 /// only, found again by id or by computation). 4: the workload moves from
-/// `jobs.workload` to a `workloads` table.
-pub const SCHEMA_VERSION: i64 = 4;
+/// `jobs.workload` to a `workloads` table. 5: a model run's records move from
+/// its `models` row to rows of their own in `model_records` (lazily: an
+/// older row's records move with the run's next commit).
+pub const SCHEMA_VERSION: i64 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -236,6 +242,8 @@ pub(super) struct JobRead {
     /// `None` when `workloads` has no row for the job (a damaged file):
     /// reported with the job's id, not skipped.
     workload: Option<String>,
+    /// From `warm_starts`, when the job has one there.
+    warm_start: Option<String>,
 }
 
 /// Which archived jobs to read back.
@@ -261,10 +269,50 @@ pub(super) const WORKLOADS_TABLE: &str = "CREATE TABLE IF NOT EXISTS workloads (
      workload TEXT NOT NULL
  )";
 
-/// A job's columns as [`JobRead`] takes them, its workload joined in. Left
-/// joined: a job without its workload is an error that names it.
-pub(super) const JOB_COLUMNS: &str = "SELECT job_id, queue_key, data, workload
-     FROM jobs LEFT JOIN workloads USING (job_id)";
+/// Each live job's warm start, apart from its row: written once when the
+/// job is stored, deleted when it ends. A model round's is the task's
+/// records so far, up to MiBs, and a round's row is written three or four
+/// times (queued, assigned, running, ended). The same statement in both
+/// backends, for a new database and in the migration from schema 4.
+pub(super) const WARM_STARTS_TABLE: &str = "CREATE TABLE IF NOT EXISTS warm_starts (
+     job_id TEXT PRIMARY KEY,
+     warm_start TEXT NOT NULL
+ )";
+
+/// A job's columns as [`JobRead`] takes them, its workload and warm start
+/// joined in. Left joined: a job without its workload is an error that
+/// names it; most jobs have no warm start.
+pub(super) const JOB_COLUMNS: &str = "SELECT job_id, queue_key, data, workload, warm_start
+     FROM jobs LEFT JOIN workloads USING (job_id) LEFT JOIN warm_starts USING (job_id)";
+
+/// Each record a model run keeps, apart from the run's row: written once
+/// when a round brings it, deleted when better ones push it out. `key` is
+/// [`crate::models::KeptRecord::key`]; `task` the task's place in the run.
+/// The same statement in both backends, for a new database and in the
+/// migration from schema 4.
+pub(super) const MODEL_RECORDS_TABLE: &str = "CREATE TABLE IF NOT EXISTS model_records (
+     model TEXT NOT NULL,
+     key TEXT NOT NULL,
+     task BIGINT NOT NULL,
+     data TEXT NOT NULL,
+     PRIMARY KEY (model, key)
+ )";
+
+/// One record row to write.
+pub(super) struct RecordWrite<'a> {
+    model: &'a str,
+    key: &'a str,
+    task: i64,
+    data: String,
+}
+
+/// One record row as a backend reads it.
+pub(super) struct RecordRead {
+    model: String,
+    key: String,
+    task: i64,
+    data: String,
+}
 
 /// The cache's lookup of archived entries by computation; partial, so the
 /// live jobs (the hot rows) pay nothing for it. The same statement in both
@@ -290,6 +338,12 @@ pub(super) struct RowBatch<'a, 'b> {
     /// Rows to mark archived, after `jobs` are written.
     archive: &'b [ArchiveWrite],
     models: &'b [(&'a str, &'static str, String)],
+    /// Model records new since the run's last commit.
+    records: &'b [RecordWrite<'a>],
+    /// (model, key) of records the run no longer keeps.
+    records_gone: &'b [(&'a str, String)],
+    /// Warm starts to write (`Some`) or delete (`None`), by job id.
+    warm_starts: &'b [(&'a str, Option<String>)],
     artifacts: &'b [(String, &'static str, Vec<u8>)],
     trace: &'b [(Millis, String)],
     /// `meta` rows to upsert, or delete (`None`).
@@ -305,6 +359,8 @@ trait Backend: Send {
     fn archived_counts(&mut self) -> Result<Vec<(String, i64)>, StoreError>;
     /// (name, data) of every model run, by name.
     fn load_model_rows(&mut self) -> Result<Vec<(String, String)>, StoreError>;
+    /// Every row of `model_records`.
+    fn load_model_records(&mut self) -> Result<Vec<RecordRead>, StoreError>;
     fn load_artifact(&mut self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError>;
     fn commit(&mut self, batch: &RowBatch<'_, '_>) -> Result<(), StoreError>;
     /// (key, value) of the `meta` rows whose key starts with `prefix`.
@@ -340,6 +396,12 @@ pub struct Store {
     stored: HashSet<String>,
     /// Jobs to mark archived with the next commit.
     pending_archive: Vec<ArchiveWrite>,
+    /// For each model run, the keys of its records that have a row in
+    /// `model_records`: a commit writes only the others, and deletes the
+    /// rows of records the run no longer keeps.
+    stored_records: HashMap<String, HashSet<String>>,
+    /// Jobs whose warm start has a row in `warm_starts`.
+    warm_stored: HashSet<JobId>,
     /// Unit tests: every commit and probe fails as on a full disk.
     #[cfg(test)]
     pub(crate) fail_commits: bool,
@@ -394,6 +456,8 @@ impl Store {
             backend,
             stored: HashSet::new(),
             pending_archive: Vec::new(),
+            stored_records: HashMap::new(),
+            warm_stored: HashSet::new(),
             #[cfg(test)]
             fail_commits: false,
         }
@@ -402,6 +466,11 @@ impl Store {
     /// The jobs the master holds in memory: all but the archived ones.
     pub fn load_jobs(&mut self) -> Result<Vec<Job>, StoreError> {
         let rows = self.backend.load_job_rows()?;
+        self.warm_stored = rows
+            .iter()
+            .filter(|row| row.warm_start.is_some())
+            .map(|row| row.job_id.clone())
+            .collect();
         let jobs = self.decode_jobs(rows)?;
         self.stored = jobs.iter().map(|j| j.id().clone()).collect();
         Ok(jobs)
@@ -465,22 +534,70 @@ impl Store {
                 });
             };
             let workload = serde_json::from_str(workload).map_err(|e| corrupt("workload", e))?;
-            jobs.push(row.into_job(raw.job_id.clone(), raw.queue_key, workload));
+            let mut job = row.into_job(raw.job_id.clone(), raw.queue_key, workload);
+            if let Some(warm) = &raw.warm_start {
+                job.extras.warm_start =
+                    Some(serde_json::from_str(warm).map_err(|e| corrupt("warm_start", e))?);
+            }
+            jobs.push(job);
         }
         Ok(jobs)
     }
 
     pub fn load_models(&mut self) -> Result<Vec<ModelRun>, StoreError> {
+        let path = self.backend.path().to_string();
+        let corrupt = |name: &str, message: String| StoreError::CorruptJob {
+            path: path.clone(),
+            job_id: format!("model run {name}"),
+            message,
+        };
         let mut runs = Vec::new();
         for (name, data) in self.backend.load_model_rows()? {
             let row: model_row::ModelRowIn =
-                serde_json::from_str(&data).map_err(|e| StoreError::CorruptJob {
-                    path: self.backend.path().to_string(),
-                    job_id: format!("model run {name}"),
-                    message: e.to_string(),
-                })?;
+                serde_json::from_str(&data).map_err(|e| corrupt(&name, e.to_string()))?;
             runs.push(row.into_run());
         }
+        let mut stored: HashMap<String, HashSet<String>> = HashMap::new();
+        let mut by_name: HashMap<String, usize> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.name.clone(), i))
+            .collect();
+        for row in self.backend.load_model_records()? {
+            let Some(&i) = by_name.get(&row.model) else {
+                return Err(corrupt(
+                    &row.model,
+                    format!("record {} has no `models` row", row.key),
+                ));
+            };
+            let run = &mut runs[i];
+            let task = usize::try_from(row.task)
+                .ok()
+                .and_then(|t| run.tasks.get_mut(t))
+                .ok_or_else(|| {
+                    corrupt(
+                        &row.model,
+                        format!(
+                            "record {} names task {}, which the run does not have",
+                            row.key, row.task
+                        ),
+                    )
+                })?;
+            let record = serde_json::from_str(&row.data)
+                .map_err(|e| corrupt(&row.model, format!("record {}: {e}", row.key)))?;
+            task.records.push(KeptRecord {
+                key: row.key.clone(),
+                record,
+            });
+            stored.entry(row.model).or_default().insert(row.key);
+        }
+        by_name.clear();
+        for run in &mut runs {
+            for task in &mut run.tasks {
+                sort_best_first(&mut task.records);
+            }
+        }
+        self.stored_records = stored;
         Ok(runs)
     }
 
@@ -525,6 +642,7 @@ impl Store {
         // (and its splits) per job: three times fewer WAL pages per job in
         // `tunefleet-bench`, and as many fewer for the checkpoint to copy.
         jobs.sort_by_key(|job| job.queue_key);
+        let warm_starts = self.changed_warm_starts(&jobs);
         let jobs: Vec<JobWrite<'a>> = jobs
             .into_iter()
             .map(|job| JobWrite {
@@ -536,6 +654,8 @@ impl Store {
                     .then(|| serde_json::to_string(&job.view.workload).unwrap_or_default()),
             })
             .collect();
+        let models: Vec<&'b ModelRun> = models.into_iter().collect();
+        let (records, records_gone) = self.changed_records(&models);
         let models: Vec<(&str, &'static str, String)> = models
             .into_iter()
             .map(|run| {
@@ -550,10 +670,32 @@ impl Store {
             jobs: &jobs,
             archive: &self.pending_archive,
             models: &models,
+            records: &records,
+            records_gone: &records_gone,
+            warm_starts: &warm_starts,
             artifacts,
             trace,
             meta,
         })?;
+        // Only once committed: a failed commit writes them again.
+        for (job_id, warm) in &warm_starts {
+            if warm.is_some() {
+                self.warm_stored.insert(job_id.to_string());
+            } else {
+                self.warm_stored.remove(*job_id);
+            }
+        }
+        for record in &records {
+            self.stored_records
+                .entry(record.model.to_string())
+                .or_default()
+                .insert(record.key.to_string());
+        }
+        for (model, key) in &records_gone {
+            if let Some(keys) = self.stored_records.get_mut(*model) {
+                keys.remove(key);
+            }
+        }
         // Only once committed: a failed commit is retried with the workload.
         for job in &jobs {
             if job.workload.is_some() {
@@ -562,6 +704,67 @@ impl Store {
         }
         self.pending_archive.clear();
         Ok(())
+    }
+
+    /// The warm-start rows a commit of `jobs` writes (a live job's, not yet
+    /// stored) and deletes (an ended job's), each job once, as last written.
+    fn changed_warm_starts<'a>(&self, jobs: &[&'a Job]) -> Vec<(&'a str, Option<String>)> {
+        let mut seen = HashSet::new();
+        let mut changes = Vec::new();
+        for job in jobs.iter().rev().filter(|job| seen.insert(job.id())) {
+            let stored = self.warm_stored.contains(job.id());
+            let live = !job.state().is_terminal();
+            match (&job.extras.warm_start, live, stored) {
+                (Some(warm), true, false) => changes.push((
+                    job.id().as_str(),
+                    Some(serde_json::to_string(warm).unwrap_or_default()),
+                )),
+                (None, _, true) | (_, false, true) => changes.push((job.id().as_str(), None)),
+                _ => {}
+            }
+        }
+        changes
+    }
+
+    /// The record rows a commit of `models` writes and deletes: those of
+    /// records new since each run's last commit, and of those it dropped.
+    /// Only keys are compared; a record's JSON is written once.
+    fn changed_records<'b>(
+        &self,
+        models: &[&'b ModelRun],
+    ) -> (Vec<RecordWrite<'b>>, Vec<(&'b str, String)>) {
+        let none = HashSet::new();
+        let (mut new, mut gone) = (Vec::new(), Vec::new());
+        // A run twice in one batch is written once, as it is last.
+        let mut seen = HashSet::new();
+        for run in models
+            .iter()
+            .rev()
+            .filter(|run| seen.insert(run.name.as_str()))
+        {
+            let stored = self.stored_records.get(&run.name).unwrap_or(&none);
+            let mut kept = HashSet::new();
+            for (ti, task) in run.tasks.iter().enumerate() {
+                for kept_record in &task.records {
+                    kept.insert(kept_record.key.as_str());
+                    if !stored.contains(&kept_record.key) {
+                        new.push(RecordWrite {
+                            model: &run.name,
+                            key: &kept_record.key,
+                            task: ti as i64,
+                            data: serde_json::to_string(&kept_record.record).unwrap_or_default(),
+                        });
+                    }
+                }
+            }
+            gone.extend(
+                stored
+                    .iter()
+                    .filter(|key| !kept.contains(key.as_str()))
+                    .map(|key| (run.name.as_str(), key.clone())),
+            );
+        }
+        (new, gone)
     }
 
     /// After a commit failed: the archive marks it carried are forgotten

@@ -7,6 +7,9 @@
 //! destructured without `..`: a new field does not compile until someone
 //! decides whether and how it is stored. The JSON is the one schema 1 to 4
 //! wrote (the same names), so no migration was needed to introduce it.
+//! Since schema 5 the tasks' records are not in it: each is a row of
+//! `model_records`, written once (a 2,000-trial ResNet-50 run's row was
+//! 66 MB, rewritten on every change of the run).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -16,7 +19,7 @@ use tunefleet_shared::model::{
 use tunefleet_shared::protocol::{JobId, Millis, TuningRecord};
 use tunefleet_shared::target::Target;
 
-use crate::models::{ModelRun, Round, Task};
+use crate::models::{KeptRecord, ModelRun, Round, Task};
 
 /// The `data` column, written (borrowed; only the task and round lists,
 /// and each round's job id, are built for it).
@@ -60,7 +63,8 @@ struct TaskRowOut<'a> {
     rounds: Vec<RoundRow>,
     history: &'a [f64],
     workload_line: &'a Option<Value>,
-    records: &'a [TuningRecord],
+    // The records are not here: each has a row of its own in
+    // `model_records` (schema 5), written once.
 }
 
 /// A round, both ways (four plain fields).
@@ -113,6 +117,9 @@ struct TaskRowIn {
     rounds: Vec<RoundRow>,
     history: Vec<f64>,
     workload_line: Option<Value>,
+    /// Only in rows written before schema 5, which kept the records here;
+    /// the run's next commit moves them to `model_records`.
+    #[serde(default)]
     records: Vec<TuningRecord>,
 }
 
@@ -184,7 +191,8 @@ impl<'a> TaskRowOut<'a> {
             rounds,
             history,
             workload_line,
-            records,
+            // Written apart, to `model_records` (see `Store::commit`).
+            records: _,
         } = task;
         TaskRowOut {
             name,
@@ -197,7 +205,6 @@ impl<'a> TaskRowOut<'a> {
             rounds: rounds.iter().map(RoundRow::of).collect(),
             history,
             workload_line,
-            records,
         }
     }
 }
@@ -229,7 +236,18 @@ impl RoundRow {
 }
 
 impl TaskRowIn {
-    fn into_task(self) -> Task {
+    /// The task, with the records its row held (before schema 5), named as
+    /// no round's record can be: `legacy/TASK/N`.
+    fn into_task(self, index: usize) -> Task {
+        let records = self
+            .records
+            .into_iter()
+            .enumerate()
+            .map(|(i, record)| KeptRecord {
+                key: format!("legacy/{index}/{i}"),
+                record,
+            })
+            .collect();
         Task {
             name: self.name,
             weight: self.weight,
@@ -241,7 +259,7 @@ impl TaskRowIn {
             rounds: self.rounds.into_iter().map(RoundRow::into_round).collect(),
             history: self.history,
             workload_line: self.workload_line,
-            records: self.records,
+            records,
         }
     }
 }
@@ -260,7 +278,12 @@ impl ModelRowIn {
             stop_requested: self.stop_requested,
             extract_job: self.extract_job,
             compile_job: self.compile_job,
-            tasks: self.tasks.into_iter().map(TaskRowIn::into_task).collect(),
+            tasks: self
+                .tasks
+                .into_iter()
+                .enumerate()
+                .map(|(i, task)| task.into_task(i))
+                .collect(),
             io: self.io,
             latency: self.latency,
             verified: self.verified,

@@ -28,9 +28,9 @@ use postgres::{Client, NoTls, Statement};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, redact, Archived, Backend, Durability, Found, JobRead, JobWrite, RowBatch,
-    Standby, StoreError, ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION,
-    WORKLOADS_TABLE,
+    check_version, redact, Archived, Backend, Durability, Found, JobRead, JobWrite, RecordRead,
+    RowBatch, Standby, StoreError, ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY,
+    MODEL_RECORDS_TABLE, SCHEMA_VERSION, WARM_STARTS_TABLE, WORKLOADS_TABLE,
 };
 
 /// The advisory lock key masters contend for ("tunefleet" in ASCII, cut to 8
@@ -63,6 +63,10 @@ struct Statements {
     insert_jobs: Statement,
     insert_workloads: Statement,
     upsert_model: Statement,
+    put_records: Statement,
+    drop_records: Statement,
+    put_warm_starts: Statement,
+    drop_warm_starts: Statement,
     put_artifact: Statement,
     append_trace: Statement,
     archive_jobs: Statement,
@@ -192,12 +196,23 @@ impl PgStore {
         }
     }
 
+    /// Every row `sql` (no parameters) selects.
+    fn query_all(&mut self, sql: &str) -> Result<Vec<postgres::Row>, StoreError> {
+        self.client
+            .query(sql, &[])
+            .map_err(|cause| StoreError::Postgres {
+                path: self.path.clone(),
+                cause,
+            })
+    }
+
     fn job_read(&self, r: &postgres::Row) -> Result<JobRead, StoreError> {
         Ok(JobRead {
             job_id: r.try_get(0).map_err(self.err())?,
             queue_key: r.try_get(1).map_err(self.err())?,
             data: r.try_get(2).map_err(self.err())?,
             workload: r.try_get(3).map_err(self.err())?,
+            warm_start: r.try_get(4).map_err(self.err())?,
         })
     }
 
@@ -234,6 +249,8 @@ impl PgStore {
                          state TEXT NOT NULL,
                          data TEXT NOT NULL
                      );
+                     {MODEL_RECORDS_TABLE};
+                     {WARM_STARTS_TABLE};
                      CREATE TABLE artifacts (
                          run TEXT NOT NULL,
                          kind TEXT NOT NULL,
@@ -254,7 +271,7 @@ impl PgStore {
                 .map_err(err)?;
             }
             Found::Current => {}
-            Found::Older(from @ (2 | 3)) => {
+            Found::Older(from @ (2..=4)) => {
                 // In the same transaction as the version check: a standby
                 // that takes over later finds it done.
                 tracing::info!(
@@ -272,10 +289,20 @@ impl PgStore {
                     .map_err(err)?;
                 }
                 // 3 → 4: the workloads to a table of their own.
+                if from <= 3 {
+                    tx.batch_execute(&format!(
+                        "{WORKLOADS_TABLE};
+                         INSERT INTO workloads (job_id, workload) SELECT job_id, workload FROM jobs;
+                         ALTER TABLE jobs DROP COLUMN workload;"
+                    ))
+                    .map_err(err)?;
+                }
+                // 4 → 5: the model records' and warm starts' tables (a
+                // run's records, a job's warm start, move to them with its
+                // next commit).
                 tx.batch_execute(&format!(
-                    "{WORKLOADS_TABLE};
-                     INSERT INTO workloads (job_id, workload) SELECT job_id, workload FROM jobs;
-                     ALTER TABLE jobs DROP COLUMN workload;
+                    "{MODEL_RECORDS_TABLE};
+                     {WARM_STARTS_TABLE};
                      UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
                 ))
                 .map_err(err)?;
@@ -331,6 +358,33 @@ impl PgStore {
                 .prepare(
                     "INSERT INTO models (name, state, data) VALUES ($1, $2, $3)
                      ON CONFLICT (name) DO UPDATE SET state = EXCLUDED.state, data = EXCLUDED.data",
+                )
+                .map_err(err)?,
+            // Each job once per batch (`Store::changed_warm_starts`).
+            put_warm_starts: c
+                .prepare(
+                    "INSERT INTO warm_starts (job_id, warm_start)
+                     SELECT * FROM UNNEST($1::text[], $2::text[])
+                     ON CONFLICT (job_id) DO UPDATE SET warm_start = EXCLUDED.warm_start",
+                )
+                .map_err(err)?,
+            drop_warm_starts: c
+                .prepare("DELETE FROM warm_starts WHERE job_id = ANY($1)")
+                .map_err(err)?,
+            // Each (model, key) once per batch (`Store::changed_records`).
+            put_records: c
+                .prepare(
+                    "INSERT INTO model_records (model, key, task, data)
+                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[])
+                     ON CONFLICT (model, key) DO UPDATE
+                     SET task = EXCLUDED.task, data = EXCLUDED.data",
+                )
+                .map_err(err)?,
+            drop_records: c
+                .prepare(
+                    "DELETE FROM model_records m
+                     USING UNNEST($1::text[], $2::text[]) AS g(model, key)
+                     WHERE m.model = g.model AND m.key = g.key",
                 )
                 .map_err(err)?,
             put_artifact: c
@@ -461,19 +515,27 @@ impl Backend for PgStore {
     }
 
     fn load_model_rows(&mut self) -> Result<Vec<(String, String)>, StoreError> {
-        let rows = self
-            .client
-            .query("SELECT name, data FROM models ORDER BY name", &[])
-            .map_err(|cause| StoreError::Postgres {
-                path: self.path.clone(),
-                cause,
-            })?;
+        let rows = self.query_all("SELECT name, data FROM models ORDER BY name")?;
         rows.iter()
             .map(|r| {
                 Ok((
                     r.try_get(0).map_err(self.err())?,
                     r.try_get(1).map_err(self.err())?,
                 ))
+            })
+            .collect()
+    }
+
+    fn load_model_records(&mut self) -> Result<Vec<RecordRead>, StoreError> {
+        let rows = self.query_all("SELECT model, key, task, data FROM model_records")?;
+        rows.iter()
+            .map(|r| {
+                Ok(RecordRead {
+                    model: r.try_get(0).map_err(self.err())?,
+                    key: r.try_get(1).map_err(self.err())?,
+                    task: r.try_get(2).map_err(self.err())?,
+                    data: r.try_get(3).map_err(self.err())?,
+                })
             })
             .collect()
     }
@@ -518,6 +580,9 @@ impl Backend for PgStore {
             jobs,
             archive,
             models,
+            records,
+            records_gone,
+            warm_starts,
             artifacts,
             trace,
             meta,
@@ -568,6 +633,34 @@ impl Backend for PgStore {
         }
         for (name, state, data) in models {
             tx.execute(&st.upsert_model, &[name, state, data])
+                .map_err(err)?;
+        }
+        let (put, dropped): (Vec<_>, Vec<_>) = warm_starts.iter().partition(|(_, w)| w.is_some());
+        if !put.is_empty() {
+            let ids: Vec<&str> = put.iter().map(|(id, _)| *id).collect();
+            let data: Vec<&str> = put
+                .iter()
+                .map(|(_, w)| w.as_deref().unwrap_or_default())
+                .collect();
+            tx.execute(&st.put_warm_starts, &[&ids, &data])
+                .map_err(err)?;
+        }
+        if !dropped.is_empty() {
+            let ids: Vec<&str> = dropped.iter().map(|(id, _)| *id).collect();
+            tx.execute(&st.drop_warm_starts, &[&ids]).map_err(err)?;
+        }
+        if !records.is_empty() {
+            let models: Vec<&str> = records.iter().map(|r| r.model).collect();
+            let keys: Vec<&str> = records.iter().map(|r| r.key).collect();
+            let tasks: Vec<i64> = records.iter().map(|r| r.task).collect();
+            let data: Vec<&str> = records.iter().map(|r| r.data.as_str()).collect();
+            tx.execute(&st.put_records, &[&models, &keys, &tasks, &data])
+                .map_err(err)?;
+        }
+        if !records_gone.is_empty() {
+            let models: Vec<&str> = records_gone.iter().map(|(m, _)| *m).collect();
+            let keys: Vec<&str> = records_gone.iter().map(|(_, k)| k.as_str()).collect();
+            tx.execute(&st.drop_records, &[&models, &keys])
                 .map_err(err)?;
         }
         for (run, kind, bytes) in artifacts {

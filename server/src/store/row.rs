@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use tunefleet_shared::model::TunerSettings;
 use tunefleet_shared::protocol::{
     JobAction, JobError, JobState, JobView, Lease, Millis, ProgressPoint, ResultMeta, TuningRecord,
 };
@@ -43,7 +44,7 @@ pub(super) struct JobRowOut<'a> {
     lease: Lease,
     lease_history: &'a [LeaseRecord],
     last_progress_at: Millis,
-    extras: &'a JobExtras,
+    extras: ExtrasOut<'a>,
     #[serde(skip_serializing_if = "is_false")]
     cache_hit: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -54,6 +55,49 @@ pub(super) struct JobRowOut<'a> {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A job's extras as its row holds them: all but the warm start, which has
+/// a row of its own in `warm_starts` (schema 5) while the job is live. Rows
+/// written before keep it here; `JobExtras` reads both.
+#[derive(Serialize)]
+struct ExtrasOut<'a> {
+    nbest: Option<u32>,
+    tuner: &'a TunerSettings,
+    #[serde(skip_serializing_if = "is_zero")]
+    prior_trials: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workload_line: &'a Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "is_zero")]
+    seeded: u32,
+    #[serde(skip_serializing_if = "is_false")]
+    model_round: bool,
+}
+
+impl<'a> ExtrasOut<'a> {
+    fn of(extras: &'a JobExtras) -> ExtrasOut<'a> {
+        let JobExtras {
+            nbest,
+            warm_start: _,
+            tuner,
+            prior_trials,
+            workload_line,
+            seeded,
+            model_round,
+        } = extras;
+        ExtrasOut {
+            nbest: *nbest,
+            tuner,
+            prior_trials: *prior_trials,
+            workload_line,
+            seeded: *seeded,
+            model_round: *model_round,
+        }
+    }
 }
 
 /// The `data` column, read back.
@@ -143,7 +187,7 @@ impl<'a> JobRowOut<'a> {
             lease: *lease,
             lease_history,
             last_progress_at: *last_progress_at,
-            extras,
+            extras: ExtrasOut::of(extras),
             cache_hit: *cache_hit,
             cached_from,
             actions,

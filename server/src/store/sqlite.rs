@@ -22,8 +22,9 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, migrate, Archived, Backend, Durability, Found, JobRead, RowBatch, StoreError,
-    ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY, SCHEMA_VERSION, WORKLOADS_TABLE,
+    check_version, migrate, Archived, Backend, Durability, Found, JobRead, RecordRead, RowBatch,
+    StoreError, ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY, MODEL_RECORDS_TABLE,
+    SCHEMA_VERSION, WARM_STARTS_TABLE, WORKLOADS_TABLE,
 };
 
 pub(super) struct SqliteStore {
@@ -216,6 +217,7 @@ impl SqliteStore {
             Found::Older(1) => migrate::from_1(&conn, path, &path_text)?,
             Found::Older(2) => migrate::from_2(&conn, path, &path_text)?,
             Found::Older(3) => migrate::from_3(&conn, path, &path_text)?,
+            Found::Older(4) => migrate::from_4(&conn, path, &path_text)?,
             Found::Older(v) => {
                 return Err(StoreError::UnknownSchema {
                     path: path_text,
@@ -410,6 +412,38 @@ impl Backend for SqliteStore {
         rows.map_err(|e| self.sql_err(e))
     }
 
+    fn load_model_records(&mut self) -> Result<Vec<RecordRead>, StoreError> {
+        // A file of an older schema opened read-only has no such table:
+        // its records are still in the `models` rows.
+        let exists: bool = self
+            .conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'model_records')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql_err(e))?;
+        if !exists {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self
+            .conn
+            .prepare("SELECT model, key, task, data FROM model_records")
+            .map_err(|e| self.sql_err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(RecordRead {
+                    model: r.get(0)?,
+                    key: r.get(1)?,
+                    task: r.get(2)?,
+                    data: r.get(3)?,
+                })
+            })
+            .map_err(|e| self.sql_err(e))?;
+        let rows: Result<Vec<_>, _> = rows.collect();
+        rows.map_err(|e| self.sql_err(e))
+    }
+
     fn load_artifact(&mut self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.conn
             .query_row(
@@ -440,6 +474,9 @@ impl Backend for SqliteStore {
             jobs,
             archive,
             models,
+            records,
+            records_gone,
+            warm_starts,
             artifacts,
             trace,
             meta,
@@ -490,6 +527,22 @@ impl Backend for SqliteStore {
                     }
                 };
             }
+            let mut put_warm = tx
+                .prepare_cached(
+                    "INSERT INTO warm_starts (job_id, warm_start) VALUES (?1, ?2)
+                     ON CONFLICT(job_id) DO UPDATE SET warm_start = ?2",
+                )
+                .map_err(err)?;
+            let mut drop_warm = tx
+                .prepare_cached("DELETE FROM warm_starts WHERE job_id = ?1")
+                .map_err(err)?;
+            for (job_id, warm) in warm_starts {
+                match warm {
+                    Some(warm) => put_warm.execute(params![job_id, warm]),
+                    None => drop_warm.execute(params![job_id]),
+                }
+                .map_err(err)?;
+            }
             let mut mark = tx
                 .prepare_cached(
                     "UPDATE jobs SET archived_at = ?2, content_key = ?3 WHERE job_id = ?1",
@@ -509,6 +562,24 @@ impl Backend for SqliteStore {
                 upsert_model
                     .execute(params![name, state, data])
                     .map_err(err)?;
+            }
+            // Upserts: a run twice in one batch brings its new records twice.
+            let mut put_record = tx
+                .prepare_cached(
+                    "INSERT INTO model_records (model, key, task, data) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT(model, key) DO UPDATE SET task = ?3, data = ?4",
+                )
+                .map_err(err)?;
+            for record in records {
+                put_record
+                    .execute(params![record.model, record.key, record.task, record.data])
+                    .map_err(err)?;
+            }
+            let mut drop_record = tx
+                .prepare_cached("DELETE FROM model_records WHERE model = ?1 AND key = ?2")
+                .map_err(err)?;
+            for (model, key) in records_gone {
+                drop_record.execute(params![model, key]).map_err(err)?;
             }
             let mut put_artifact = tx
                 .prepare_cached(
@@ -598,6 +669,7 @@ fn job_read(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRead> {
         queue_key: r.get(1)?,
         data: r.get(2)?,
         workload: r.get(3)?,
+        warm_start: r.get(4)?,
     })
 }
 
@@ -621,6 +693,8 @@ pub(super) fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
              state TEXT NOT NULL,
              data TEXT NOT NULL
          );
+         {MODEL_RECORDS_TABLE};
+         {WARM_STARTS_TABLE};
          CREATE TABLE IF NOT EXISTS artifacts (
              run TEXT NOT NULL,
              kind TEXT NOT NULL,

@@ -170,6 +170,53 @@ fn a_schema_3_database_is_backed_up_migrated_and_loads() {
     an_older_database_is_backed_up_migrated_and_loads(3);
 }
 
+/// Schema 4 kept a model run's records in its row: they load from there,
+/// and the run's next commit moves them to `model_records`.
+#[test]
+fn a_schema_4_model_runs_records_move_to_rows_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    std::fs::copy(fixture(4), &path).unwrap();
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    assert!(
+        migrate::backup_path(&path, 4).is_file(),
+        "the schema-4 copy is kept"
+    );
+    let jobs = store.load_jobs().unwrap();
+    assert_eq!(jobs.len(), 6, "five rounds done, one running");
+    let runs = store.load_models().unwrap();
+    assert_eq!(runs.len(), 1);
+    let run = &runs[0];
+    assert_eq!(run.name, "fixture-relax");
+    let counts: Vec<usize> = run.tasks.iter().map(|t| t.records.len()).collect();
+    assert_eq!(counts, [24, 16], "every record of the schema-4 row");
+    for task in &run.tasks {
+        let latencies: Vec<f64> = task.records.iter().map(|r| r.record.latency_s).collect();
+        assert!(latencies.windows(2).all(|w| w[0] <= w[1]), "best first");
+    }
+    assert!(
+        record_rows(&path).is_empty(),
+        "nothing moved before a commit"
+    );
+
+    store.commit([], [run], &[], &[]).unwrap();
+    assert_eq!(record_rows(&path).len(), 40);
+    let row: String = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT data FROM models", [], |r| r.get(0))
+        .unwrap();
+    assert!(
+        !row.contains("\"records\""),
+        "the row lost its records: {row}"
+    );
+    drop(store);
+    let again = Store::open(&path, Durability::Normal)
+        .unwrap()
+        .load_models()
+        .unwrap();
+    assert_eq!(again, runs, "the same run, read from the new rows");
+}
+
 /// The fixtures hold the same fleet (tests/fixtures/README.md).
 fn an_older_database_is_backed_up_migrated_and_loads(from: i64) {
     let dir = tempfile::tempdir().unwrap();
@@ -436,9 +483,9 @@ fn a_job_written_twice_in_one_commit_keeps_its_last_write() {
 
 /// A model run with every field set (tasks, rounds, records, curve) reads
 /// back equal through its row type.
-#[test]
-fn a_model_run_comes_back_as_it_was_stored() {
-    use crate::models::{ModelRun, Round, Task};
+/// A model run with two tasks of two records each.
+fn model_run() -> crate::models::ModelRun {
+    use crate::models::{KeptRecord, ModelRun, Round, Task};
     use tunefleet_shared::model::{
         EstimatePoint, ModelLatencies, ModelSource, ModelState, TunerSettings,
     };
@@ -470,12 +517,26 @@ fn a_model_run_comes_back_as_it_was_stored() {
         ],
         history: vec![2e-4, 1.5e-4],
         workload_line: Some(serde_json::json!(["0x12", "b64"])),
-        records: vec![TuningRecord {
-            latency_s: 1.5e-4,
-            record: serde_json::json!([["trace"], [1.5e-4], {}, []]),
-        }],
+        records: vec![
+            KeptRecord::of_round(
+                &format!("{name}-r1"),
+                0,
+                TuningRecord {
+                    latency_s: 1.5e-4,
+                    record: serde_json::json!([["trace"], [1.5e-4], {}, []]),
+                },
+            ),
+            KeptRecord::of_round(
+                &format!("{name}-r1"),
+                3,
+                TuningRecord {
+                    latency_s: 2e-4,
+                    record: serde_json::json!([["other"], [2e-4], {}, []]),
+                },
+            ),
+        ],
     };
-    let run = ModelRun {
+    ModelRun {
         name: "squeezenet".into(),
         source: ModelSource {
             onnx_b64: "AAEC".into(),
@@ -516,7 +577,12 @@ fn a_model_run_comes_back_as_it_was_stored() {
         created_at: 1,
         updated_at: 5,
         finished_at: Some(6),
-    };
+    }
+}
+
+#[test]
+fn a_model_run_comes_back_as_it_was_stored() {
+    let run = model_run();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fleet.db");
     let mut store = Store::open(&path, Durability::Normal).unwrap();
@@ -527,4 +593,243 @@ fn a_model_run_comes_back_as_it_was_stored() {
         .load_models()
         .unwrap();
     assert_eq!(loaded, vec![run]);
+}
+
+/// A round (`conv-r2`) brings a better record to `conv`, and its worst
+/// goes.
+fn a_round_improves_conv(run: &mut crate::models::ModelRun) {
+    use crate::models::KeptRecord;
+    use tunefleet_shared::protocol::TuningRecord;
+
+    run.tasks[0].records.insert(
+        0,
+        KeptRecord::of_round(
+            "conv-r2",
+            1,
+            TuningRecord {
+                latency_s: 1e-4,
+                record: serde_json::json!([["better"], [1e-4], {}, []]),
+            },
+        ),
+    );
+    run.tasks[0].records.pop();
+}
+
+/// `model_records`' keys and latencies, by key.
+fn record_rows(path: &std::path::Path) -> Vec<(String, i64, f64)> {
+    let conn = Connection::open(path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT key, task, data FROM model_records ORDER BY key")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| {
+            let data: String = r.get(2)?;
+            let record: tunefleet_shared::protocol::TuningRecord =
+                serde_json::from_str(&data).unwrap();
+            Ok((r.get(0)?, r.get(1)?, record.latency_s))
+        })
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+#[test]
+fn a_model_runs_records_are_written_once_in_rows_of_their_own() {
+    let mut run = model_run();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    store.commit([], [&run], &[], &[]).unwrap();
+    let row: String = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT data FROM models", [], |r| r.get(0))
+        .unwrap();
+    assert!(
+        !row.contains("\"records\"") && !row.contains("[\"other\"]"),
+        "no record in the run's row: {row}"
+    );
+    assert_eq!(
+        record_rows(&path),
+        [
+            ("conv-r1/0".to_string(), 0, 1.5e-4),
+            ("conv-r1/3".to_string(), 0, 2e-4),
+            ("dense-r1/0".to_string(), 1, 1.5e-4),
+            ("dense-r1/3".to_string(), 1, 2e-4),
+        ]
+    );
+
+    // A row already written is not written again: a mark put on it here
+    // survives the run's next commits.
+    Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE model_records SET data = replace(data, '0.0002', '0.0003') WHERE key = 'dense-r1/3'",
+            [],
+        )
+        .unwrap();
+    a_round_improves_conv(&mut run);
+    run.updated_at = 9;
+    store.commit([], [&run], &[], &[]).unwrap();
+    store.commit([], [&run], &[], &[]).unwrap();
+    assert_eq!(
+        record_rows(&path),
+        [
+            ("conv-r1/0".to_string(), 0, 1.5e-4),
+            ("conv-r2/1".to_string(), 0, 1e-4),
+            ("dense-r1/0".to_string(), 1, 1.5e-4),
+            ("dense-r1/3".to_string(), 1, 3e-4),
+        ]
+    );
+    drop(store);
+    let mut loaded = Store::open(&path, Durability::Normal)
+        .unwrap()
+        .load_models()
+        .unwrap();
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(loaded[0].tasks[0], run.tasks[0], "best first, as kept");
+    assert_eq!(loaded[0].tasks[1].records[1].record.latency_s, 3e-4);
+    loaded[0].tasks[1] = run.tasks[1].clone();
+    assert_eq!(loaded[0], run);
+}
+
+#[test]
+fn a_warm_start_is_written_once_and_goes_when_its_job_ends() {
+    use tunefleet_shared::model::WarmStart;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let mut jobs = some_jobs();
+    let warm = |marker: &str| WarmStart {
+        workload: serde_json::json!(["0x1", "b64"]),
+        records: vec![serde_json::json!([0, [[marker]], [1e-3], {}])],
+    };
+    jobs[0].extras.warm_start = Some(Box::new(warm("first")));
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    store.commit(&jobs, [], &[], &[]).unwrap();
+    let db = Connection::open(&path).unwrap();
+    let row: String = db
+        .query_row(
+            "SELECT data FROM jobs WHERE job_id = ?1",
+            params![jobs[0].id()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(!row.contains("first"), "not in the job's row: {row}");
+    let warm_rows = || -> Vec<String> {
+        let mut stmt = db
+            .prepare("SELECT job_id || ' ' || warm_start FROM warm_starts")
+            .unwrap();
+        let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+        rows.map(Result::unwrap).collect()
+    };
+    assert_eq!(warm_rows().len(), 1);
+    assert!(warm_rows()[0].starts_with(jobs[0].id().as_str()));
+
+    // Written once: a mark put on the row here survives the job's changes.
+    db.execute(
+        "UPDATE warm_starts SET warm_start = replace(warm_start, 'first', 'marked')",
+        [],
+    )
+    .unwrap();
+    jobs[0].view_mut().attempts = 2;
+    store.commit(&jobs, [], &[], &[]).unwrap();
+    drop(store);
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    let loaded = store.load_jobs().unwrap();
+    assert_eq!(
+        loaded[0].extras.warm_start.as_deref(),
+        Some(&warm("marked")),
+        "read back from its row"
+    );
+    assert_eq!(loaded[1].extras.warm_start, None);
+
+    // Ended: the row goes, and the job reads back without it.
+    let mut ended = loaded;
+    ended[0].view_mut().state = JobState::Done;
+    store.commit(&ended, [], &[], &[]).unwrap();
+    assert!(warm_rows().is_empty());
+    drop(store);
+    let again = Store::open(&path, Durability::Normal)
+        .unwrap()
+        .load_jobs()
+        .unwrap();
+    assert_eq!(again[0].state(), JobState::Done);
+    assert_eq!(again[0].extras.warm_start, None);
+}
+
+/// A new, empty database on `TUNEFLEET_TEST_POSTGRES`'s server (its URL),
+/// or `None` when the variable is unset; `TUNEFLEET_REQUIRE_POSTGRES`
+/// makes that a failure (CI).
+fn fresh_postgres() -> Option<(String, ::postgres::Client)> {
+    let Some(base) = std::env::var("TUNEFLEET_TEST_POSTGRES")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    else {
+        assert!(
+            std::env::var_os("TUNEFLEET_REQUIRE_POSTGRES").is_none(),
+            "TUNEFLEET_REQUIRE_POSTGRES is set but TUNEFLEET_TEST_POSTGRES is not"
+        );
+        eprintln!("skipped: TUNEFLEET_TEST_POSTGRES is not set");
+        return None;
+    };
+    let name = format!("tunefleet_unit_{}", std::process::id());
+    let mut admin = ::postgres::Client::connect(&base, ::postgres::NoTls).unwrap();
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {name}"),
+        format!("CREATE DATABASE {name}"),
+    ] {
+        admin.batch_execute(&sql).unwrap();
+    }
+    let (server, _) = base.rsplit_once('/').unwrap();
+    let url = format!("{server}/{name}");
+    let client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    Some((url, client))
+}
+
+/// The same rows in PostgreSQL: records and warm starts written apart,
+/// once, and read back.
+#[test]
+fn postgres_keeps_records_and_warm_starts_in_rows_of_their_own() {
+    use tunefleet_shared::model::WarmStart;
+
+    let Some((url, mut db)) = fresh_postgres() else {
+        return;
+    };
+    let location = StateLocation::Postgres(url);
+    let standby = Standby {
+        poll: std::time::Duration::from_millis(100),
+    };
+    let open = || Store::open_leader(&location, Durability::Normal, standby, &mut || {}).unwrap();
+    let mut run = model_run();
+    let mut jobs = some_jobs();
+    jobs[0].extras.warm_start = Some(Box::new(WarmStart {
+        workload: serde_json::json!(["0x1", "b64"]),
+        records: vec![serde_json::json!([0, [["warm"]], [1e-3], {}])],
+    }));
+    let mut store = open();
+    store.commit(&jobs, [&run], &[], &[]).unwrap();
+    let count = |db: &mut ::postgres::Client, table: &str| -> i64 {
+        db.query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(count(&mut db, "model_records"), 4);
+    assert_eq!(count(&mut db, "warm_starts"), 1);
+    let row: String = db.query_one("SELECT data FROM models", &[]).unwrap().get(0);
+    assert!(!row.contains("\"records\""), "{row}");
+    let row: String = db
+        .query_one("SELECT data FROM jobs WHERE job_id = $1", &[jobs[0].id()])
+        .unwrap()
+        .get(0);
+    assert!(!row.contains("warm"), "{row}");
+
+    a_round_improves_conv(&mut run);
+    store.commit(&jobs, [&run], &[], &[]).unwrap();
+    drop(store);
+    let mut store = open();
+    assert_eq!(store.load_models().unwrap(), vec![run.clone()]);
+    assert_eq!(store.load_jobs().unwrap(), jobs, "the warm start read back");
+    jobs[0].view_mut().state = JobState::Done;
+    store.commit(&jobs, [&run], &[], &[]).unwrap();
+    assert_eq!(count(&mut db, "model_records"), 4);
+    assert_eq!(count(&mut db, "warm_starts"), 0);
 }
