@@ -1,7 +1,9 @@
 //! The tunefleet master.
 //!
 //! Layers, from the inside out (see ARCHITECTURE.md):
-//! - [`scheduler`]: the job lifecycle as a pure state machine (no I/O, no clock);
+//! - [`scheduler`] and [`models`]: the job lifecycle and the model planner as
+//!   pure state machines (no I/O, no clock), in a crate of their own
+//!   (`tunefleet-planner`), re-exported here;
 //! - [`store`]: SQLite persistence of what the scheduler decided;
 //! - [`core`]: the single thread that owns both and orders commit → publish → reply;
 //! - [`net`]: WebSocket endpoints that translate frames to core commands;
@@ -20,9 +22,9 @@ pub mod export_trace;
 pub mod launch;
 pub mod local_workers;
 pub mod metrics;
-pub mod models;
+pub use tunefleet_planner::models;
 pub mod net;
-pub mod scheduler;
+pub use tunefleet_planner::scheduler;
 pub mod serve;
 pub mod store;
 pub mod tokens;

@@ -236,7 +236,10 @@ fn imports_survive_a_restart_through_their_rows() {
         .filter_map(|(k, v)| Some((k, v?)))
         .collect();
     stored.push((format!("{IMPORT_PREFIX}broken"), "{not json".into()));
-    restarted.restore_imports(stored);
+    assert!(
+        restarted.restore_imports(stored).is_empty(),
+        "every row read"
+    );
     let mut out = Vec::new();
     let (new, _) = restarted.submit(vec![matmul(16, "{kind: llvm}")], 1, &mut out);
     assert_eq!(extras(&restarted, &new[0]).seeded, 1);

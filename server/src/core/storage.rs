@@ -122,7 +122,9 @@ impl Loaded {
         let tokens = TokenBook::load(store.load_meta(META_PREFIX)?, registry);
         let mut imports = store.load_meta(crate::scheduler::IMPORT_PREFIX)?;
         imports.extend(store.load_meta(crate::scheduler::KEY_PREFIX)?);
-        scheduler.restore_imports(imports);
+        for (key, reason) in scheduler.restore_imports(imports) {
+            tracing::warn!(%key, "skipped an unreadable import row: {reason}");
+        }
         Ok(Loaded {
             scheduler,
             models,

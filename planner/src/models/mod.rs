@@ -39,7 +39,7 @@ use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload, MAX_TRIALS};
 
 use crate::scheduler::JobExtras;
-pub(crate) use stages::sort_best_first;
+pub use stages::sort_best_first;
 use stages::{
     compile_ended, compile_job, extract_ended, fail, parse_tasks, round_ended, round_job,
 };

@@ -209,9 +209,11 @@ impl Scheduler {
     }
 
     /// Loads the `meta` rows of earlier imports (prefixes [`IMPORT_PREFIX`](super::IMPORT_PREFIX)
-    /// and [`KEY_PREFIX`](super::KEY_PREFIX)).
-    pub fn restore_imports(&mut self, rows: Vec<(String, String)>) {
-        self.imports.restore(rows);
+    /// and [`KEY_PREFIX`](super::KEY_PREFIX)). Returns the rows it skipped,
+    /// unreadable, as (key, reason).
+    #[must_use = "skipped rows are to be logged"]
+    pub fn restore_imports(&mut self, rows: Vec<(String, String)>) -> Vec<(String, String)> {
+        self.imports.restore(rows)
     }
 }
 

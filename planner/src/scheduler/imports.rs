@@ -64,9 +64,11 @@ fn entry_key(hash: &str) -> String {
 }
 
 impl ImportPool {
-    /// Loads what earlier imports stored. Rows that do not parse are logged
-    /// and skipped: a seed is an optimisation, never worth refusing to start.
-    pub(super) fn restore(&mut self, rows: Vec<(String, String)>) {
+    /// Loads what earlier imports stored. Rows that do not parse are skipped
+    /// (a seed is an optimisation, never worth refusing to start) and
+    /// returned as (key, reason), for the caller to log.
+    pub(super) fn restore(&mut self, rows: Vec<(String, String)>) -> Vec<(String, String)> {
+        let mut skipped = Vec::new();
         for (key, value) in rows {
             if key.starts_with(IMPORT_PREFIX) {
                 match serde_json::from_str::<ImportedWorkload>(&value) {
@@ -75,17 +77,18 @@ impl ImportPool {
                             self.entries.insert(hash.to_string(), entry);
                         }
                     }
-                    Err(e) => tracing::warn!(%key, "skipped an unreadable import row: {e}"),
+                    Err(e) => skipped.push((key, e.to_string())),
                 }
             } else if let Some(content_key) = key.strip_prefix(KEY_PREFIX) {
                 match serde_json::from_str::<Value>(&value) {
                     Ok(line) => {
                         self.keys.insert(content_key.to_string(), line);
                     }
-                    Err(e) => tracing::warn!(%key, "skipped an unreadable import row: {e}"),
+                    Err(e) => skipped.push((key, e.to_string())),
                 }
             }
         }
+        skipped
     }
 
     /// Adds an import; returns what it added and the `meta` rows to commit.

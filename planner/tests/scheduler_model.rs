@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use proptest::prelude::*;
-use tunefleet_server::scheduler::{
+use tunefleet_planner::scheduler::{
     Job, LeaveKind, Output, ProgressReport, Rejection, Scheduler, SchedulerConfig, SessionId,
 };
 use tunefleet_shared::protocol::{

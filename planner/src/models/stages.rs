@@ -24,7 +24,7 @@ const MAX_CURVE_POINTS: usize = 512;
 
 /// A task's records, best first; ties by key, so that records read back
 /// from the store (in no particular order) are in the order they were kept.
-pub(crate) fn sort_best_first(records: &mut [KeptRecord]) {
+pub fn sort_best_first(records: &mut [KeptRecord]) {
     records.sort_by(|a, b| {
         a.record
             .latency_s
