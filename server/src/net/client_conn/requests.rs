@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use tokio::sync::oneshot;
+
 use tracing::{info, warn};
 use tunefleet_shared::protocol::{
     ClientCommand, ClientRequest, ErrorCode, JobView, ReplyBody, Role, SecretText, ServerMessage,
@@ -24,288 +26,311 @@ pub(super) async fn handle(
     state: &AppState,
 ) -> ServerMessage {
     let id = request.id;
-    if request.command.needs_admin() && role != Role::Admin {
-        return error(
-            Some(id),
+    let asked = Asked {
+        id,
+        who,
+        client_name,
+        state,
+    };
+    let body = match check_access(&request.command, role, who, state) {
+        Ok(()) => reply_body(request.command, &asked).await,
+        Err((code, message)) => Err(error(Some(id), code, message)),
+    };
+    match body {
+        Ok(body) => ServerMessage::Reply { id, body },
+        Err(refused) => refused,
+    }
+}
+
+/// Who asked, and where: what every command's handling needs.
+struct Asked<'a> {
+    id: u64,
+    who: &'a str,
+    client_name: &'a str,
+    state: &'a AppState,
+}
+
+impl Asked<'_> {
+    /// The core's answer to `make`'s command, or the refusal a dropped
+    /// reply means (the core drops a change's reply when its batch could
+    /// not be committed, and every reply when it stops).
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, ServerMessage> {
+        self.state.core.ask(make).await.ok_or_else(|| {
+            if self.state.storage.is_failing() {
+                storage_unavailable(self.id, self.state)
+            } else {
+                error(
+                    Some(self.id),
+                    ErrorCode::Internal,
+                    "master is shutting down".into(),
+                )
+            }
+        })
+    }
+
+    fn refuse(&self, code: ErrorCode, message: String) -> ServerMessage {
+        error(Some(self.id), code, message)
+    }
+}
+
+/// The checks every request passes before its command runs: the role,
+/// a named token not revoked since, the store able to commit a change, and
+/// token management kept to the master's own admin token.
+fn check_access(
+    command: &ClientCommand,
+    role: Role,
+    who: &str,
+    state: &AppState,
+) -> Result<(), (ErrorCode, String)> {
+    if command.needs_admin() && role != Role::Admin {
+        return Err((
             ErrorCode::Forbidden,
             "this request needs the admin token".into(),
-        );
+        ));
     }
-    if request.command.needs_admin() && who != MASTER_ADMIN && !state.tokens.has_name(who) {
-        return error(
-            Some(id),
+    if command.needs_admin() && who != MASTER_ADMIN && !state.tokens.has_name(who) {
+        return Err((
             ErrorCode::Unauthorized,
             format!("unauthorized: the token `{who}` was revoked"),
-        );
+        ));
     }
-    if request.command.changes_state() && state.storage.is_failing() {
-        return storage_unavailable(id, state);
+    if command.changes_state() && state.storage.is_failing() {
+        return Err((ErrorCode::StorageUnavailable, state.storage.refusal()));
     }
-    if request.command.needs_master_admin() && who != MASTER_ADMIN {
-        return error(
-            Some(id),
+    if command.needs_master_admin() && who != MASTER_ADMIN {
+        return Err((
             ErrorCode::Forbidden,
             "only the master's own admin token (--admin-token) manages named tokens".into(),
-        );
+        ));
     }
-    let core = &state.core;
-    // The core drops a change's reply when its batch could not be committed.
-    let gone = || {
-        if state.storage.is_failing() {
-            return storage_unavailable(id, state);
-        }
-        error(
-            Some(id),
-            ErrorCode::Internal,
-            "master is shutting down".into(),
-        )
-    };
-    let body = match request.command {
+    Ok(())
+}
+
+/// Runs one command: its reply body, or the error message that refuses it.
+async fn reply_body(command: ClientCommand, asked: &Asked<'_>) -> Result<ReplyBody, ServerMessage> {
+    let (id, who) = (asked.id, asked.who.to_string());
+    Ok(match command {
         ClientCommand::Hello { .. } => {
-            return error(
-                Some(id),
+            return Err(asked.refuse(
                 ErrorCode::BadRequest,
                 "already said hello on this connection".into(),
-            )
+            ))
         }
         ClientCommand::Subscribe { .. } => ReplyBody::Subscribed,
-        ClientCommand::Status => match core.ask(|reply| Command::Status { reply }).await {
-            Some(report) => ReplyBody::Status(report),
-            None => return gone(),
-        },
-        ClientCommand::Results { job_ids, archived } => {
-            // Every archived job is read here, through a read-only
-            // connection of its own, not on the core thread (which would
-            // dispatch nothing while it read the whole archive).
-            let whole_archive = archived && job_ids.is_none();
-            let Some(jobs) = core.ask(|reply| Command::Results { job_ids, reply }).await else {
-                return gone();
-            };
-            if !whole_archive {
-                ReplyBody::Results {
-                    jobs: sorted_copies(jobs),
-                }
-            } else {
-                match with_archived(&state.config.state, jobs).await {
-                    Ok(jobs) => ReplyBody::Results { jobs },
-                    Err(e) => {
-                        return error(
-                            Some(id),
-                            ErrorCode::Internal,
-                            format!("cannot read the archived jobs: {e}"),
-                        )
-                    }
-                }
-            }
+        ClientCommand::Status => {
+            ReplyBody::Status(asked.ask(|reply| Command::Status { reply }).await?)
         }
+        ClientCommand::Results { job_ids, archived } => results(job_ids, archived, asked).await?,
         ClientCommand::Submit {
             yaml,
             filename,
             fresh,
-        } => {
-            let filename = filename.unwrap_or_else(|| "upload.yaml".into());
-            if yaml.len() > MAX_WORKLOAD_FILE_BYTES {
-                return error(
-                    Some(id),
-                    ErrorCode::TooLarge,
-                    format!("{filename}: {} bytes is over the {MAX_WORKLOAD_FILE_BYTES}-byte limit for a workload file", yaml.len()),
-                );
-            }
-            let name = filename.clone();
-            let parsed =
-                tokio::task::spawn_blocking(move || parse_workload_file(&yaml, &name)).await;
-            let workloads = match parsed {
-                Ok(Ok(workloads)) if workloads.len() > state.config.max_workloads_per_upload => {
-                    let max = state.config.max_workloads_per_upload;
-                    info!(file = %filename, count = workloads.len(), max, "submission refused: too many workloads");
-                    return error(
-                        Some(id),
-                        ErrorCode::TooLarge,
-                        format!(
-                            "{filename}: {} workloads is over this master's limit of {max} per upload \
-                             (serve --max-workloads-per-upload); split the file",
-                            workloads.len()
-                        ),
-                    );
-                }
-                Ok(Ok(workloads)) => workloads,
-                Ok(Err(errors)) => {
-                    info!(file = %filename, "submission refused: invalid workload file");
-                    return error(Some(id), ErrorCode::InvalidWorkload, errors.to_string());
-                }
-                Err(e) => {
-                    return error(
-                        Some(id),
-                        ErrorCode::Internal,
-                        format!("parser crashed: {e}"),
-                    )
-                }
-            };
-            let cache = if fresh {
-                CachePolicy::Bypass
-            } else {
-                CachePolicy::Use
-            };
-            match core
-                .ask(|reply| Command::Submit {
-                    workloads,
-                    cache,
-                    by: Some(who.to_string()),
-                    reply,
-                })
-                .await
-            {
-                Some(report) => ReplyBody::Submitted(report),
-                None => return gone(),
-            }
-        }
+        } => submit(yaml, filename, fresh, asked).await?,
         ClientCommand::Cancel { job_id } => {
-            match core
+            let job = job_id.clone();
+            asked
                 .ask(|reply| Command::Cancel {
-                    job_id: job_id.clone(),
-                    by: who.to_string(),
+                    job_id: job,
+                    by: who,
                     reply,
                 })
-                .await
-            {
-                Some(Ok(())) => ReplyBody::Cancelled { job_id },
-                Some(Err(e)) => return command_error(id, e),
-                None => return gone(),
-            }
+                .await?
+                .map_err(|e| command_error(id, e))?;
+            ReplyBody::Cancelled { job_id }
         }
         ClientCommand::Retry { job_id } => {
-            match core
+            let job = job_id.clone();
+            asked
                 .ask(|reply| Command::Retry {
-                    job_id: job_id.clone(),
-                    by: who.to_string(),
+                    job_id: job,
+                    by: who,
                     reply,
                 })
-                .await
-            {
-                Some(Ok(())) => ReplyBody::Retried { job_id },
-                Some(Err(e)) => return command_error(id, e),
-                None => return gone(),
-            }
+                .await?
+                .map_err(|e| command_error(id, e))?;
+            ReplyBody::Retried { job_id }
         }
         ClientCommand::SubmitModel { model } => {
             if let Err(message) = model.check_upload() {
                 info!(model = %model.name, "model refused: {message}");
-                return error(Some(id), ErrorCode::InvalidWorkload, message);
+                return Err(asked.refuse(ErrorCode::InvalidWorkload, message));
             }
             let name = model.name.clone();
-            match core
+            let extract_job = asked
                 .ask(|reply| Command::SubmitModel {
                     submission: model,
                     reply,
                 })
-                .await
-            {
-                Some(Ok(extract_job)) => ReplyBody::ModelSubmitted { name, extract_job },
-                Some(Err(e)) => return model_error(id, e),
-                None => return gone(),
-            }
+                .await?
+                .map_err(|e| model_error(id, e))?;
+            ReplyBody::ModelSubmitted { name, extract_job }
         }
         ClientCommand::Models { name } => {
-            match core.ask(|reply| Command::Models { name, reply }).await {
-                Some(Ok(models)) => ReplyBody::Models { models },
-                Some(Err(e)) => return model_error(id, e),
-                None => return gone(),
-            }
+            let models = asked
+                .ask(|reply| Command::Models { name, reply })
+                .await?
+                .map_err(|e| model_error(id, e))?;
+            ReplyBody::Models { models }
         }
         ClientCommand::StopModel { name } => {
-            match core
-                .ask(|reply| Command::StopModel {
-                    name: name.clone(),
-                    reply,
-                })
-                .await
-            {
-                Some(Ok(())) => ReplyBody::ModelStopping { name },
-                Some(Err(e)) => return model_error(id, e),
-                None => return gone(),
-            }
+            let run = name.clone();
+            asked
+                .ask(|reply| Command::StopModel { name: run, reply })
+                .await?
+                .map_err(|e| model_error(id, e))?;
+            ReplyBody::ModelStopping { name }
         }
         ClientCommand::CreateToken { name } => {
-            match core
+            let token_name = name.clone();
+            let token = asked
                 .ask(|reply| Command::CreateToken {
-                    name: name.clone(),
+                    name: token_name,
                     reply,
                 })
-                .await
-            {
-                Some(Ok(token)) => ReplyBody::TokenCreated {
-                    name,
-                    token: SecretText(token),
-                },
-                Some(Err(e)) => return token_error(id, e),
-                None => return gone(),
+                .await?
+                .map_err(|e| token_error(id, e))?;
+            ReplyBody::TokenCreated {
+                name,
+                token: SecretText(token),
             }
         }
         ClientCommand::RevokeToken { name } => {
-            match core
+            let token_name = name.clone();
+            asked
                 .ask(|reply| Command::RevokeToken {
-                    name: name.clone(),
+                    name: token_name,
                     reply,
                 })
-                .await
-            {
-                Some(Ok(())) => ReplyBody::TokenRevoked { name },
-                Some(Err(e)) => return token_error(id, e),
-                None => return gone(),
-            }
+                .await?
+                .map_err(|e| token_error(id, e))?;
+            ReplyBody::TokenRevoked { name }
         }
         ClientCommand::Import { workloads, keys } => {
-            match core
+            let report = asked
                 .ask(|reply| Command::Import {
                     workloads,
                     keys,
                     reply,
                 })
-                .await
-            {
-                Some(Ok(report)) => ReplyBody::Imported(report),
-                Some(Err(e)) => {
-                    return error(
-                        Some(id),
-                        ErrorCode::BadRequest,
-                        format!("import refused: {e}"),
-                    )
-                }
-                None => return gone(),
-            }
+                .await?
+                .map_err(|e| asked.refuse(ErrorCode::BadRequest, format!("import refused: {e}")))?;
+            ReplyBody::Imported(report)
         }
-        ClientCommand::ListTokens => match core.ask(|reply| Command::ListTokens { reply }).await {
-            Some(tokens) => ReplyBody::Tokens { tokens },
-            None => return gone(),
+        ClientCommand::ListTokens => ReplyBody::Tokens {
+            tokens: asked.ask(|reply| Command::ListTokens { reply }).await?,
         },
         ClientCommand::ModelArtifact { name, artifact } => {
-            match core
+            let run = name.clone();
+            let files = asked
                 .ask(|reply| Command::ModelArtifact {
-                    name: name.clone(),
+                    name: run,
                     artifact,
                     reply,
                 })
-                .await
-            {
-                Some(Ok(files)) => ReplyBody::Artifact {
-                    name,
-                    artifact,
-                    files,
-                },
-                Some(Err(message)) => return error(Some(id), ErrorCode::NotFound, message),
-                None => return gone(),
+                .await?
+                .map_err(|message| asked.refuse(ErrorCode::NotFound, message))?;
+            ReplyBody::Artifact {
+                name,
+                artifact,
+                files,
             }
         }
         ClientCommand::Shutdown => {
             // `serve` stops accepting and tells every connection, this one
             // included, only after this task has sent the reply: the shutdown
             // notice reaches us through the same select loop.
-            warn!(client = %client_name, "shutdown requested by an admin client");
-            state.stop.notify_one();
+            warn!(client = %asked.client_name, "shutdown requested by an admin client");
+            asked.state.stop.notify_one();
             ReplyBody::ShuttingDown
         }
+    })
+}
+
+/// `results`: the jobs the core holds, and with `archived` and no ids,
+/// every archived one too, read here through a read-only connection of its
+/// own, not on the core thread (which would dispatch nothing while it read
+/// the whole archive).
+async fn results(
+    job_ids: Option<Vec<String>>,
+    archived: bool,
+    asked: &Asked<'_>,
+) -> Result<ReplyBody, ServerMessage> {
+    let whole_archive = archived && job_ids.is_none();
+    let jobs = asked
+        .ask(|reply| Command::Results { job_ids, reply })
+        .await?;
+    if !whole_archive {
+        return Ok(ReplyBody::Results {
+            jobs: sorted_copies(jobs),
+        });
+    }
+    match with_archived(&asked.state.config.state, jobs).await {
+        Ok(jobs) => Ok(ReplyBody::Results { jobs }),
+        Err(e) => Err(asked.refuse(
+            ErrorCode::Internal,
+            format!("cannot read the archived jobs: {e}"),
+        )),
+    }
+}
+
+/// `submit`: the workload file parsed off the async threads (a large file
+/// takes a while), held to the master's limits, then queued by the core.
+async fn submit(
+    yaml: String,
+    filename: Option<String>,
+    fresh: bool,
+    asked: &Asked<'_>,
+) -> Result<ReplyBody, ServerMessage> {
+    let filename = filename.unwrap_or_else(|| "upload.yaml".into());
+    if yaml.len() > MAX_WORKLOAD_FILE_BYTES {
+        return Err(asked.refuse(
+            ErrorCode::TooLarge,
+            format!(
+                "{filename}: {} bytes is over the {MAX_WORKLOAD_FILE_BYTES}-byte limit for a workload file",
+                yaml.len()
+            ),
+        ));
+    }
+    let name = filename.clone();
+    let workloads =
+        match tokio::task::spawn_blocking(move || parse_workload_file(&yaml, &name)).await {
+            Ok(Ok(workloads)) => workloads,
+            Ok(Err(errors)) => {
+                info!(file = %filename, "submission refused: invalid workload file");
+                return Err(asked.refuse(ErrorCode::InvalidWorkload, errors.to_string()));
+            }
+            Err(e) => return Err(asked.refuse(ErrorCode::Internal, format!("parser crashed: {e}"))),
+        };
+    let max = asked.state.config.max_workloads_per_upload;
+    if workloads.len() > max {
+        info!(file = %filename, count = workloads.len(), max, "submission refused: too many workloads");
+        return Err(asked.refuse(
+            ErrorCode::TooLarge,
+            format!(
+                "{filename}: {} workloads is over this master's limit of {max} per upload \
+                 (serve --max-workloads-per-upload); split the file",
+                workloads.len()
+            ),
+        ));
+    }
+    let cache = if fresh {
+        CachePolicy::Bypass
+    } else {
+        CachePolicy::Use
     };
-    ServerMessage::Reply { id, body }
+    let by = Some(asked.who.to_string());
+    let report = asked
+        .ask(|reply| Command::Submit {
+            workloads,
+            cache,
+            by,
+            reply,
+        })
+        .await?;
+    Ok(ReplyBody::Submitted(report))
 }
 
 /// A change refused because the store cannot commit: the cause and the
