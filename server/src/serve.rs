@@ -41,137 +41,18 @@ use process::{
 /// down in order (see the module docs).
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let signals = watch_signals();
-    if args.heartbeat_timeout <= args.heartbeat_interval {
-        bail!("--heartbeat-timeout must be longer than --heartbeat-interval");
-    }
-    let origins = net::OriginPolicy::new(&args.allowed_origins).map_err(anyhow::Error::msg)?;
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(net::tls::server_config(cert, key)?),
-        _ => None,
-    };
-    let worker_secret = args.worker_secret.clone();
-    if worker_secret
-        .as_deref()
-        .is_some_and(|s| s.trim().is_empty())
-    {
-        bail!("--worker-secret (TUNEFLEET_WORKER_SECRET) is set but empty");
-    }
-    if let (Some(secret), Some(token)) = (&worker_secret, &args.admin_token) {
-        if secrets_equal(secret, token) {
-            bail!("--worker-secret must differ from --admin-token: a worker must not hold the admin token");
-        }
-    }
-    // Checked before anything binds; planned for real once the port is known.
-    if let Some(count) = args.local_workers {
-        local_workers::plan(
-            count,
-            &local_cpus(),
-            "ws://127.0.0.1:0",
-            &args.local_worker_args,
-        )?;
-    }
-    // Parse start-up files first: a typo should stop us before anything binds.
-    let mut initial = Vec::new();
-    for path in &args.workloads {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let workloads = parse_workload_file(&text, &path.display().to_string())
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("invalid workload file {}", path.display()))?;
-        initial.push((path.clone(), workloads));
-    }
-
+    let checked = check(&args)?;
     let (events, _) = broadcast::channel(args.event_buffer.max(16));
-    let config = SchedulerConfig {
-        max_attempts: args.max_attempts,
-        job_timeout_ms: (!args.job_timeout.is_zero())
-            .then_some(args.job_timeout.as_millis() as u64),
-        nbest: args.nbest as usize,
+    let Some(core) = open_core(&args, events.clone(), signals.clone()).await? else {
+        info!("stopped before taking the lead");
+        return Ok(());
     };
-    // Blocking work (and, for PostgreSQL, the sync client's own runtime):
-    // off the async threads. A standby waits here, port unbound, until it
-    // leads or is told to stop.
-    let opening = {
-        let (location, durability, events) = (args.state.clone(), args.durability, events.clone());
-        let standby = Standby {
-            poll: args.standby_poll.max(Duration::from_millis(10)),
-        };
-        tokio::task::spawn_blocking(move || {
-            let store = Store::open_leader(&location, durability, standby, &mut || {
-                info!(state = %location, "another master leads this database: waiting as its standby");
-            })?;
-            if location.is_postgres() {
-                info!(state = %location, "this master now leads");
-            }
-            Core::start(config, store, events)
-        })
-    };
-    let mut core = tokio::select! {
-        opened = opening => opened.context("the start-up task failed")??,
-        () = signalled(signals.clone()) => {
-            info!("stopped before taking the lead");
-            return Ok(());
-        }
-    };
-    core.set_trace_retention(args.trace_retention.filter(|d| !d.is_zero()));
-    core.set_job_retention(args.job_retention);
-    let tokens = core.token_registry();
-    let storage = core.storage_status();
-    let whole_view_subscribers = core.whole_view_subscribers();
-    let (command_tx, command_rx) = mpsc::channel(65536);
-    let core_thread = std::thread::Builder::new()
-        .name("tunefleet-core".into())
-        .spawn(move || core.run(command_rx))
-        .context("cannot start the core thread")?;
-    let handle = CoreHandle {
-        commands: command_tx,
-        events,
-        whole_view_subscribers,
-    };
+    let running = start_core(core, events)?;
+    let handle = running.handle.clone();
+    submit_start_up_files(&handle, checked.initial).await?;
+    let ticker = spawn_ticker(handle.clone());
 
-    for (path, workloads) in initial {
-        let report = handle
-            .ask(|reply| Command::Submit {
-                workloads,
-                cache: CachePolicy::Use,
-                by: None,
-                reply,
-            })
-            .await
-            .context("core stopped")?;
-        info!(
-            file = %path.display(),
-            new = report.new_jobs.len(),
-            duplicates = report.duplicates.len(),
-            "loaded workloads"
-        );
-    }
-
-    let ticker = {
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_millis(500));
-            loop {
-                every.tick().await;
-                if handle.commands.try_send(Command::Tick).is_err() && handle.commands.is_closed() {
-                    return;
-                }
-            }
-        })
-    };
-
-    let admin_token = match args.admin_token.clone() {
-        Some(t) if !t.is_empty() => t,
-        _ => {
-            let t = uuid::Uuid::new_v4().simple().to_string();
-            println!(
-                "admin token: {t}  (pass it to admin commands with --token or TUNEFLEET_TOKEN)"
-            );
-            t
-        }
-    };
-    let sign_in_token = admin_token.clone();
-    let web_dir = args.web_dir.clone().or_else(default_web_dir);
+    let admin_token = admin_token(&args);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
     let stop = Arc::new(Notify::new());
@@ -179,30 +60,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let client_runtime = ClientRuntime::start()?;
     let state = AppState {
         core: handle.clone(),
-        config: Arc::new(NetConfig {
-            heartbeat_interval: args.heartbeat_interval,
-            heartbeat_timeout: args.heartbeat_timeout,
-            admin_token,
-            public_read: args.public_read,
-            worker_secret,
-            max_message_bytes: args.max_message_bytes,
-            web_dir,
-            origins,
-            max_workloads_per_upload: args.max_workloads_per_upload,
-            max_requests_per_second: args.max_requests_per_second,
-            max_worker_messages_per_second: args.max_worker_messages_per_second,
-            max_connections: args.max_connections,
-            started_at: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-            state: args.state.clone(),
-        }),
+        config: Arc::new(net_config(&args, admin_token.clone(), checked.origins)),
         shutdown: shutdown_rx,
         alive: alive_tx,
         connections: Arc::new(Semaphore::new(args.max_connections)),
         stop: stop.clone(),
-        tokens,
-        storage,
+        tokens: running.tokens,
+        storage: running.storage,
         runtimes: net::Runtimes {
             workers: tokio::runtime::Handle::current(),
             clients: client_runtime.handle()?,
@@ -211,43 +75,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener =
         bind_listener(args.bind).with_context(|| format!("cannot listen on {}", args.bind))?;
     let addr = listener.local_addr()?;
-    let (http, ws) = if tls.is_some() {
-        ("https", "wss")
-    } else {
-        ("http", "ws")
-    };
-    // Tests and scripts wait for this line.
-    println!("tunefleet master listening on {addr} (dashboard {http}://{addr}/, workers {ws}://{addr}/ws/worker)");
-    // The dashboard link that signs in, as Jupyter prints one: the token is
-    // in the fragment, which the browser never sends (so no server log has
-    // it); the page stores it and takes it out of the address bar.
-    eprintln!(
-        "dashboard, signed in as admin: {http}://{addr}/#token={}",
-        fragment_escape(&sign_in_token)
-    );
-    info!(%addr, state = %args.state, tls = tls.is_some(), "master up");
+    announce(addr, checked.tls.is_some(), &admin_token, &args);
 
-    let local_fleet = match args.local_workers {
-        Some(count) => {
-            let url = local_workers::local_server_url(addr, tls.is_some());
-            let specs = local_workers::plan(count, &local_cpus(), &url, &args.local_worker_args)?;
-            let launch = local_workers::Launch {
-                program: args
-                    .local_worker_bin
-                    .clone()
-                    .unwrap_or_else(local_workers::default_worker_program),
-                worker_secret: args.worker_secret.clone(),
-                ca_cert: args.tls_cert.clone(),
-            };
-            info!(
-                "starting {} local worker(s): {}",
-                specs.len(),
-                local_workers::describe(&specs, &launch.program)
-            );
-            Some(LocalFleet::start(specs, launch))
-        }
-        None => None,
-    };
+    let local_fleet = start_local_fleet(&args, addr, checked.tls.is_some())?;
     let (fleet_stop_tx, fleet_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = net::router(state).into_make_service_with_connect_info::<SocketAddr>();
     let stopping = async move {
@@ -266,33 +96,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             fleet.stop().await;
         })
     });
-    match tls {
-        None => {
-            // Small JSON messages must not wait for delayed ACKs (a 40 ms stall
-            // per exchange with Nagle's algorithm on).
-            let listener =
-                net::HeadDeadline::new(listener, net::REQUEST_HEAD_TIMEOUT).tap_io(|tcp| {
-                    if let Err(e) = tcp.get_ref().set_nodelay(true) {
-                        warn!("cannot set TCP_NODELAY: {e}");
-                    }
-                });
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stopping)
-                .await
-                .context("server error")?;
-        }
-        Some(config) => {
-            // (TapIo only so that axum knows the peer address type.)
-            let listener = net::tls::TlsListener::new(listener, config, args.max_connections)
-                .context("cannot start the TLS listener")?;
-            let listener =
-                net::HeadDeadline::new(listener, net::REQUEST_HEAD_TIMEOUT).tap_io(|_| {});
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stopping)
-                .await
-                .context("server error")?;
-        }
-    }
+    serve_until(listener, app, checked.tls, args.max_connections, stopping).await?;
 
     if let Some(fleet) = local_fleet {
         let _ = fleet.await;
@@ -307,9 +111,293 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     ticker.abort();
     let _ = handle.ask(|done| Command::Shutdown { done }).await;
     drop(handle);
+    drop(running.handle);
+    let core_thread = running.thread;
     let _ = tokio::task::spawn_blocking(move || core_thread.join()).await;
     info!("master stopped");
     Ok(())
+}
+
+/// What `check` found good in the arguments, ready to use.
+struct Checked {
+    origins: net::OriginPolicy,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    /// Start-up workload files, parsed.
+    initial: Vec<(PathBuf, Vec<tunefleet_shared::workload::Workload>)>,
+}
+
+/// Every setting that can be wrong, checked before anything binds or
+/// opens the state: a typo stops the master with the reason, not halfway up.
+fn check(args: &ServeArgs) -> anyhow::Result<Checked> {
+    if args.heartbeat_timeout <= args.heartbeat_interval {
+        bail!("--heartbeat-timeout must be longer than --heartbeat-interval");
+    }
+    let origins = net::OriginPolicy::new(&args.allowed_origins).map_err(anyhow::Error::msg)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(net::tls::server_config(cert, key)?),
+        _ => None,
+    };
+    if let Some(secret) = &args.worker_secret {
+        if secret.trim().is_empty() {
+            bail!("--worker-secret (TUNEFLEET_WORKER_SECRET) is set but empty");
+        }
+        if args
+            .admin_token
+            .as_deref()
+            .is_some_and(|token| secrets_equal(secret, token))
+        {
+            bail!("--worker-secret must differ from --admin-token: a worker must not hold the admin token");
+        }
+    }
+    // Checked now; planned for real once the port is known.
+    if let Some(count) = args.local_workers {
+        local_workers::plan(
+            count,
+            &local_cpus(),
+            "ws://127.0.0.1:0",
+            &args.local_worker_args,
+        )?;
+    }
+    let mut initial = Vec::new();
+    for path in &args.workloads {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let workloads = parse_workload_file(&text, &path.display().to_string())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("invalid workload file {}", path.display()))?;
+        initial.push((path.clone(), workloads));
+    }
+    Ok(Checked {
+        origins,
+        tls,
+        initial,
+    })
+}
+
+/// Opens the state and reads it into a core. Blocking work (and, for
+/// PostgreSQL, the sync client's own runtime) runs off the async threads.
+/// A standby waits here, port unbound, until it leads; `None` when a signal
+/// came first.
+async fn open_core(
+    args: &ServeArgs,
+    events: broadcast::Sender<std::sync::Arc<crate::core::Published>>,
+    signals: watch::Receiver<bool>,
+) -> anyhow::Result<Option<Core>> {
+    let config = SchedulerConfig {
+        max_attempts: args.max_attempts,
+        job_timeout_ms: (!args.job_timeout.is_zero())
+            .then_some(args.job_timeout.as_millis() as u64),
+        nbest: args.nbest as usize,
+    };
+    let (location, durability) = (args.state.clone(), args.durability);
+    let standby = Standby {
+        poll: args.standby_poll.max(Duration::from_millis(10)),
+    };
+    let opening = tokio::task::spawn_blocking(move || {
+        let store = Store::open_leader(&location, durability, standby, &mut || {
+            info!(state = %location, "another master leads this database: waiting as its standby");
+        })?;
+        if location.is_postgres() {
+            info!(state = %location, "this master now leads");
+        }
+        Core::start(config, store, events)
+    });
+    let mut core = tokio::select! {
+        opened = opening => opened.context("the start-up task failed")??,
+        () = signalled(signals) => return Ok(None),
+    };
+    core.set_trace_retention(args.trace_retention.filter(|d| !d.is_zero()));
+    core.set_job_retention(args.job_retention);
+    Ok(Some(core))
+}
+
+/// The core on its own thread, and what the network layer shares of it.
+struct RunningCore {
+    handle: CoreHandle,
+    thread: std::thread::JoinHandle<()>,
+    tokens: crate::tokens::TokenRegistry,
+    storage: Arc<crate::core::StorageStatus>,
+}
+
+fn start_core(
+    core: Core,
+    events: broadcast::Sender<std::sync::Arc<crate::core::Published>>,
+) -> anyhow::Result<RunningCore> {
+    let tokens = core.token_registry();
+    let storage = core.storage_status();
+    let whole_view_subscribers = core.whole_view_subscribers();
+    let (command_tx, command_rx) = mpsc::channel(65536);
+    let thread = std::thread::Builder::new()
+        .name("tunefleet-core".into())
+        .spawn(move || core.run(command_rx))
+        .context("cannot start the core thread")?;
+    Ok(RunningCore {
+        handle: CoreHandle {
+            commands: command_tx,
+            events,
+            whole_view_subscribers,
+        },
+        thread,
+        tokens,
+        storage,
+    })
+}
+
+/// `--workloads` files, submitted as a client's upload would be.
+async fn submit_start_up_files(
+    handle: &CoreHandle,
+    initial: Vec<(PathBuf, Vec<tunefleet_shared::workload::Workload>)>,
+) -> anyhow::Result<()> {
+    for (path, workloads) in initial {
+        let report = handle
+            .ask(|reply| Command::Submit {
+                workloads,
+                cache: CachePolicy::Use,
+                by: None,
+                reply,
+            })
+            .await
+            .context("core stopped")?;
+        info!(
+            file = %path.display(),
+            new = report.new_jobs.len(),
+            duplicates = report.duplicates.len(),
+            "loaded workloads"
+        );
+    }
+    Ok(())
+}
+
+/// The core's clock: a `Tick` every 500 ms (timeouts, heartbeats, retention).
+fn spawn_ticker(handle: CoreHandle) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            every.tick().await;
+            if handle.commands.try_send(Command::Tick).is_err() && handle.commands.is_closed() {
+                return;
+            }
+        }
+    })
+}
+
+/// `--admin-token`, or a new random one, printed so that it can be used.
+fn admin_token(args: &ServeArgs) -> String {
+    match args.admin_token.clone() {
+        Some(t) if !t.is_empty() => t,
+        _ => {
+            let t = uuid::Uuid::new_v4().simple().to_string();
+            println!(
+                "admin token: {t}  (pass it to admin commands with --token or TUNEFLEET_TOKEN)"
+            );
+            t
+        }
+    }
+}
+
+fn net_config(args: &ServeArgs, admin_token: String, origins: net::OriginPolicy) -> NetConfig {
+    NetConfig {
+        heartbeat_interval: args.heartbeat_interval,
+        heartbeat_timeout: args.heartbeat_timeout,
+        admin_token,
+        public_read: args.public_read,
+        worker_secret: args.worker_secret.clone(),
+        max_message_bytes: args.max_message_bytes,
+        web_dir: args.web_dir.clone().or_else(default_web_dir),
+        origins,
+        max_workloads_per_upload: args.max_workloads_per_upload,
+        max_requests_per_second: args.max_requests_per_second,
+        max_worker_messages_per_second: args.max_worker_messages_per_second,
+        max_connections: args.max_connections,
+        started_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        state: args.state.clone(),
+    }
+}
+
+/// The lines users and scripts wait for: where the master listens, and the
+/// dashboard link that signs in.
+fn announce(addr: SocketAddr, tls: bool, admin_token: &str, args: &ServeArgs) {
+    let (http, ws) = if tls {
+        ("https", "wss")
+    } else {
+        ("http", "ws")
+    };
+    // Tests and scripts wait for this line.
+    println!("tunefleet master listening on {addr} (dashboard {http}://{addr}/, workers {ws}://{addr}/ws/worker)");
+    // The dashboard link that signs in, as Jupyter prints one: the token is
+    // in the fragment, which the browser never sends (so no server log has
+    // it); the page stores it and takes it out of the address bar.
+    eprintln!(
+        "dashboard, signed in as admin: {http}://{addr}/#token={}",
+        fragment_escape(admin_token)
+    );
+    info!(%addr, state = %args.state, tls, "master up");
+}
+
+/// `--local-workers N`: worker processes on this machine, pinned to cores.
+fn start_local_fleet(
+    args: &ServeArgs,
+    addr: SocketAddr,
+    tls: bool,
+) -> anyhow::Result<Option<LocalFleet>> {
+    let Some(count) = args.local_workers else {
+        return Ok(None);
+    };
+    let url = local_workers::local_server_url(addr, tls);
+    let specs = local_workers::plan(count, &local_cpus(), &url, &args.local_worker_args)?;
+    let launch = local_workers::Launch {
+        program: args
+            .local_worker_bin
+            .clone()
+            .unwrap_or_else(local_workers::default_worker_program),
+        worker_secret: args.worker_secret.clone(),
+        ca_cert: args.tls_cert.clone(),
+    };
+    info!(
+        "starting {} local worker(s): {}",
+        specs.len(),
+        local_workers::describe(&specs, &launch.program)
+    );
+    Ok(Some(LocalFleet::start(specs, launch)))
+}
+
+/// Serves HTTP and WebSocket (over TLS when configured) until `stopping`.
+async fn serve_until(
+    listener: tokio::net::TcpListener,
+    app: axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, SocketAddr>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    max_connections: usize,
+    stopping: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    match tls {
+        None => {
+            // Small JSON messages must not wait for delayed ACKs (a 40 ms stall
+            // per exchange with Nagle's algorithm on).
+            let listener =
+                net::HeadDeadline::new(listener, net::REQUEST_HEAD_TIMEOUT).tap_io(|tcp| {
+                    if let Err(e) = tcp.get_ref().set_nodelay(true) {
+                        warn!("cannot set TCP_NODELAY: {e}");
+                    }
+                });
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopping)
+                .await
+                .context("server error")
+        }
+        Some(config) => {
+            // (TapIo only so that axum knows the peer address type.)
+            let listener = net::tls::TlsListener::new(listener, config, max_connections)
+                .context("cannot start the TLS listener")?;
+            let listener =
+                net::HeadDeadline::new(listener, net::REQUEST_HEAD_TIMEOUT).tap_io(|_| {});
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopping)
+                .await
+                .context("server error")
+        }
+    }
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` if set, else at `default_level`
