@@ -4,6 +4,7 @@
 //! checks after every step that no job is lost, duplicated or done twice.
 
 use std::collections::{BTreeMap, HashMap};
+use tunefleet_shared::protocol::Millis;
 
 use proptest::prelude::*;
 use tunefleet_planner::scheduler::{
@@ -40,6 +41,17 @@ fn hello(worker_id: &str, target: &str) -> WorkerHello {
         secret: None,
         slots: None,
     }
+}
+
+/// `name` joins as session `session` at `now` on a plain llvm target.
+fn join_llvm(s: &mut Scheduler, session: u64, name: &str, now: u64, out: &mut Vec<Output>) {
+    s.worker_joined(
+        SessionId(session),
+        &hello(name, r#"{"kind":"llvm"}"#),
+        Millis(now),
+        out,
+    )
+    .expect("a plain llvm worker joins");
 }
 
 fn result(latency: f64) -> JobResult {
@@ -84,17 +96,16 @@ const CONFIG: SchedulerConfig = SchedulerConfig {
 fn idle_worker_gets_a_job_as_soon_as_one_is_submitted() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 0, &mut out);
+    join_llvm(&mut s, 1, "a", 0, &mut out);
+    s.request_job(SessionId(1), Millis(0), &mut out);
     assert!(assigned(&out).is_empty());
     out.clear();
-    let (new, dup) = s.submit(workloads(2, 0), 1, &mut out);
+    let (new, dup) = s.submit(workloads(2, 0), Millis(1), &mut out);
     assert_eq!((new.len(), dup.len()), (2, 0));
     let a = assigned(&out);
     assert_eq!(a.len(), 1);
     assert_eq!(a[0].1, new[0], "first submitted job goes first");
-    let (_, dup) = s.submit(workloads(2, 0), 2, &mut out);
+    let (_, dup) = s.submit(workloads(2, 0), Millis(2), &mut out);
     assert_eq!(dup.len(), 2, "same content is a duplicate");
 }
 
@@ -104,48 +115,52 @@ fn idle_worker_gets_a_job_as_soon_as_one_is_submitted() {
 fn a_view_held_by_a_snapshot_keeps_its_state_when_the_job_moves_on() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
+    let ids = s.submit(workloads(1, 0), Millis(0), &mut out).0;
     let held = s.job(&ids[0]).unwrap().view.clone();
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 3, &mut out);
+    join_llvm(&mut s, 1, "a", 0, &mut out);
+    s.request_job(SessionId(1), Millis(3), &mut out);
     let job = s.job(&ids[0]).unwrap();
     assert_eq!(job.state(), JobState::Assigned);
     assert_eq!(job.view.worker.as_deref(), Some("a"));
     assert_eq!(held.state, JobState::Queued, "the snapshot's copy moved");
     assert_eq!(held.worker, None);
-    assert_eq!(held.updated_at, 0);
+    assert_eq!(held.updated_at, Millis(0));
 }
 
 #[test]
 fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(3, 0), 0, &mut out).0;
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 0, &mut out);
+    let ids = s.submit(workloads(3, 0), Millis(0), &mut out).0;
+    join_llvm(&mut s, 1, "a", 0, &mut out);
+    s.request_job(SessionId(1), Millis(0), &mut out);
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Assigned);
     out.clear();
-    s.worker_left(SessionId(1), LeaveKind::Lost, "killed", 5, &mut out);
+    s.worker_left(SessionId(1), LeaveKind::Lost, "killed", Millis(5), &mut out);
     let job = s.job(&ids[0]).unwrap();
     assert_eq!(job.state(), JobState::Queued);
     assert_eq!(s.queue_order()[0], ids[0], "recycled job is first in line");
     assert_eq!(job.view.errors.len(), 1);
     assert!(job.view.errors[0].message.contains("killed"));
 
-    s.worker_joined(SessionId(2), &hello("b", r#"{"kind":"llvm"}"#), 6, &mut out)
-        .unwrap();
+    join_llvm(&mut s, 2, "b", 6, &mut out);
     out.clear();
-    s.request_job(SessionId(2), 6, &mut out);
+    s.request_job(SessionId(2), Millis(6), &mut out);
     let a = assigned(&out);
     assert_eq!(
         (a[0].1.as_str(), a[0].2),
         (ids[0].as_str(), Lease(2)),
         "second lease"
     );
-    s.result(SessionId(2), &ids[0], Lease(2), result(1e-3), 7, &mut out)
-        .unwrap();
+    s.result(
+        SessionId(2),
+        &ids[0],
+        Lease(2),
+        result(1e-3),
+        Millis(7),
+        &mut out,
+    )
+    .unwrap();
     let job = s.job(&ids[0]).unwrap();
     assert_eq!(job.state(), JobState::Done);
     assert_eq!(job.view.attempts, 2);
@@ -160,11 +175,11 @@ fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
     // The stored latency is the worker's verified measurement, even when the
     // tuner's own records say something else.
     let mut out = Vec::new();
-    s.request_job(SessionId(2), 9, &mut out);
+    s.request_job(SessionId(2), Millis(9), &mut out);
     let (_, id, lease) = assigned(&out).pop().expect("next queued job assigned");
     let mut measured = result(1e-3);
     measured.best_latency_s = 0.9e-3;
-    s.result(SessionId(2), &id, lease, measured, 10, &mut out)
+    s.result(SessionId(2), &id, lease, measured, Millis(10), &mut out)
         .unwrap();
     let job = s.job(&id).unwrap();
     assert_eq!(job.view.best_latency_s, Some(0.9e-3));
@@ -175,22 +190,41 @@ fn disconnect_recycles_the_job_to_the_front_and_it_finishes_elsewhere() {
 fn results_from_the_wrong_worker_or_lease_are_rejected() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.worker_joined(SessionId(2), &hello("b", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 0, &mut out);
+    let ids = s.submit(workloads(1, 0), Millis(0), &mut out).0;
+    join_llvm(&mut s, 1, "a", 0, &mut out);
+    join_llvm(&mut s, 2, "b", 0, &mut out);
+    s.request_job(SessionId(1), Millis(0), &mut out);
     assert!(matches!(
-        s.result(SessionId(2), &ids[0], Lease(1), result(1e-3), 1, &mut out),
+        s.result(
+            SessionId(2),
+            &ids[0],
+            Lease(1),
+            result(1e-3),
+            Millis(1),
+            &mut out
+        ),
         Err(Rejection::NotAssigned { .. })
     ));
     assert!(matches!(
-        s.result(SessionId(1), &ids[0], Lease(7), result(1e-3), 1, &mut out),
+        s.result(
+            SessionId(1),
+            &ids[0],
+            Lease(7),
+            result(1e-3),
+            Millis(1),
+            &mut out
+        ),
         Err(Rejection::NotAssigned { .. })
     ));
     assert!(matches!(
-        s.result(SessionId(1), "nope", Lease(1), result(1e-3), 1, &mut out),
+        s.result(
+            SessionId(1),
+            "nope",
+            Lease(1),
+            result(1e-3),
+            Millis(1),
+            &mut out
+        ),
         Err(Rejection::UnknownJob(_))
     ));
     let bad = s.progress(
@@ -202,14 +236,28 @@ fn results_from_the_wrong_worker_or_lease_are_rejected() {
             trials_total: 8,
             best_latency_s: Some(1.0),
         },
-        1,
+        Millis(1),
         &mut out,
     );
     assert!(bad.is_err());
-    s.result(SessionId(1), &ids[0], Lease(1), result(1e-3), 2, &mut out)
-        .unwrap();
+    s.result(
+        SessionId(1),
+        &ids[0],
+        Lease(1),
+        result(1e-3),
+        Millis(2),
+        &mut out,
+    )
+    .unwrap();
     assert!(matches!(
-        s.result(SessionId(1), &ids[0], Lease(1), result(1e-3), 3, &mut out),
+        s.result(
+            SessionId(1),
+            &ids[0],
+            Lease(1),
+            result(1e-3),
+            Millis(3),
+            &mut out
+        ),
         Err(Rejection::AlreadyFinished { .. })
     ));
 }
@@ -220,33 +268,54 @@ fn late_result_rule() {
     // while disconnected, reconnects as a new session and re-sends.
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(2, 0), 0, &mut out).0;
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 0, &mut out);
-    s.worker_left(SessionId(1), LeaveKind::Lost, "network", 1, &mut out);
+    let ids = s.submit(workloads(2, 0), Millis(0), &mut out).0;
+    join_llvm(&mut s, 1, "a", 0, &mut out);
+    s.request_job(SessionId(1), Millis(0), &mut out);
+    s.worker_left(
+        SessionId(1),
+        LeaveKind::Lost,
+        "network",
+        Millis(1),
+        &mut out,
+    );
     // Still open (queued): accepted from the same process.
-    s.worker_joined(SessionId(3), &hello("a", r#"{"kind":"llvm"}"#), 2, &mut out)
-        .unwrap();
-    s.result(SessionId(3), &ids[0], Lease(1), result(1e-3), 3, &mut out)
-        .unwrap();
+    join_llvm(&mut s, 3, "a", 2, &mut out);
+    s.result(
+        SessionId(3),
+        &ids[0],
+        Lease(1),
+        result(1e-3),
+        Millis(3),
+        &mut out,
+    )
+    .unwrap();
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Done);
     assert!(!s.queue_order().contains(&ids[0]));
 
     // Re-assigned to another worker meanwhile: still open, the late result wins
     // and the other worker is told to stop.
-    s.worker_joined(SessionId(4), &hello("c", r#"{"kind":"llvm"}"#), 4, &mut out)
-        .unwrap();
-    s.request_job(SessionId(4), 4, &mut out); // takes ids[1], lease 1
-    s.worker_left(SessionId(4), LeaveKind::Lost, "network", 5, &mut out);
-    s.worker_joined(SessionId(5), &hello("d", r#"{"kind":"llvm"}"#), 6, &mut out)
-        .unwrap();
-    s.request_job(SessionId(5), 6, &mut out); // ids[1], lease 2
-    s.worker_joined(SessionId(6), &hello("c", r#"{"kind":"llvm"}"#), 7, &mut out)
-        .unwrap();
+    join_llvm(&mut s, 4, "c", 4, &mut out);
+    s.request_job(SessionId(4), Millis(4), &mut out); // takes ids[1], lease 1
+    s.worker_left(
+        SessionId(4),
+        LeaveKind::Lost,
+        "network",
+        Millis(5),
+        &mut out,
+    );
+    join_llvm(&mut s, 5, "d", 6, &mut out);
+    s.request_job(SessionId(5), Millis(6), &mut out); // ids[1], lease 2
+    join_llvm(&mut s, 6, "c", 7, &mut out);
     out.clear();
-    s.result(SessionId(6), &ids[1], Lease(1), result(2e-3), 8, &mut out)
-        .unwrap();
+    s.result(
+        SessionId(6),
+        &ids[1],
+        Lease(1),
+        result(2e-3),
+        Millis(8),
+        &mut out,
+    )
+    .unwrap();
     assert!(out.iter().any(|o| matches!(
         o,
         Output::Send {
@@ -260,10 +329,24 @@ fn late_result_rule() {
     assert_eq!(s.session_job(SessionId(5)), None);
     // Another process cannot claim someone else's lease, and done stays done.
     assert!(s
-        .result(SessionId(5), &ids[1], Lease(2), result(1e-3), 9, &mut out)
+        .result(
+            SessionId(5),
+            &ids[1],
+            Lease(2),
+            result(1e-3),
+            Millis(9),
+            &mut out
+        )
         .is_err());
     assert!(s
-        .result(SessionId(3), &ids[0], Lease(1), result(1e-3), 9, &mut out)
+        .result(
+            SessionId(3),
+            &ids[0],
+            Lease(1),
+            result(1e-3),
+            Millis(9),
+            &mut out
+        )
         .is_err());
 }
 
@@ -271,19 +354,18 @@ fn late_result_rule() {
 fn failures_retry_until_max_attempts_then_fail_with_all_errors() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
+    let ids = s.submit(workloads(1, 0), Millis(0), &mut out).0;
+    join_llvm(&mut s, 1, "a", 0, &mut out);
     for lease in 1..=3 {
         out.clear();
-        s.request_job(SessionId(1), lease, &mut out);
+        s.request_job(SessionId(1), Millis(lease), &mut out);
         assert_eq!(assigned(&out).len(), 1, "attempt {lease} assigned");
         s.job_failed(
             SessionId(1),
             &ids[0],
             Lease(lease),
             &format!("boom {lease}"),
-            lease,
+            Millis(lease),
             &mut out,
         )
         .unwrap();
@@ -292,10 +374,10 @@ fn failures_retry_until_max_attempts_then_fail_with_all_errors() {
     assert_eq!(job.state(), JobState::Failed);
     assert_eq!(job.view.errors.len(), 3);
     assert!(job.view.errors[2].message.contains("boom 3"));
-    s.retry(&ids[0], 10, &mut out).unwrap();
+    s.retry(&ids[0], Millis(10), &mut out).unwrap();
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Queued);
     assert!(
-        s.retry(&ids[0], 10, &mut out).is_err(),
+        s.retry(&ids[0], Millis(10), &mut out).is_err(),
         "only failed/cancelled jobs retry"
     );
 }
@@ -304,14 +386,13 @@ fn failures_retry_until_max_attempts_then_fail_with_all_errors() {
 fn job_timeout_recycles_a_quiet_job_and_cancels_the_worker() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 0, &mut out);
-    s.tick(9_000, &mut out);
+    let ids = s.submit(workloads(1, 0), Millis(0), &mut out).0;
+    join_llvm(&mut s, 1, "a", 0, &mut out);
+    s.request_job(SessionId(1), Millis(0), &mut out);
+    s.tick(Millis(9_000), &mut out);
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Assigned);
     out.clear();
-    s.tick(10_001, &mut out);
+    s.tick(Millis(10_001), &mut out);
     assert_eq!(s.job(&ids[0]).unwrap().state(), JobState::Queued);
     assert!(out.iter().any(|o| matches!(
         o,
@@ -326,16 +407,10 @@ fn job_timeout_recycles_a_quiet_job_and_cancels_the_worker() {
 fn workers_only_get_jobs_their_target_serves_and_mismatches_are_refused() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(2, 2), 0, &mut out).0; // ids[0] pinned to mcpu a
-    s.worker_joined(
-        SessionId(1),
-        &hello("plain", r#"{"kind":"llvm"}"#),
-        0,
-        &mut out,
-    )
-    .unwrap();
+    let ids = s.submit(workloads(2, 2), Millis(0), &mut out).0; // ids[0] pinned to mcpu a
+    join_llvm(&mut s, 1, "plain", 0, &mut out);
     out.clear();
-    s.request_job(SessionId(1), 0, &mut out);
+    s.request_job(SessionId(1), Millis(0), &mut out);
     assert_eq!(
         assigned(&out)[0].1,
         ids[1],
@@ -345,7 +420,7 @@ fn workers_only_get_jobs_their_target_serves_and_mismatches_are_refused() {
         .worker_joined(
             SessionId(2),
             &hello("gpu", r#"{"kind":"cuda"}"#),
-            0,
+            Millis(0),
             &mut out
         )
         .is_err());
@@ -353,7 +428,7 @@ fn workers_only_get_jobs_their_target_serves_and_mismatches_are_refused() {
         .worker_joined(
             SessionId(3),
             &hello("a", r#"{"kind":"llvm","mcpu":"a"}"#),
-            0,
+            Millis(0),
             &mut out,
         )
         .unwrap();
@@ -364,16 +439,22 @@ fn workers_only_get_jobs_their_target_serves_and_mismatches_are_refused() {
 fn restart_requeues_in_flight_jobs_without_counting_the_attempt() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(3, 0), 0, &mut out).0;
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 0, &mut out);
-    s.result(SessionId(1), &ids[0], Lease(1), result(1e-3), 1, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 2, &mut out); // ids[1] in flight
+    let ids = s.submit(workloads(3, 0), Millis(0), &mut out).0;
+    join_llvm(&mut s, 1, "a", 0, &mut out);
+    s.request_job(SessionId(1), Millis(0), &mut out);
+    s.result(
+        SessionId(1),
+        &ids[0],
+        Lease(1),
+        result(1e-3),
+        Millis(1),
+        &mut out,
+    )
+    .unwrap();
+    s.request_job(SessionId(1), Millis(2), &mut out); // ids[1] in flight
     let persisted: Vec<Job> = s.jobs().cloned().collect();
     let mut out = Vec::new();
-    let r = Scheduler::recover(CONFIG, persisted, 10, &mut out);
+    let r = Scheduler::recover(CONFIG, persisted, Millis(10), &mut out);
     assert_eq!(r.job(&ids[0]).unwrap().state(), JobState::Done);
     let j1 = r.job(&ids[1]).unwrap();
     assert_eq!(j1.state(), JobState::Queued);
@@ -468,7 +549,7 @@ impl Harness {
     fn new(n_jobs: usize) -> Self {
         let mut s = Scheduler::new(CONFIG);
         let mut out = Vec::new();
-        let ids = s.submit(workloads(n_jobs, 2), 0, &mut out).0;
+        let ids = s.submit(workloads(n_jobs, 2), Millis(0), &mut out).0;
         let mut h = Harness {
             s,
             ids,
@@ -557,7 +638,7 @@ impl Harness {
                     .worker_joined(
                         session,
                         &hello(&format!("proc{slot}"), target),
-                        now,
+                        Millis(now),
                         &mut out,
                     )
                     .is_ok()
@@ -569,13 +650,13 @@ impl Harness {
                 if let Some(session) = self.sessions.remove(&slot) {
                     // The worker process keeps its finished work to re-send (late result).
                     self.s
-                        .worker_left(session, LeaveKind::Lost, "gone", now, &mut out);
+                        .worker_left(session, LeaveKind::Lost, "gone", Millis(now), &mut out);
                 }
             }
             Op::Request { slot } => {
                 if let Some(&session) = self.sessions.get(&slot) {
                     if !self.holding.contains_key(&slot) {
-                        self.s.request_job(session, now, &mut out);
+                        self.s.request_job(session, Millis(now), &mut out);
                     }
                 }
             }
@@ -590,7 +671,7 @@ impl Harness {
                         trials_total: 8,
                         best_latency_s: Some(0.5),
                     };
-                    let _ = self.s.progress(session, &report, now, &mut out);
+                    let _ = self.s.progress(session, &report, Millis(now), &mut out);
                 }
             }
             Op::Finish { slot } => {
@@ -599,7 +680,7 @@ impl Harness {
                 {
                     if self
                         .s
-                        .result(session, &job_id, lease, result(1e-3), now, &mut out)
+                        .result(session, &job_id, lease, result(1e-3), Millis(now), &mut out)
                         .is_ok()
                     {
                         *self.accepted.entry(job_id).or_default() += 1;
@@ -610,9 +691,9 @@ impl Harness {
                 if let (Some(&session), Some((job_id, lease))) =
                     (self.sessions.get(&slot), self.holding.remove(&slot))
                 {
-                    let _ = self
-                        .s
-                        .job_failed(session, &job_id, lease, "boom", now, &mut out);
+                    let _ =
+                        self.s
+                            .job_failed(session, &job_id, lease, "boom", Millis(now), &mut out);
                 }
             }
             Op::Forged { slot, job, lease } => {
@@ -624,7 +705,7 @@ impl Harness {
                         let before = self.s.job(job_id).cloned();
                         if self
                             .s
-                            .result(session, job_id, lease, result(1e-3), now, &mut out)
+                            .result(session, job_id, lease, result(1e-3), Millis(now), &mut out)
                             .is_ok()
                         {
                             // Only the late-result rule may accept it: same worker process.
@@ -640,22 +721,25 @@ impl Harness {
             }
             Op::Tick { advance } => {
                 self.now += advance;
-                self.s.tick(self.now, &mut out);
+                self.s.tick(Millis(self.now), &mut out);
             }
             Op::Cancel { job } => {
                 if let Some(id) = self.ids.get(job).cloned() {
                     self.bring_back(&id, &mut out);
-                    let _ = self.s.cancel(&id, now, &mut out);
+                    let _ = self.s.cancel(&id, Millis(now), &mut out);
                 }
             }
             Op::Retry { job } => {
                 if let Some(id) = self.ids.get(job).cloned() {
                     self.bring_back(&id, &mut out);
-                    let _ = self.s.retry(&id, now, &mut out);
+                    let _ = self.s.retry(&id, Millis(now), &mut out);
                 }
             }
             Op::Archive { window } => {
-                for job in self.s.archive(now.saturating_sub(window), &|_| false) {
+                for job in self
+                    .s
+                    .archive(Millis(now.saturating_sub(window)), &|_| false)
+                {
                     assert!(job.state().is_terminal(), "only ended jobs leave");
                     assert!(job.holder.is_none());
                     self.archived.insert(job.id().clone(), *job);
@@ -670,7 +754,7 @@ impl Harness {
                     .filter(|j| !self.archived.contains_key(j.id()))
                     .cloned()
                     .collect();
-                self.s = Scheduler::recover(CONFIG, jobs, now, &mut out);
+                self.s = Scheduler::recover(CONFIG, jobs, Millis(now), &mut out);
                 self.progressed.clear();
                 self.sessions.clear();
                 self.holding.clear();
@@ -779,13 +863,14 @@ impl Harness {
             .worker_joined(
                 SessionId(session),
                 &hello("drainer", r#"{"kind":"llvm","mcpu":"a"}"#),
-                self.now,
+                Millis(self.now),
                 &mut out,
             )
             .expect("a universal worker is accepted");
         for _ in 0..100 {
             out.clear();
-            self.s.request_job(SessionId(session), self.now, &mut out);
+            self.s
+                .request_job(SessionId(session), Millis(self.now), &mut out);
             let Some((_, job_id, lease)) = assigned(&out).pop() else {
                 break;
             };
@@ -795,7 +880,7 @@ impl Harness {
                     &job_id,
                     lease,
                     result(1e-3),
-                    self.now,
+                    Millis(self.now),
                     &mut out,
                 )
                 .expect("holder's result is accepted");
@@ -806,7 +891,7 @@ impl Harness {
             if let Some(&s) = self.sessions.get(&slot) {
                 if self
                     .s
-                    .result(s, &job_id, lease, result(1e-3), self.now, &mut out)
+                    .result(s, &job_id, lease, result(1e-3), Millis(self.now), &mut out)
                     .is_ok()
                 {
                     *self.accepted.entry(job_id).or_default() += 1;
@@ -842,16 +927,19 @@ proptest! {
 fn a_late_failure_does_not_end_the_run_that_replaced_it() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 0, &mut out); // lease 1
-    s.worker_left(SessionId(1), LeaveKind::Lost, "network", 1, &mut out);
-    s.worker_joined(SessionId(2), &hello("b", r#"{"kind":"llvm"}"#), 2, &mut out)
-        .unwrap();
-    s.request_job(SessionId(2), 2, &mut out); // lease 2
-    s.worker_joined(SessionId(3), &hello("a", r#"{"kind":"llvm"}"#), 3, &mut out)
-        .unwrap();
+    let ids = s.submit(workloads(1, 0), Millis(0), &mut out).0;
+    join_llvm(&mut s, 1, "a", 0, &mut out);
+    s.request_job(SessionId(1), Millis(0), &mut out); // lease 1
+    s.worker_left(
+        SessionId(1),
+        LeaveKind::Lost,
+        "network",
+        Millis(1),
+        &mut out,
+    );
+    join_llvm(&mut s, 2, "b", 2, &mut out);
+    s.request_job(SessionId(2), Millis(2), &mut out); // lease 2
+    join_llvm(&mut s, 3, "a", 3, &mut out);
     out.clear();
     assert!(matches!(
         s.job_failed(
@@ -859,7 +947,7 @@ fn a_late_failure_does_not_end_the_run_that_replaced_it() {
             &ids[0],
             Lease(1),
             "crashed while offline",
-            4,
+            Millis(4),
             &mut out
         ),
         Err(Rejection::Superseded { .. })
@@ -875,8 +963,15 @@ fn a_late_failure_does_not_end_the_run_that_replaced_it() {
         "only the loss is recorded"
     );
     // The late *result* wins, and names its worker.
-    s.result(SessionId(3), &ids[0], Lease(1), result(1e-3), 5, &mut out)
-        .unwrap();
+    s.result(
+        SessionId(3),
+        &ids[0],
+        Lease(1),
+        result(1e-3),
+        Millis(5),
+        &mut out,
+    )
+    .unwrap();
     assert_eq!(s.job(&ids[0]).unwrap().view.worker.as_deref(), Some("a"));
 }
 
@@ -884,15 +979,14 @@ fn a_late_failure_does_not_end_the_run_that_replaced_it() {
 fn a_clean_goodbye_requeues_without_burning_an_attempt() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 0, &mut out);
+    let ids = s.submit(workloads(1, 0), Millis(0), &mut out).0;
+    join_llvm(&mut s, 1, "a", 0, &mut out);
+    s.request_job(SessionId(1), Millis(0), &mut out);
     s.worker_left(
         SessionId(1),
         LeaveKind::Graceful,
         "closed by worker (code 1000)",
-        1,
+        Millis(1),
         &mut out,
     );
     let job = s.job(&ids[0]).unwrap();
@@ -903,10 +997,9 @@ fn a_clean_goodbye_requeues_without_burning_an_attempt() {
 fn progress_builds_a_bounded_curve_that_restarts_with_each_attempt() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    let ids = s.submit(workloads(1, 0), 0, &mut out).0;
-    s.worker_joined(SessionId(1), &hello("a", r#"{"kind":"llvm"}"#), 0, &mut out)
-        .unwrap();
-    s.request_job(SessionId(1), 0, &mut out);
+    let ids = s.submit(workloads(1, 0), Millis(0), &mut out).0;
+    join_llvm(&mut s, 1, "a", 0, &mut out);
+    s.request_job(SessionId(1), Millis(0), &mut out);
     for t in 1..=1000u32 {
         let report = ProgressReport {
             job_id: ids[0].clone(),
@@ -915,7 +1008,7 @@ fn progress_builds_a_bounded_curve_that_restarts_with_each_attempt() {
             trials_total: 1000,
             best_latency_s: Some(1.0 / f64::from(t)),
         };
-        s.progress(SessionId(1), &report, u64::from(t), &mut out)
+        s.progress(SessionId(1), &report, Millis(u64::from(t)), &mut out)
             .unwrap();
     }
     let history = &s.job(&ids[0]).unwrap().view.history;
@@ -933,15 +1026,15 @@ fn progress_builds_a_bounded_curve_that_restarts_with_each_attempt() {
     assert!(history
         .windows(2)
         .all(|w| w[0].trials < w[1].trials && w[0].best_latency_s >= w[1].best_latency_s));
-    s.worker_left(SessionId(1), LeaveKind::Lost, "gone", 2000, &mut out);
-    s.worker_joined(
-        SessionId(2),
-        &hello("b", r#"{"kind":"llvm"}"#),
-        2001,
+    s.worker_left(
+        SessionId(1),
+        LeaveKind::Lost,
+        "gone",
+        Millis(2000),
         &mut out,
-    )
-    .unwrap();
-    s.request_job(SessionId(2), 2001, &mut out);
+    );
+    join_llvm(&mut s, 2, "b", 2001, &mut out);
+    s.request_job(SessionId(2), Millis(2001), &mut out);
     let job = &s.job(&ids[0]).unwrap().view;
     assert!(job.history.is_empty() && job.best_latency_s.is_none() && job.trials_done == 0);
 }

@@ -8,6 +8,7 @@ use tunefleet_server::scheduler::{
 };
 use tunefleet_shared::import::{ImportedWorkload, WorkloadKey};
 use tunefleet_shared::model::WarmStart;
+use tunefleet_shared::protocol::Millis;
 use tunefleet_shared::protocol::{JobResult, TuningRecord};
 
 mod common;
@@ -75,7 +76,11 @@ fn a_keyed_workload_is_seeded_with_the_records_of_serving_targets() {
     let mut s = Scheduler::new(CONFIG);
     imported(&mut s, true);
     let mut out = Vec::new();
-    let (new, _) = s.submit(vec![matmul(16, "{kind: llvm, mcpu: znver3}")], 1, &mut out);
+    let (new, _) = s.submit(
+        vec![matmul(16, "{kind: llvm, mcpu: znver3}")],
+        Millis(1),
+        &mut out,
+    );
     let e = extras(&s, &new[0]);
     assert_eq!(e.seeded, 2, "the znver4 record does not serve znver3");
     assert_eq!(
@@ -93,7 +98,7 @@ fn a_keyed_workload_is_seeded_with_the_records_of_serving_targets() {
     assert!(view.cached_from.is_none());
 
     // Plain llvm may run anywhere, so every record may seed it.
-    let (plain, _) = s.submit(vec![matmul(24, "{kind: llvm}")], 2, &mut out);
+    let (plain, _) = s.submit(vec![matmul(24, "{kind: llvm}")], Millis(2), &mut out);
     assert_eq!(extras(&s, &plain[0]).seeded, 3);
 }
 
@@ -102,7 +107,7 @@ fn fresh_and_unknown_workloads_are_not_seeded() {
     let mut s = Scheduler::new(CONFIG);
     imported(&mut s, false);
     let mut out = Vec::new();
-    let (new, _) = s.submit(vec![matmul(16, "{kind: llvm}")], 1, &mut out);
+    let (new, _) = s.submit(vec![matmul(16, "{kind: llvm}")], Millis(1), &mut out);
     let e = extras(&s, &new[0]);
     assert_eq!(e.seeded, 0, "no key: the workload's line is unknown");
     assert!(e.warm_start.is_none());
@@ -112,7 +117,7 @@ fn fresh_and_unknown_workloads_are_not_seeded() {
     let (fresh, _) = s.submit_as(
         vec![matmul(16, "{kind: llvm}")],
         CachePolicy::Bypass,
-        1,
+        Millis(1),
         &mut out,
     );
     assert!(extras(&s, &fresh[0]).warm_start.is_none(), "--fresh");
@@ -124,10 +129,14 @@ fn a_line_learned_from_a_run_seeds_later_jobs_of_the_same_content() {
     imported(&mut s, false);
     let mut out = Vec::new();
     let hello = hello("w", r#"{"kind":"llvm","mcpu":"znver4"}"#);
-    s.worker_joined(SessionId(1), &hello, 0, &mut out)
+    s.worker_joined(SessionId(1), &hello, Millis(0), &mut out)
         .expect("joins");
-    let (first, _) = s.submit(vec![matmul(8, "{kind: llvm, mcpu: znver4}")], 1, &mut out);
-    s.request_job(SessionId(1), 1, &mut out);
+    let (first, _) = s.submit(
+        vec![matmul(8, "{kind: llvm, mcpu: znver4}")],
+        Millis(1),
+        &mut out,
+    );
+    s.request_job(SessionId(1), Millis(1), &mut out);
     let lease = s.job(&first[0]).expect("job").lease;
     let result = JobResult {
         best_latency_s: 4e-5,
@@ -143,11 +152,15 @@ fn a_line_learned_from_a_run_seeds_later_jobs_of_the_same_content() {
         extra: json!({"workload": line()}),
         target: Some(hello.target.clone()),
     };
-    s.result(SessionId(1), &first[0], lease, result, 2, &mut out)
+    s.result(SessionId(1), &first[0], lease, result, Millis(2), &mut out)
         .expect("accepted");
     // Same content, another target: no cache entry serves it, but the line
     // is known now, and one imported record was measured for znver3.
-    let (later, _) = s.submit(vec![matmul(8, "{kind: llvm, mcpu: znver3}")], 3, &mut out);
+    let (later, _) = s.submit(
+        vec![matmul(8, "{kind: llvm, mcpu: znver3}")],
+        Millis(3),
+        &mut out,
+    );
     let e = extras(&s, &later[0]);
     assert_eq!(e.seeded, 2);
     assert!(s.job(&later[0]).expect("job").view.cached_from.is_none());
@@ -169,7 +182,7 @@ fn a_model_round_with_a_known_line_is_seeded_and_keeps_its_own_records() {
     };
     let (new, _) = s.submit_with(
         vec![(matmul(4, "{kind: llvm, mcpu: znver4}"), round)],
-        1,
+        Millis(1),
         &mut out,
     );
     let e = extras(&s, &new[0]);
@@ -244,6 +257,6 @@ fn imports_survive_a_restart_through_their_rows() {
         "only the broken row skipped"
     );
     let mut out = Vec::new();
-    let (new, _) = restarted.submit(vec![matmul(16, "{kind: llvm}")], 1, &mut out);
+    let (new, _) = restarted.submit(vec![matmul(16, "{kind: llvm}")], Millis(1), &mut out);
     assert_eq!(extras(&restarted, &new[0]).seeded, 1);
 }

@@ -4,6 +4,7 @@
 
 use tunefleet_server::scheduler::{CachePolicy, Output, ProgressReport, Scheduler, SessionId};
 use tunefleet_server::store::{Durability, Store};
+use tunefleet_shared::protocol::Millis;
 use tunefleet_shared::protocol::{JobResult, JobState, Lease, MasterMessage, TuningRecord};
 use tunefleet_shared::target::Target;
 
@@ -48,10 +49,10 @@ const ZNVER3: &str = r#"{"kind":"llvm","mcpu":"znver3","num-cores":2}"#;
 fn tuned_once() -> (Scheduler, String) {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    s.worker_joined(SessionId(1), &hello("w", ZNVER3), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("w", ZNVER3), Millis(0), &mut out)
         .expect("worker joins");
-    let (new, _) = s.submit(vec![matmul(8, "{kind: llvm}")], 1, &mut out);
-    s.request_job(SessionId(1), 1, &mut out);
+    let (new, _) = s.submit(vec![matmul(8, "{kind: llvm}")], Millis(1), &mut out);
+    s.request_job(SessionId(1), Millis(1), &mut out);
     let (_, job, lease, _) = assignment(&out).expect("assigned");
     assert_eq!(job, new[0]);
     s.result(
@@ -59,11 +60,11 @@ fn tuned_once() -> (Scheduler, String) {
         &job,
         lease,
         result(0.002, 8, ZNVER3, 0),
-        2,
+        Millis(2),
         &mut out,
     )
     .expect("result accepted");
-    s.request_job(SessionId(1), 3, &mut out);
+    s.request_job(SessionId(1), Millis(3), &mut out);
     (s, job)
 }
 
@@ -72,7 +73,7 @@ fn a_smaller_budget_for_a_served_target_is_answered_at_once() {
     let (mut s, first) = tuned_once();
     let mut out = Vec::new();
     for target in ["{kind: llvm}", "{kind: llvm, mcpu: znver3}"] {
-        let (new, dup) = s.submit(vec![matmul(4, target)], 10, &mut out);
+        let (new, dup) = s.submit(vec![matmul(4, target)], Millis(10), &mut out);
         assert_eq!((new.len(), dup.len()), (1, 0), "{target}: a new job");
         let job = &s.job(&new[0]).expect("job exists").view;
         assert_eq!(job.state, JobState::Done, "{target}");
@@ -90,7 +91,11 @@ fn a_smaller_budget_for_a_served_target_is_answered_at_once() {
 fn another_effective_target_or_fresh_is_a_miss() {
     let (mut s, _) = tuned_once();
     let mut out = Vec::new();
-    let (pinned, _) = s.submit(vec![matmul(4, "{kind: llvm, mcpu: znver4}")], 10, &mut out);
+    let (pinned, _) = s.submit(
+        vec![matmul(4, "{kind: llvm, mcpu: znver4}")],
+        Millis(10),
+        &mut out,
+    );
     let job = &s.job(&pinned[0]).expect("job").view;
     assert_eq!(
         job.state,
@@ -102,7 +107,7 @@ fn another_effective_target_or_fresh_is_a_miss() {
     let (fresh, _) = s.submit_as(
         vec![matmul(6, "{kind: llvm}")],
         CachePolicy::Bypass,
-        11,
+        Millis(11),
         &mut out,
     );
     let job = &s.job(&fresh[0]).expect("job").view;
@@ -114,7 +119,7 @@ fn another_effective_target_or_fresh_is_a_miss() {
 fn a_larger_budget_warm_starts_and_tunes_only_the_rest() {
     let (mut s, first) = tuned_once();
     let mut out = Vec::new();
-    let (new, _) = s.submit(vec![matmul(20, "{kind: llvm}")], 10, &mut out);
+    let (new, _) = s.submit(vec![matmul(20, "{kind: llvm}")], Millis(10), &mut out);
     let id = new[0].clone();
     let job = &s.job(&id).expect("job").view;
     assert!(!job.cache_hit);
@@ -144,7 +149,7 @@ fn a_larger_budget_warm_starts_and_tunes_only_the_rest() {
         trials_total: 12,
         best_latency_s: Some(0.003),
     };
-    s.progress(session, &report, 11, &mut out)
+    s.progress(session, &report, Millis(11), &mut out)
         .expect("progress");
     let job = &s.job(&id).expect("job").view;
     assert_eq!((job.trials_done, job.trials_total), (14, 20));
@@ -159,7 +164,7 @@ fn a_larger_budget_warm_starts_and_tunes_only_the_rest() {
         &id,
         lease,
         result(0.001, 12, ZNVER3, 100),
-        12,
+        Millis(12),
         &mut out,
     )
     .expect("result");
@@ -174,7 +179,7 @@ fn a_larger_budget_warm_starts_and_tunes_only_the_rest() {
         .all(|w| w[0].latency_s <= w[1].latency_s));
 
     // The fuller entry now answers a budget the first could not.
-    let (again, _) = s.submit(vec![matmul(16, "{kind: llvm}")], 13, &mut out);
+    let (again, _) = s.submit(vec![matmul(16, "{kind: llvm}")], Millis(13), &mut out);
     let job = &s.job(&again[0]).expect("job").view;
     assert!(job.cache_hit);
     assert_eq!(job.cached_from.as_deref(), Some(id.as_str()));
@@ -184,8 +189,8 @@ fn a_larger_budget_warm_starts_and_tunes_only_the_rest() {
 /// computation from `first`, at once.
 fn answers_after_a_restart(jobs: Vec<tunefleet_server::scheduler::Job>, first: &str) {
     let mut out = Vec::new();
-    let mut s = Scheduler::recover(CONFIG, jobs, 100, &mut out);
-    let (new, _) = s.submit(vec![matmul(2, "{kind: llvm}")], 101, &mut out);
+    let mut s = Scheduler::recover(CONFIG, jobs, Millis(100), &mut out);
+    let (new, _) = s.submit(vec![matmul(2, "{kind: llvm}")], Millis(101), &mut out);
     let job = &s.job(&new[0]).expect("job").view;
     assert!(job.cache_hit);
     assert_eq!(job.cached_from.as_deref(), Some(first));
@@ -228,16 +233,16 @@ fn a_job_read_back_without_its_key_answers_the_same() {
 fn a_result_without_records_is_no_entry() {
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
-    s.worker_joined(SessionId(1), &hello("w", ZNVER3), 0, &mut out)
+    s.worker_joined(SessionId(1), &hello("w", ZNVER3), Millis(0), &mut out)
         .expect("joins");
-    s.submit(vec![matmul(8, "{kind: llvm}")], 1, &mut out);
-    s.request_job(SessionId(1), 1, &mut out);
+    s.submit(vec![matmul(8, "{kind: llvm}")], Millis(1), &mut out);
+    s.request_job(SessionId(1), Millis(1), &mut out);
     let (_, job, lease, _) = assignment(&out).expect("assigned");
     let mut bare = result(0.002, 8, ZNVER3, 0);
     bare.records.clear();
-    s.result(SessionId(1), &job, lease, bare, 2, &mut out)
+    s.result(SessionId(1), &job, lease, bare, Millis(2), &mut out)
         .expect("accepted");
-    let (new, _) = s.submit(vec![matmul(4, "{kind: llvm}")], 3, &mut out);
+    let (new, _) = s.submit(vec![matmul(4, "{kind: llvm}")], Millis(3), &mut out);
     assert!(!s.job(&new[0]).expect("job").view.cache_hit);
 }
 
@@ -245,11 +250,11 @@ fn a_result_without_records_is_no_entry() {
 fn an_archived_entry_answers_again_once_restored() {
     let (mut s, first) = tuned_once();
     assert_eq!(s.cache_entries(), 1);
-    let archived = s.archive(100, &|_| false);
+    let archived = s.archive(Millis(100), &|_| false);
     assert_eq!(archived.len(), 1, "the done job leaves memory");
     assert_eq!(s.cache_entries(), 0, "and the in-memory cache");
     let mut out = Vec::new();
-    let (new, _) = s.submit(vec![matmul(4, "{kind: llvm}")], 101, &mut out);
+    let (new, _) = s.submit(vec![matmul(4, "{kind: llvm}")], Millis(101), &mut out);
     assert!(
         !s.job(&new[0]).expect("job").view.cache_hit,
         "without it, a miss"
@@ -258,12 +263,12 @@ fn an_archived_entry_answers_again_once_restored() {
     // What the core does first for a submission: the archived entries of
     // the computation come back.
     let mut s2 = tuned_once().0;
-    let gone = s2.archive(100, &|_| false);
+    let gone = s2.archive(Millis(100), &|_| false);
     for job in gone {
         assert!(s2.restore(*job));
     }
     assert_eq!(s2.cache_entries(), 1);
-    let (new, _) = s2.submit(vec![matmul(4, "{kind: llvm}")], 101, &mut out);
+    let (new, _) = s2.submit(vec![matmul(4, "{kind: llvm}")], Millis(101), &mut out);
     let job = &s2.job(&new[0]).expect("job").view;
     assert!(job.cache_hit);
     assert_eq!(job.cached_from.as_deref(), Some(first.as_str()));
@@ -272,10 +277,10 @@ fn an_archived_entry_answers_again_once_restored() {
 #[test]
 fn a_job_a_model_run_keeps_or_one_still_recent_is_not_archived() {
     let (mut s, first) = tuned_once();
-    assert!(s.archive(100, &|id| id == first).is_empty(), "kept");
+    assert!(s.archive(Millis(100), &|id| id == first).is_empty(), "kept");
     // Changed at 2: a window that reaches back before that keeps it.
-    assert!(s.archive(2, &|_| false).is_empty(), "still recent");
-    let gone = s.archive(3, &|_| false);
+    assert!(s.archive(Millis(2), &|_| false).is_empty(), "still recent");
+    let gone = s.archive(Millis(3), &|_| false);
     assert_eq!(gone.len(), 1);
     let job = *gone.into_iter().next().expect("one");
     assert!(s.restore(job.clone()), "taken back");

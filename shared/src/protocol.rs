@@ -81,8 +81,42 @@ impl std::fmt::Display for Lease {
     }
 }
 
-/// Milliseconds since the Unix epoch.
-pub type Millis = u64;
+/// Milliseconds since the Unix epoch. A type of its own (a plain number on
+/// the wire) so that a time cannot be passed where a lease, a session, a
+/// count or a duration is meant: elapsed time is [`Millis::since`], a plain
+/// `u64` of milliseconds, and a deadline is [`Millis::after`] (a cut-off,
+/// [`Millis::before`]).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(transparent)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    /// Milliseconds from `earlier` to this time; 0 when `earlier` is later
+    /// (clocks of two machines, or a clock set back).
+    pub fn since(self, earlier: Millis) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
+    /// This time plus `ms` milliseconds.
+    pub fn after(self, ms: u64) -> Millis {
+        Millis(self.0.saturating_add(ms))
+    }
+
+    /// This time less `ms` milliseconds (the epoch at the earliest).
+    pub fn before(self, ms: u64) -> Millis {
+        Millis(self.0.saturating_sub(ms))
+    }
+}
+
+impl std::fmt::Display for Millis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// WebSocket close codes used by the master.
 pub mod close_code {

@@ -2,6 +2,7 @@
 //! place they build a workload or a job view, so a new field is added once;
 //! and the YAML fast path's check against serde-saphyr, for the fuzzer.
 
+use crate::protocol::Millis;
 use crate::protocol::{JobChange, JobChangeOf, JobState, JobView, TuningRecord};
 use crate::workload::Workload;
 
@@ -30,8 +31,8 @@ pub fn model_view(name: &str, state: crate::model::ModelState) -> crate::model::
         verification: serde_json::Value::Null,
         prepack: false,
         layout: Default::default(),
-        created_at: 1,
-        updated_at: 1,
+        created_at: Millis(1),
+        updated_at: Millis(1),
         finished_at: None,
     }
 }
@@ -61,8 +62,8 @@ pub fn job(id: &str, state: JobState) -> JobView {
         history: vec![],
         errors: vec![],
         result: None,
-        created_at: 1,
-        updated_at: 1,
+        created_at: Millis(1),
+        updated_at: Millis(1),
         started_at: None,
         finished_at: None,
         cache_hit: false,

@@ -19,9 +19,14 @@ pub fn format_duration(ms: u64) -> String {
 /// `14:03:09` in local time, given the browser's offset from UTC in minutes
 /// (`Date.getTimezoneOffset()`: UTC minus local, so -120 for UTC+2).
 pub fn format_clock(at: Millis, tz_offset_min: i64) -> String {
-    let local = at as i64 / 1000 - tz_offset_min * 60;
+    let local = at.0 as i64 / 1000 - tz_offset_min * 60;
     let day = local.rem_euclid(86_400);
     format!("{:02}:{:02}:{:02}", day / 3600, day % 3600 / 60, day % 60)
+}
+
+/// [`format_clock`] of a time that may not have come yet: `–` for none.
+pub fn format_when(at: Option<Millis>, tz_offset_min: i64) -> String {
+    at.map_or_else(|| "–".to_string(), |at| format_clock(at, tz_offset_min))
 }
 
 /// `12.3` GFLOP/s with a precision that suits the size.

@@ -2,6 +2,7 @@
 
 use super::*;
 use tunefleet_shared::model::{DataLayout, ExtractedModel, ExtractedTask, ModelSource};
+use tunefleet_shared::protocol::Millis;
 use tunefleet_shared::protocol::{JobError, JobState, ResultMeta};
 
 fn submission(name: &str, trials: u32, per_round: u32) -> ModelSubmission {
@@ -41,8 +42,8 @@ fn view(workload: &Workload, state: JobState) -> JobView {
         history: vec![],
         errors: vec![],
         result: None,
-        created_at: 0,
-        updated_at: 0,
+        created_at: Millis(0),
+        updated_at: Millis(0),
         started_at: None,
         finished_at: None,
         cache_hit: false,
@@ -96,7 +97,7 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
     let one_worker = |_: &Target| 1;
     let mut runs = ModelRuns::default();
     let plan = runs
-        .submit(submission("sq", 10, 2), Target::of_kind("llvm"), 1)
+        .submit(submission("sq", 10, 2), Target::of_kind("llvm"), Millis(1))
         .unwrap();
     assert_eq!(names(&plan), ["sq/extract"]);
     let extract = plan.jobs[0].0.clone();
@@ -104,7 +105,7 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
 
     // Three tasks, one trivial: two warm-up rounds, queued at once.
     let extra = extracted(&[("conv", 2, false), ("pool", 1, true), ("dense", 1, false)]);
-    let plan = runs.job_ended(&done(&extract, extra, &[]), 2, &one_worker);
+    let plan = runs.job_ended(&done(&extract, extra, &[]), Millis(2), &one_worker);
     assert_eq!(names(&plan), ["sq/conv/r1", "sq/dense/r1"]);
     let run = runs.get("sq").unwrap();
     assert_eq!(run.state, ModelState::Tuning);
@@ -119,7 +120,7 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
     // conv: weight 2 × 1 ms; dense: 1 × 0.5 ms. conv has more model time left.
     let plan = runs.job_ended(
         &done(&dense1, Value::Null, &[0.5e-3, 0.6e-3]),
-        3,
+        Millis(3),
         &one_worker,
     );
     assert!(plan.jobs.is_empty(), "conv's first round still runs");
@@ -130,7 +131,7 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
             serde_json::json!({"workload": workload_line}),
             &[1e-3, 2e-3],
         ),
-        4,
+        Millis(4),
         &one_worker,
     );
     assert_eq!(names(&plan), ["sq/conv/r2"]);
@@ -146,7 +147,11 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
 
     // Budget: 10 - 4 measured - 2 planned = 4 left. conv improves to 0.2 ms:
     // 2 × 0.2 / 2 = 0.2 ms against dense's 0.5 ms: dense is next.
-    let plan = runs.job_ended(&done(&conv2, Value::Null, &[0.2e-3]), 5, &one_worker);
+    let plan = runs.job_ended(
+        &done(&conv2, Value::Null, &[0.2e-3]),
+        Millis(5),
+        &one_worker,
+    );
     assert_eq!(names(&plan), ["sq/dense/r2"]);
     let run = runs.get("sq").unwrap();
     assert_eq!(run.trials_done(), 5);
@@ -160,15 +165,15 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
     failed.errors.push(JobError {
         attempt: 3,
         worker: None,
-        at: 6,
+        at: Millis(6),
         message: "boom".into(),
     });
-    let plan = runs.job_ended(&failed, 6, &one_worker);
+    let plan = runs.job_ended(&failed, Millis(6), &one_worker);
     assert_eq!(names(&plan), ["sq/dense/r3"]);
     let dense3 = plan.jobs[0].0.clone();
     let mut plan = runs.job_ended(
         &done(&dense3, Value::Null, &[0.4e-3, 0.45e-3]),
-        7,
+        Millis(7),
         &one_worker,
     );
     // 3 trials left: rounds of at most 2 until they are spent, then compile.
@@ -185,7 +190,11 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
         let latencies: Vec<f64> = (0..round.trials)
             .map(|i| 0.3e-3 + f64::from(i) * 1e-5)
             .collect();
-        plan = runs.job_ended(&done(&round, Value::Null, &latencies), 8, &one_worker);
+        plan = runs.job_ended(
+            &done(&round, Value::Null, &latencies),
+            Millis(8),
+            &one_worker,
+        );
     }
     assert_eq!(spent, 3, "the whole budget, no more");
     let Op::Model { model } = &plan.jobs[0].0.op else {
@@ -206,7 +215,7 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
         "verified": true, "applied": 2, "tuned_functions": 2,
         "latency_s": {"untuned": 0.3, "tuned": 0.01, "onnxruntime": 0.012},
     });
-    let plan = runs.job_ended(&done(&compile, measured, &[]), 9, &one_worker);
+    let plan = runs.job_ended(&done(&compile, measured, &[]), Millis(9), &one_worker);
     assert!(plan.jobs.is_empty());
     let view = runs.get("sq").unwrap().view();
     assert_eq!(view.state, ModelState::Done);
@@ -220,16 +229,16 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
 fn a_dead_extraction_fails_the_run_with_its_error() {
     let mut runs = ModelRuns::default();
     let plan = runs
-        .submit(submission("bad", 10, 2), Target::of_kind("llvm"), 1)
+        .submit(submission("bad", 10, 2), Target::of_kind("llvm"), Millis(1))
         .unwrap();
     let mut failed = view(&plan.jobs[0].0, JobState::Failed);
     failed.errors.push(JobError {
         attempt: 1,
         worker: None,
-        at: 2,
+        at: Millis(2),
         message: "unsupported operator: FancyOp".into(),
     });
-    runs.job_ended(&failed, 2, &|_| 1);
+    runs.job_ended(&failed, Millis(2), &|_| 1);
     let run = runs.get("bad").unwrap();
     assert_eq!(run.state, ModelState::Failed);
     assert!(run.error.as_deref().unwrap().contains("FancyOp"));
@@ -239,7 +248,7 @@ fn a_dead_extraction_fails_the_run_with_its_error() {
 fn tasks_without_a_valid_first_round_are_dead_and_stopping_compiles() {
     let mut runs = ModelRuns::default();
     let plan = runs
-        .submit(submission("m", 100, 4), Target::of_kind("llvm"), 1)
+        .submit(submission("m", 100, 4), Target::of_kind("llvm"), Millis(1))
         .unwrap();
     let extract = plan.jobs[0].0.clone();
     let plan = runs.job_ended(
@@ -248,22 +257,22 @@ fn tasks_without_a_valid_first_round_are_dead_and_stopping_compiles() {
             extracted(&[("a", 1, false), ("b", 1, false)]),
             &[],
         ),
-        2,
+        Millis(2),
         &|_| 2,
     );
     let (a1, b1) = (plan.jobs[0].0.clone(), plan.jobs[1].0.clone());
-    runs.job_ended(&view(&a1, JobState::Failed), 3, &|_| 2);
+    runs.job_ended(&view(&a1, JobState::Failed), Millis(3), &|_| 2);
     assert!(runs.get("m").unwrap().tasks[0].dead);
-    let plan = runs.job_ended(&done(&b1, Value::Null, &[1e-3]), 4, &|_| 2);
+    let plan = runs.job_ended(&done(&b1, Value::Null, &[1e-3]), Millis(4), &|_| 2);
     // Dead tasks get no rounds; the one live task gets both workers.
     assert_eq!(names(&plan), ["m/b/r2", "m/b/r3"]);
-    let plan = runs.stop("m", 5, &|_| 2).unwrap();
+    let plan = runs.stop("m", Millis(5), &|_| 2).unwrap();
     assert!(plan.jobs.is_empty(), "waits for the rounds in flight");
     for (round, now) in [(1, 6), (2, 7)] {
         let id = runs.get("m").unwrap().tasks[1].rounds[round].job_id.clone();
         let mut ended = view(&a1, JobState::Done);
         ended.job_id = id;
-        let plan = runs.job_ended(&ended, now, &|_| 2);
+        let plan = runs.job_ended(&ended, Millis(now), &|_| 2);
         if round == 1 {
             assert!(plan.jobs.is_empty(), "r3 still runs");
         } else {
@@ -271,7 +280,7 @@ fn tasks_without_a_valid_first_round_are_dead_and_stopping_compiles() {
         }
     }
     assert!(matches!(
-        runs.submit(submission("m", 1, 1), Target::of_kind("llvm"), 7),
+        runs.submit(submission("m", 1, 1), Target::of_kind("llvm"), Millis(7)),
         Err(ModelError::Exists(_))
     ));
 }
@@ -281,7 +290,7 @@ fn idle_workers_run_a_task_twice_at_once_and_its_records_merge() {
     let four = |_: &Target| 4;
     let mut runs = ModelRuns::default();
     let plan = runs
-        .submit(submission("m", 40, 4), Target::of_kind("llvm"), 1)
+        .submit(submission("m", 40, 4), Target::of_kind("llvm"), Millis(1))
         .unwrap();
     let extract = plan.jobs[0].0.clone();
     let line = serde_json::json!({"workload": ["hash", "b64"]});
@@ -291,13 +300,13 @@ fn idle_workers_run_a_task_twice_at_once_and_its_records_merge() {
             extracted(&[("a", 1, false), ("b", 3, false)]),
             &[],
         ),
-        2,
+        Millis(2),
         &four,
     );
     // The warm-up: one round each (nothing to start a second search from).
     assert_eq!(names(&plan), ["m/a/r1", "m/b/r1"]);
     let (a1, b1) = (plan.jobs[0].0.clone(), plan.jobs[1].0.clone());
-    let plan = runs.job_ended(&done(&a1, line.clone(), &[1e-3]), 3, &four);
+    let plan = runs.job_ended(&done(&a1, line.clone(), &[1e-3]), Millis(3), &four);
     // a is free again; b still runs its first round: a gets its second, and
     // three more at once from the same records, to fill the idle workers.
     assert_eq!(names(&plan), ["m/a/r2", "m/a/r3", "m/a/r4"]);
@@ -313,11 +322,15 @@ fn idle_workers_run_a_task_twice_at_once_and_its_records_merge() {
     let (a2, a3) = (plan.jobs[0].0.clone(), plan.jobs[1].0.clone());
 
     // b's first round ends: its worker is free, and b, free too, comes first.
-    let plan = runs.job_ended(&done(&b1, line.clone(), &[2e-3]), 4, &four);
+    let plan = runs.job_ended(&done(&b1, line.clone(), &[2e-3]), Millis(4), &four);
     assert_eq!(names(&plan), ["m/b/r2"]);
     // Two of a's rounds end with new records: each adds to the task's.
-    runs.job_ended(&done(&a2, line.clone(), &[0.8e-3, 0.9e-3]), 5, &four);
-    runs.job_ended(&done(&a3, line.clone(), &[0.7e-3]), 6, &four);
+    runs.job_ended(
+        &done(&a2, line.clone(), &[0.8e-3, 0.9e-3]),
+        Millis(5),
+        &four,
+    );
+    runs.job_ended(&done(&a3, line.clone(), &[0.7e-3]), Millis(6), &four);
     let task = &runs.get("m").unwrap().tasks[0];
     let best: Vec<f64> = task.records.iter().map(|r| r.record.latency_s).collect();
     assert_eq!(&best[..3], [0.7e-3, 0.8e-3, 0.9e-3], "merged, best first");
@@ -329,16 +342,16 @@ fn names_and_settings_are_checked() {
     let mut runs = ModelRuns::default();
     let llvm = Target::of_kind("llvm");
     let err = runs
-        .submit(submission("a b", 1, 1), llvm.clone(), 0)
+        .submit(submission("a b", 1, 1), llvm.clone(), Millis(0))
         .unwrap_err();
     assert!(err.to_string().contains("may only hold"), "{err}");
     let err = runs
-        .submit(submission("ok", 0, 1), llvm.clone(), 0)
+        .submit(submission("ok", 0, 1), llvm.clone(), Millis(0))
         .unwrap_err();
     assert!(err.to_string().contains("trials"), "{err}");
     let mut s = submission("ok", 10, 1);
     s.tuner.strategy = Some("annealing".into());
-    let err = runs.submit(s, llvm.clone(), 0).unwrap_err();
+    let err = runs.submit(s, llvm.clone(), Millis(0)).unwrap_err();
     assert!(
         err.to_string().contains("tuner.strategy: unknown strategy"),
         "{err}"
@@ -346,14 +359,14 @@ fn names_and_settings_are_checked() {
     // NHWC transposes the weights: only a pre-packed run folds that away.
     let mut s = submission("nhwc", 10, 1);
     s.source.layout = DataLayout::Nhwc;
-    let err = runs.submit(s.clone(), llvm.clone(), 0).unwrap_err();
+    let err = runs.submit(s.clone(), llvm.clone(), Millis(0)).unwrap_err();
     assert!(
         err.to_string()
             .contains("layout NHWC needs weight pre-packing"),
         "{err}"
     );
     s.source.prepack = true;
-    runs.submit(s, llvm, 0)
+    runs.submit(s, llvm, Millis(0))
         .expect("a pre-packed NHWC run is accepted");
     assert_eq!(
         runs.get("nhwc").map(|r| r.view().layout),
@@ -394,18 +407,18 @@ mod properties {
         ) {
             let slots = move |_: &Target| workers;
             let mut runs = ModelRuns::default();
-            let plan = runs.submit(submission("p", budget, per_round), Target::of_kind("llvm"), 0).unwrap();
+            let plan = runs.submit(submission("p", budget, per_round), Target::of_kind("llvm"), Millis(0)).unwrap();
             let extract = plan.jobs[0].0.clone();
             let names: Vec<String> = (0..tasks.len()).map(|i| format!("t{i}")).collect();
             let spec: Vec<(&str, u32, bool)> = tasks.iter().zip(&names).map(|((w, trivial), n)| (n.as_str(), *w, *trivial)).collect();
-            let plan = runs.job_ended(&done(&extract, extracted(&spec), &[]), 1, &slots);
+            let plan = runs.job_ended(&done(&extract, extracted(&spec), &[]), Millis(1), &slots);
             // Jobs planned and not yet ended, in order.
             let mut open: Vec<Workload> = plan.jobs.into_iter().map(|(w, _)| w).collect();
             let mut compiles = 0;
             let mut second_round_seen = false;
             for (step, (outcome, pick)) in outcomes.into_iter().enumerate() {
                 if stop_at == Some(step) {
-                    let plan = runs.stop("p", 2, &slots);
+                    let plan = runs.stop("p", Millis(2), &slots);
                     if let Ok(plan) = plan {
                         open.extend(plan.jobs.into_iter().map(|(w, _)| w));
                     }
@@ -425,7 +438,7 @@ mod properties {
                     }
                     Outcome::Failed => view(&job, JobState::Failed),
                 };
-                let plan = runs.job_ended(&view, 3 + step as u64, &slots);
+                let plan = runs.job_ended(&view, Millis(3 + step as u64), &slots);
                 for (w, extras) in &plan.jobs {
                     if w.name.contains("/r2") {
                         second_round_seen = true;
@@ -496,7 +509,11 @@ fn a_client_extracted_run_tunes_at_once_and_ends_without_a_compile_job() {
     let one_worker = |_: &Target| 1;
     let mut runs = ModelRuns::default();
     let plan = runs
-        .submit(client_extracted("relax", 4, 2), Target::of_kind("llvm"), 1)
+        .submit(
+            client_extracted("relax", 4, 2),
+            Target::of_kind("llvm"),
+            Millis(1),
+        )
         .unwrap();
     assert!(plan.jobs.is_empty(), "no extract job: {:?}", names(&plan));
     let run = runs.get("relax").unwrap();
@@ -510,22 +527,30 @@ fn a_client_extracted_run_tunes_at_once_and_ends_without_a_compile_job() {
     );
 
     // The core plans the rounds with refill, as when workers join.
-    let plan = runs.refill(2, &one_worker);
+    let plan = runs.refill(Millis(2), &one_worker);
     assert_eq!(names(&plan), ["relax/mm/r1"], "the trivial task gets none");
     let r1 = plan.jobs[0].0.clone();
     assert_eq!(r1.target, Target::of_kind("llvm"));
-    let plan = runs.job_ended(&done(&r1, Value::Null, &[1e-3, 2e-3]), 3, &one_worker);
+    let plan = runs.job_ended(
+        &done(&r1, Value::Null, &[1e-3, 2e-3]),
+        Millis(3),
+        &one_worker,
+    );
     assert_eq!(names(&plan), ["relax/mm/r2"]);
     let r2 = plan.jobs[0].0.clone();
     // Budget spent, nothing in flight: done, with no compile job.
-    let plan = runs.job_ended(&done(&r2, Value::Null, &[0.5e-3, 3e-3]), 4, &one_worker);
+    let plan = runs.job_ended(
+        &done(&r2, Value::Null, &[0.5e-3, 3e-3]),
+        Millis(4),
+        &one_worker,
+    );
     assert!(plan.jobs.is_empty(), "{:?}", names(&plan));
     let view = runs.get("relax").unwrap().view();
     assert_eq!(view.state, ModelState::Done);
     assert_eq!(view.compile_job, None);
     assert_eq!(view.trials_done, 4);
     assert_eq!(view.estimated_latency_s, Some(2.0 * 0.5e-3));
-    assert_eq!(view.finished_at, Some(4));
+    assert_eq!(view.finished_at, Some(Millis(4)));
     assert!(runs.get("relax").unwrap().database().is_some());
 }
 
@@ -533,17 +558,21 @@ fn a_client_extracted_run_tunes_at_once_and_ends_without_a_compile_job() {
 fn a_client_extracted_run_stops_without_a_compile_job() {
     let one_worker = |_: &Target| 1;
     let mut runs = ModelRuns::default();
-    runs.submit(client_extracted("r", 100, 2), Target::of_kind("llvm"), 1)
-        .unwrap();
-    let plan = runs.refill(2, &one_worker);
+    runs.submit(
+        client_extracted("r", 100, 2),
+        Target::of_kind("llvm"),
+        Millis(1),
+    )
+    .unwrap();
+    let plan = runs.refill(Millis(2), &one_worker);
     let r1 = plan.jobs[0].0.clone();
-    runs.stop("r", 3, &one_worker).unwrap();
+    runs.stop("r", Millis(3), &one_worker).unwrap();
     assert_eq!(
         runs.get("r").unwrap().state,
         ModelState::Tuning,
         "r1 in flight"
     );
-    let plan = runs.job_ended(&done(&r1, Value::Null, &[1e-3]), 4, &one_worker);
+    let plan = runs.job_ended(&done(&r1, Value::Null, &[1e-3]), Millis(4), &one_worker);
     assert!(plan.jobs.is_empty());
     assert_eq!(runs.get("r").unwrap().state, ModelState::Done);
 }

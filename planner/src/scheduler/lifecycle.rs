@@ -18,9 +18,7 @@ impl Scheduler {
         let stale: Vec<(JobId, SessionId, Lease)> = self
             .jobs
             .values()
-            .filter(|j| {
-                j.state().is_in_flight() && now.saturating_sub(j.last_progress_at) > timeout
-            })
+            .filter(|j| j.state().is_in_flight() && now.since(j.last_progress_at) > timeout)
             .filter_map(|j| j.holder.map(|h| (j.id().clone(), h, j.lease)))
             .collect();
         for (job_id, session, lease) in stale {

@@ -74,7 +74,11 @@ pub async fn run(args: TokenArgs) -> anyhow::Result<()> {
             }
             let mut text = String::new();
             for t in tokens {
-                text.push_str(&format!("{}  created {}\n", t.name, utc_text(t.created_at)));
+                text.push_str(&format!(
+                    "{}  created {}\n",
+                    t.name,
+                    utc_text(t.created_at.0)
+                ));
             }
             emit(&text)
         }

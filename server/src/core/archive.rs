@@ -19,11 +19,11 @@ impl Core {
         let Some(keep) = self.trace_retention_ms else {
             return;
         };
-        if now.saturating_sub(self.trace_pruned_at) < 60_000 {
+        if now.since(self.trace_pruned_at) < 60_000 {
             return;
         }
         self.trace_pruned_at = now;
-        match self.store.prune_trace(now.saturating_sub(keep)) {
+        match self.store.prune_trace(now.before(keep)) {
             Ok(0) => {}
             Ok(n) => info!(
                 lines = n,
@@ -41,14 +41,14 @@ impl Core {
         let Some(keep) = self.job_retention_ms else {
             return;
         };
-        if now.saturating_sub(self.archive_swept_at) < (keep / 10).clamp(1_000, 60_000) {
+        if now.since(self.archive_swept_at) < (keep / 10).clamp(1_000, 60_000) {
             return;
         }
         self.archive_swept_at = now;
         let models = &self.models;
         let gone = self
             .scheduler
-            .archive(now.saturating_sub(keep), &|id| models.holds_job(id));
+            .archive(now.before(keep), &|id| models.holds_job(id));
         if gone.is_empty() {
             return;
         }
@@ -157,11 +157,11 @@ impl Core {
 
     /// Keep ended jobs in memory for this long (`None`: for ever).
     pub fn set_job_retention(&mut self, keep: Option<Duration>) {
-        self.job_retention_ms = keep.map(|d| d.as_millis() as Millis);
+        self.job_retention_ms = keep.map(|d| d.as_millis() as u64);
     }
 
     /// Keep trace lines for this long (`None`: for ever).
     pub fn set_trace_retention(&mut self, keep: Option<Duration>) {
-        self.trace_retention_ms = keep.map(|d| d.as_millis() as Millis);
+        self.trace_retention_ms = keep.map(|d| d.as_millis() as u64);
     }
 }

@@ -55,8 +55,8 @@ const MAX_BATCH: usize = 1024;
 pub fn now_ms() -> Millis {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
-        .unwrap_or(0)
+        .map(|d| Millis(d.as_millis() as u64))
+        .unwrap_or_default()
 }
 
 /// What the core sends to a worker's connection task.
@@ -303,10 +303,10 @@ pub struct Core {
     whole_view_subscribers: Arc<AtomicUsize>,
     server_version: String,
     counters: CoreCounters,
-    trace_retention_ms: Option<Millis>,
+    trace_retention_ms: Option<u64>,
     trace_pruned_at: Millis,
     /// `--job-retention`: ended jobs unchanged for this long leave memory.
-    job_retention_ms: Option<Millis>,
+    job_retention_ms: Option<u64>,
     archive_swept_at: Millis,
     /// The archived jobs by state (the store's rows, counted at start and
     /// kept current), so that counts stay whole without holding the jobs.
@@ -393,9 +393,9 @@ impl Core {
             server_version: env!("CARGO_PKG_VERSION").to_string(),
             counters: CoreCounters::default(),
             trace_retention_ms: None,
-            trace_pruned_at: 0,
+            trace_pruned_at: Millis(0),
             job_retention_ms: None,
-            archive_swept_at: 0,
+            archive_swept_at: Millis(0),
             archived,
             tokens,
             storage: Arc::default(),

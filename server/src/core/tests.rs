@@ -3,6 +3,7 @@ use super::publish::{
 };
 use super::snapshot::{snapshot_message, SnapshotParts};
 use super::*;
+use tunefleet_shared::protocol::Millis;
 use tunefleet_shared::protocol::{FleetEvent, FleetSnapshot, JobState, ServerMessage, WorkerView};
 
 #[test]
@@ -41,8 +42,8 @@ fn a_job_trace_line_is_its_kind_and_lifecycle() {
         job_timeout_ms: None,
         nbest: 5,
     };
-    let mut scheduler = Scheduler::recover(config, Vec::new(), 1, &mut Vec::new());
-    scheduler.submit(workloads, 2, &mut Vec::new());
+    let mut scheduler = Scheduler::recover(config, Vec::new(), Millis(1), &mut Vec::new());
+    scheduler.submit(workloads, Millis(2), &mut Vec::new());
     let job = scheduler.jobs().next().unwrap();
     let line: serde_json::Value = serde_json::from_str(&job_trace_line(job)).unwrap();
     assert_eq!(line["kind"], "job_updated");
@@ -62,7 +63,7 @@ fn some_worker(name: &str, connected_at: u64) -> WorkerView {
         tvm_version: None,
         current_job: Some("00000000000000aa".into()),
         jobs_done: 3,
-        connected_at,
+        connected_at: Millis(connected_at),
     }
 }
 
@@ -73,7 +74,7 @@ fn hand_built_snapshot_frame_parses_as_server_message() {
     some_archived.count_archived(JobState::Failed, 1);
     let problem = tunefleet_shared::protocol::StorageProblem {
         reason: "state database /srv/f.db: the \"disk\" is full".into(),
-        since: 12,
+        since: Millis(12),
     };
     let cases = [
         (vec![], JobCounts::default(), None),

@@ -626,7 +626,7 @@ impl Backend for PgStore {
         }
         if !archive.is_empty() {
             let ids: Vec<&str> = archive.iter().map(|a| a.job_id.as_str()).collect();
-            let at: Vec<i64> = archive.iter().map(|a| a.at as i64).collect();
+            let at: Vec<i64> = archive.iter().map(|a| a.at.0 as i64).collect();
             let keys: Vec<&str> = archive.iter().map(|a| a.content_key.as_str()).collect();
             tx.execute(&st.archive_jobs, &[&ids, &at, &keys])
                 .map_err(err)?;
@@ -668,7 +668,7 @@ impl Backend for PgStore {
                 .map_err(err)?;
         }
         if !trace.is_empty() {
-            let at: Vec<i64> = trace.iter().map(|(at, _)| *at as i64).collect();
+            let at: Vec<i64> = trace.iter().map(|(at, _)| at.0 as i64).collect();
             let lines: Vec<&str> = trace.iter().map(|(_, line)| line.as_str()).collect();
             tx.execute(&st.append_trace, &[&at, &lines]).map_err(err)?;
         }
@@ -696,7 +696,7 @@ impl Backend for PgStore {
             .client
             .query_one(
                 "SELECT max(seq) FROM trace WHERE at < $1",
-                &[&(before as i64)],
+                &[&(before.0 as i64)],
             )
             .map_err(err)?
             .get(0);

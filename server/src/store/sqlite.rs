@@ -549,7 +549,7 @@ impl Backend for SqliteStore {
                 )
                 .map_err(err)?;
             for job in archive {
-                mark.execute(params![job.job_id, job.at as i64, job.content_key])
+                mark.execute(params![job.job_id, job.at.0 as i64, job.content_key])
                     .map_err(err)?;
             }
             let mut upsert_model = tx
@@ -596,7 +596,7 @@ impl Backend for SqliteStore {
                 .prepare_cached("INSERT INTO trace (at, event) VALUES (?1, ?2)")
                 .map_err(err)?;
             for (at, line) in trace {
-                append.execute(params![*at as i64, line]).map_err(err)?;
+                append.execute(params![at.0 as i64, line]).map_err(err)?;
             }
             for (key, value) in meta {
                 match value {
@@ -618,7 +618,7 @@ impl Backend for SqliteStore {
             .conn
             .query_row(
                 "SELECT max(seq) FROM trace WHERE at < ?1",
-                params![before as i64],
+                params![before.0 as i64],
                 |r| r.get(0),
             )
             .map_err(|e| self.sql_err(e))?;

@@ -2,6 +2,7 @@ use super::*;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use rusqlite::{params, Connection};
 use tunefleet_shared::protocol::JobState;
+use tunefleet_shared::protocol::Millis;
 use tunefleet_shared::workload::parse_workload_file;
 
 fn fixture(version: i64) -> std::path::PathBuf {
@@ -22,8 +23,8 @@ fn jobs_of(yaml: &str) -> Vec<Job> {
         job_timeout_ms: None,
         nbest: 5,
     };
-    let mut scheduler = Scheduler::recover(config, Vec::new(), 1, &mut Vec::new());
-    scheduler.submit(workloads, 2, &mut Vec::new());
+    let mut scheduler = Scheduler::recover(config, Vec::new(), Millis(1), &mut Vec::new());
+    scheduler.submit(workloads, Millis(2), &mut Vec::new());
     let mut jobs: Vec<Job> = scheduler.jobs().cloned().collect();
     jobs.sort_by_key(|j| j.queue_key);
     jobs
@@ -272,7 +273,7 @@ fn an_older_database_is_backed_up_migrated_and_loads(from: i64) {
     assert_eq!(again.load_jobs().unwrap(), jobs);
     // A migrated database archives like a new one.
     let done = by_name("fixture-mm32");
-    again.archive([(done.id().clone(), "k".to_string())], 5);
+    again.archive([(done.id().clone(), "k".to_string())], Millis(5));
     again.commit([], [], &[], &[]).unwrap();
     assert_eq!(again.load_jobs().unwrap().len(), 6);
     assert_eq!(again.archived_counts().unwrap(), vec![(JobState::Done, 1)]);
@@ -307,7 +308,7 @@ fn archived_jobs_stay_in_the_file_and_are_found_by_id_and_computation() {
             (jobs[1].id().clone(), key(&jobs[1])),
             (jobs[2].id().clone(), key(&jobs[2])),
         ],
-        100,
+        Millis(100),
     );
     // Marked only when the next batch commits.
     assert_eq!(store.load_jobs().unwrap().len(), 3);
@@ -364,7 +365,7 @@ fn a_job_brought_back_before_the_commit_is_not_marked() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fleet.db");
     let (mut store, jobs) = stored_jobs(&path);
-    store.archive([(jobs[0].id().clone(), "k".into())], 100);
+    store.archive([(jobs[0].id().clone(), "k".into())], Millis(100));
     store.keep_live(jobs[0].id());
     store.commit([&jobs[0]], [], &[], &[]).unwrap();
     assert_eq!(store.load_jobs().unwrap().len(), 3);
@@ -435,15 +436,19 @@ fn trace_lines_older_than_the_retention_window_go_and_the_rest_stay() {
     let lines: Vec<(Millis, String)> = (0..25_000u64)
         .map(|i| {
             (
-                i,
+                Millis(i),
                 format!(r#"{{"kind":"worker_left","session":"w{i}","reason":"x"}}"#),
             )
         })
         .collect();
     store.commit([], [], &[], &lines).unwrap();
-    assert_eq!(store.prune_trace(0).unwrap(), 0, "nothing is older than 0");
     assert_eq!(
-        store.prune_trace(20_000).unwrap(),
+        store.prune_trace(Millis(0)).unwrap(),
+        0,
+        "nothing is older than 0"
+    );
+    assert_eq!(
+        store.prune_trace(Millis(20_000)).unwrap(),
         20_000,
         "in chunks, all of them"
     );
@@ -571,12 +576,12 @@ fn model_run() -> crate::models::ModelRun {
         error: Some("none, really".into()),
         curve: vec![EstimatePoint {
             trials: 16,
-            at: 5,
+            at: Millis(5),
             estimated_latency_s: 2e-3,
         }],
-        created_at: 1,
-        updated_at: 5,
-        finished_at: Some(6),
+        created_at: Millis(1),
+        updated_at: Millis(5),
+        finished_at: Some(Millis(6)),
     }
 }
 
@@ -667,7 +672,7 @@ fn a_model_runs_records_are_written_once_in_rows_of_their_own() {
         )
         .unwrap();
     a_round_improves_conv(&mut run);
-    run.updated_at = 9;
+    run.updated_at = Millis(9);
     store.commit([], [&run], &[], &[]).unwrap();
     store.commit([], [&run], &[], &[]).unwrap();
     assert_eq!(

@@ -1,10 +1,11 @@
 use super::*;
+use tunefleet_shared::protocol::Millis;
 
 #[test]
 fn create_check_revoke() {
     let registry = TokenRegistry::default();
     let mut book = TokenBook::load(Vec::new(), registry.clone());
-    let changes = book.create("alice", "s3cret", 5).unwrap();
+    let changes = book.create("alice", "s3cret", Millis(5)).unwrap();
     assert_eq!(changes[0].0, "token:alice");
     assert!(
         !changes[0].1.as_deref().unwrap().contains("s3cret"),
@@ -13,15 +14,15 @@ fn create_check_revoke() {
     assert_eq!(registry.name_of("s3cret").as_deref(), Some("alice"));
     assert_eq!(registry.name_of("wrong"), None);
     assert_eq!(
-        book.create("alice", "x", 6),
+        book.create("alice", "x", Millis(6)),
         Err(TokenError::Exists("alice".into()))
     );
     assert!(matches!(
-        book.create("admin", "x", 6),
+        book.create("admin", "x", Millis(6)),
         Err(TokenError::BadName(_))
     ));
     assert!(matches!(
-        book.create("a b", "x", 6),
+        book.create("a b", "x", Millis(6)),
         Err(TokenError::BadName(_))
     ));
     // What was stored loads back into a working registry.

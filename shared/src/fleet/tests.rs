@@ -1,4 +1,5 @@
 use super::*;
+use crate::protocol::Millis;
 use crate::protocol::{JobCounts, JobState, ProgressPoint, WorkerChange, MAX_HISTORY_POINTS};
 use crate::target::Target;
 
@@ -14,7 +15,7 @@ fn worker(session: &str, current: Option<&str>) -> WorkerView {
         tvm_version: None,
         current_job: current.map(str::to_owned),
         jobs_done: 0,
-        connected_at: 0,
+        connected_at: Millis(0),
     }
 }
 
@@ -41,7 +42,7 @@ fn progress(id: &str, trials_done: u32, best: Option<f64>) -> FleetEvent {
             trials_done,
             trials_total: 16,
             best_latency_s: best,
-            updated_at: 2,
+            updated_at: Millis(2),
         },
     }
 }
@@ -103,7 +104,7 @@ fn the_store_degrades_and_recovers_through_events_and_snapshots() {
     assert!(fleet.storage_problem().is_none());
     let problem = StorageProblem {
         reason: "state database /srv/fleet.db: the disk is full".into(),
-        since: 7,
+        since: Millis(7),
     };
     let degraded = FleetEvent::StorageChanged {
         problem: Some(problem.clone()),
@@ -215,7 +216,7 @@ fn jobs_stay_ordered_and_findable_whatever_order_they_arrive_in() {
     let mut seq = 0;
     for (name, created_at) in [("m", 5), ("z", 9), ("a", 5), ("b", 1), ("y", 9)] {
         let mut job = job(name, JobState::Queued);
-        job.created_at = created_at;
+        job.created_at = Millis(created_at);
         seq += 1;
         fleet.apply_event(seq, FleetEvent::JobUpdated { job: Box::new(job) });
     }
@@ -298,7 +299,7 @@ fn a_job_change_updates_the_job_it_names_and_keeps_its_workload() {
     let mut done = job("b", JobState::Done);
     done.workload = crate::testing::workload("other");
     done.trials_done = 16;
-    done.updated_at = 7;
+    done.updated_at = Millis(7);
     let change = FleetEvent::JobChanged {
         change: Box::new(crate::testing::job_change(&done)),
     };
@@ -306,7 +307,7 @@ fn a_job_change_updates_the_job_it_names_and_keeps_its_workload() {
     let b = fleet.job("b").unwrap();
     assert_eq!(
         (b.state, b.trials_done, b.updated_at),
-        (JobState::Done, 16, 7)
+        (JobState::Done, 16, Millis(7))
     );
     assert_eq!(
         b.workload,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::protocol::Millis;
 use crate::target::Target;
 
 #[test]
@@ -137,7 +138,7 @@ fn a_busy_job() -> JobView {
     view.errors = vec![JobError {
         attempt: 1,
         worker: Some("gone".into()),
-        at: 5,
+        at: Millis(5),
         message: "connection lost".into(),
     }];
     view.result = Some(ResultMeta {
@@ -150,14 +151,14 @@ fn a_busy_job() -> JobView {
         extra: serde_json::Value::Null,
         target: None,
     });
-    view.updated_at = 9;
-    view.started_at = Some(6);
-    view.finished_at = Some(9);
+    view.updated_at = Millis(9);
+    view.started_at = Some(Millis(6));
+    view.finished_at = Some(Millis(9));
     view.cached_from = Some("earlier".into());
     view.actions = vec![JobAction {
         action: "retry".into(),
         by: "admin".into(),
-        at: 4,
+        at: Millis(4),
     }];
     view
 }

@@ -1,6 +1,7 @@
 //! Thin wrappers over the browser APIs the app uses: the WebSocket, session
 //! and local storage, downloads, the clock and the theme attribute.
 
+use tunefleet_shared::protocol::Millis;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{CloseEvent, MessageEvent, WebSocket};
@@ -174,8 +175,8 @@ pub(super) fn apply_theme(theme: Theme) {
 }
 
 /// Milliseconds since the epoch (the browser's clock).
-pub(super) fn now_ms() -> u64 {
-    js_sys::Date::now() as u64
+pub(super) fn now_ms() -> Millis {
+    Millis(js_sys::Date::now() as u64)
 }
 
 /// `Date.getTimezoneOffset()`: UTC minus local time, in minutes.

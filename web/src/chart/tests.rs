@@ -1,4 +1,5 @@
 use super::*;
+use tunefleet_shared::protocol::Millis;
 
 fn p(trials: u32, best: f64) -> ProgressPoint {
     ProgressPoint {
@@ -56,7 +57,7 @@ fn wide_ranges_use_a_log_axis_and_flat_curves_still_draw() {
 fn a_model_runs_estimate_is_charted_over_its_budget() {
     let e = |trials, s| EstimatePoint {
         trials,
-        at: 0,
+        at: Millis(0),
         estimated_latency_s: s,
     };
     assert_eq!(estimate_chart(&[], 64), None);

@@ -6,6 +6,7 @@ fn trials_percent_is_0_without_a_budget_and_never_over_100() {
 }
 
 use super::*;
+use tunefleet_shared::protocol::Millis;
 use tunefleet_shared::target::Target;
 
 #[test]
@@ -30,9 +31,9 @@ fn durations_use_two_units() {
 fn clock_is_local_time() {
     // 1970-01-02 01:02:03 UTC
     let at = (86_400 + 3600 + 2 * 60 + 3) * 1000;
-    assert_eq!(format_clock(at, 0), "01:02:03");
-    assert_eq!(format_clock(at, -120), "03:02:03");
-    assert_eq!(format_clock(at, 120), "23:02:03");
+    assert_eq!(format_clock(Millis(at), 0), "01:02:03");
+    assert_eq!(format_clock(Millis(at), -120), "03:02:03");
+    assert_eq!(format_clock(Millis(at), 120), "23:02:03");
 }
 
 #[test]

@@ -109,7 +109,7 @@ fn eta_ms(jobs: &[JobView], now: Millis) -> Option<u64> {
         }
     }
     let start = first_start?.max(window);
-    let elapsed = now.saturating_sub(start).max(1000);
+    let elapsed = now.since(start).max(1000);
     if trials_run == 0 {
         return None;
     }

@@ -8,7 +8,7 @@ use tunefleet_shared::workload::parse_workload_file;
 pub(crate) fn job(id: &str, name: &str, created_at: Millis, state: JobState) -> JobView {
     let yaml = format!(
             "target: {{kind: llvm}}\ntrials: 10\nworkloads:\n  - name: {name}\n    op: matmul\n    shape: {{m: 64, n: 64, k: {}}}\n",
-            created_at + 1
+            created_at.0 + 1
         );
     let workload = parse_workload_file(&yaml, "t.yaml").unwrap().remove(0);
     JobView {
@@ -70,7 +70,7 @@ fn names(fleet: &Fleet) -> Vec<&str> {
 #[test]
 fn events_before_the_first_snapshot_are_ignored() {
     let mut fleet = Fleet::default();
-    let out = fleet.apply_event(1, job_event(job("a", "a", 1, JobState::Queued)));
+    let out = fleet.apply_event(1, job_event(job("a", "a", Millis(1), JobState::Queued)));
     assert_eq!(out, EventOutcome::Stale);
     assert!(fleet.jobs().is_empty());
     assert!(!fleet.synced());
@@ -83,14 +83,14 @@ fn events_replace_jobs_by_id_and_keep_submission_order() {
         10,
         snapshot(
             vec![
-                job("b", "second", 2, JobState::Queued),
-                job("a", "first", 1, JobState::Queued),
+                job("b", "second", Millis(2), JobState::Queued),
+                job("a", "first", Millis(1), JobState::Queued),
             ],
             vec![],
         ),
     );
     assert_eq!(names(&fleet), ["first", "second"]);
-    let mut running = job("b", "second", 2, JobState::Running);
+    let mut running = job("b", "second", Millis(2), JobState::Running);
     running.trials_done = 4;
     assert_eq!(
         fleet.apply_event(11, job_event(running.clone())),
@@ -105,7 +105,10 @@ fn events_replace_jobs_by_id_and_keep_submission_order() {
     assert_eq!(fleet.job("b").unwrap().state, JobState::Running);
     assert_eq!(fleet.job("b").unwrap().trials_done, 4);
     // A new job lands in created_at order.
-    fleet.apply_event(13, job_event(job("c", "between", 1, JobState::Queued)));
+    fleet.apply_event(
+        13,
+        job_event(job("c", "between", Millis(1), JobState::Queued)),
+    );
     assert_eq!(names(&fleet), ["between", "first", "second"]);
     assert_eq!(fleet.job("a").unwrap().name, "first");
     assert_eq!(fleet.seq(), Some(13));
@@ -116,13 +119,13 @@ fn stale_events_are_dropped_and_gaps_reported() {
     let mut fleet = Fleet::default();
     fleet.apply_snapshot(
         5,
-        snapshot(vec![job("a", "a", 1, JobState::Running)], vec![]),
+        snapshot(vec![job("a", "a", Millis(1), JobState::Running)], vec![]),
     );
     // An event the snapshot already includes must not roll the job back.
-    let out = fleet.apply_event(5, job_event(job("a", "a", 1, JobState::Queued)));
+    let out = fleet.apply_event(5, job_event(job("a", "a", Millis(1), JobState::Queued)));
     assert_eq!(out, EventOutcome::Stale);
     assert_eq!(fleet.job("a").unwrap().state, JobState::Running);
-    let out = fleet.apply_event(8, job_event(job("a", "a", 1, JobState::Done)));
+    let out = fleet.apply_event(8, job_event(job("a", "a", Millis(1), JobState::Done)));
     assert_eq!(
         out,
         EventOutcome::Gap {
@@ -140,24 +143,24 @@ fn a_snapshot_replaces_instead_of_merging() {
         3,
         snapshot(
             vec![
-                job("a", "a", 1, JobState::Running),
-                job("gone", "gone", 2, JobState::Queued),
+                job("a", "a", Millis(1), JobState::Running),
+                job("gone", "gone", Millis(2), JobState::Queued),
             ],
-            vec![worker("s1", 1), worker("s2", 2)],
+            vec![worker("s1", Millis(1)), worker("s2", Millis(2))],
         ),
     );
-    fleet.apply_event(4, job_event(job("x", "x", 3, JobState::Queued)));
+    fleet.apply_event(4, job_event(job("x", "x", Millis(3), JobState::Queued)));
     // Resync (new connection or lagging subscriber): seq may even go back
     // (a restarted master counts from 0 again).
     fleet.apply_snapshot(
         0,
         snapshot(
             vec![
-                job("a", "a", 1, JobState::Done),
-                job("x", "x", 3, JobState::Queued),
-                job("a", "a", 1, JobState::Done),
+                job("a", "a", Millis(1), JobState::Done),
+                job("x", "x", Millis(3), JobState::Queued),
+                job("a", "a", Millis(1), JobState::Done),
             ],
-            vec![worker("s3", 5)],
+            vec![worker("s3", Millis(5))],
         ),
     );
     assert_eq!(names(&fleet), ["a", "x"]);
@@ -168,7 +171,7 @@ fn a_snapshot_replaces_instead_of_merging() {
     assert_eq!(fleet.snapshots, 2);
     // Events continue from the new seq.
     assert_eq!(
-        fleet.apply_event(1, job_event(job("x", "x", 3, JobState::Running))),
+        fleet.apply_event(1, job_event(job("x", "x", Millis(3), JobState::Running))),
         EventOutcome::Applied
     );
 }
@@ -176,13 +179,13 @@ fn a_snapshot_replaces_instead_of_merging() {
 #[test]
 fn workers_join_update_and_leave_by_session() {
     let mut fleet = Fleet::default();
-    fleet.apply_snapshot(0, snapshot(vec![], vec![worker("s2", 20)]));
+    fleet.apply_snapshot(0, snapshot(vec![], vec![worker("s2", Millis(20))]));
     let join = |w: WorkerView| FleetEvent::WorkerJoined {
         worker: Box::new(w),
     };
-    fleet.apply_event(1, join(worker("s1", 10)));
-    fleet.apply_event(2, join(worker("s3", 30)));
-    let mut busy = worker("s1", 10);
+    fleet.apply_event(1, join(worker("s1", Millis(10))));
+    fleet.apply_event(2, join(worker("s3", Millis(30))));
+    let mut busy = worker("s1", Millis(10));
     busy.current_job = Some("a".into());
     fleet.apply_event(
         3,
@@ -213,15 +216,15 @@ fn workers_join_update_and_leave_by_session() {
 
 #[test]
 fn overall_counts_and_weights_in_flight_jobs_by_trials() {
-    let mut running = job("r", "r", 1, JobState::Running);
+    let mut running = job("r", "r", Millis(1), JobState::Running);
     running.trials_done = 5;
     let jobs = vec![
-        job("d", "d", 1, JobState::Done),
-        job("f", "f", 1, JobState::Failed),
+        job("d", "d", Millis(1), JobState::Done),
+        job("f", "f", Millis(1), JobState::Failed),
         running,
-        job("q", "q", 1, JobState::Queued),
+        job("q", "q", Millis(1), JobState::Queued),
     ];
-    let o = overall(&jobs, 0);
+    let o = overall(&jobs, Millis(0));
     assert_eq!(
         (
             o.counts.total,
@@ -236,14 +239,14 @@ fn overall_counts_and_weights_in_flight_jobs_by_trials() {
     assert!((o.percent - 62.5).abs() < 1e-9, "{}", o.percent);
     assert!((o.done_share - 25.0).abs() < 1e-9);
     assert!((o.failed_share - 25.0).abs() < 1e-9);
-    let all_done = vec![job("d", "d", 1, JobState::Done)];
-    let o = overall(&all_done, 0);
+    let all_done = vec![job("d", "d", Millis(1), JobState::Done)];
+    let o = overall(&all_done, Millis(0));
     assert_eq!(o.percent, 100.0);
     assert_eq!(o.eta_ms, None);
-    assert_eq!(overall(&[], 0).percent, 0.0);
+    assert_eq!(overall(&[], Millis(0)).percent, 0.0);
 
     // Four jobs archived by the master (3 done, 1 failed): whole, finished.
-    let mut o = overall(&jobs, 0);
+    let mut o = overall(&jobs, Millis(0));
     let mut archived = tunefleet_shared::protocol::JobCounts::default();
     archived.count_archived(JobState::Done, 3);
     archived.count_archived(JobState::Failed, 1);
@@ -267,41 +270,47 @@ fn overall_counts_and_weights_in_flight_jobs_by_trials() {
 fn eta_extrapolates_the_trial_rate_since_the_open_jobs_were_created() {
     // Created at t=0; one job of 10 trials done at t=10 s, one running
     // with 5 of 10, two queued: 25 trials left at 15 trials / 10 s.
-    let mut done = job("d", "d", 0, JobState::Done);
+    let mut done = job("d", "d", Millis(0), JobState::Done);
     done.trials_done = 10;
-    done.started_at = Some(0);
-    done.finished_at = Some(8_000);
-    let mut running = job("r", "r", 0, JobState::Running);
+    done.started_at = Some(Millis(0));
+    done.finished_at = Some(Millis(8_000));
+    let mut running = job("r", "r", Millis(0), JobState::Running);
     running.trials_done = 5;
-    running.started_at = Some(8_000);
+    running.started_at = Some(Millis(8_000));
     let jobs = vec![
         done,
         running,
-        job("q1", "q1", 0, JobState::Queued),
-        job("q2", "q2", 0, JobState::Queued),
+        job("q1", "q1", Millis(0), JobState::Queued),
+        job("q2", "q2", Millis(0), JobState::Queued),
     ];
-    let o = overall(&jobs, 10_000);
+    let o = overall(&jobs, Millis(10_000));
     assert_eq!(o.eta_ms, Some(16_667)); // 25 trials at 1.5 trials/s
                                         // Nothing started yet: no estimate.
-    let o = overall(&[job("q", "q", 0, JobState::Queued)], 10_000);
+    let o = overall(
+        &[job("q", "q", Millis(0), JobState::Queued)],
+        Millis(10_000),
+    );
     assert_eq!(o.eta_ms, None);
     // Old jobs finished before the open ones were created do not count.
-    let mut old = job("o", "o", 0, JobState::Done);
-    old.started_at = Some(0);
-    old.finished_at = Some(1_000);
-    let o = overall(&[old, job("q", "q", 5_000, JobState::Queued)], 10_000);
+    let mut old = job("o", "o", Millis(0), JobState::Done);
+    old.started_at = Some(Millis(0));
+    old.finished_at = Some(Millis(1_000));
+    let o = overall(
+        &[old, job("q", "q", Millis(5_000), JobState::Queued)],
+        Millis(10_000),
+    );
     assert_eq!(o.eta_ms, None);
 }
 
 #[test]
 fn jobs_filter_search_and_sort() {
-    let mut a = job("aa11", "alpha", 1, JobState::Done);
+    let mut a = job("aa11", "alpha", Millis(1), JobState::Done);
     a.best_latency_s = Some(3e-3);
-    let mut b = job("bb22", "Beta", 2, JobState::Running);
+    let mut b = job("bb22", "Beta", Millis(2), JobState::Running);
     b.best_latency_s = Some(1e-3);
     b.trials_done = 5;
-    let c = job("cc33", "gamma", 3, JobState::Queued);
-    let mut d = job("dd44", "delta", 4, JobState::Assigned);
+    let c = job("cc33", "gamma", Millis(3), JobState::Queued);
+    let mut d = job("dd44", "delta", Millis(4), JobState::Assigned);
     d.attempts = 2;
     let jobs = vec![a, b, c, d];
     let ids = |rows: Vec<&JobView>| rows.iter().map(|j| j.job_id.clone()).collect::<Vec<_>>();
@@ -417,10 +426,13 @@ fn session_handshake_sends_the_token_and_subscribes() {
     assert_eq!(session.role(), Some(Role::Admin));
     assert!(!session.fleet.synced());
     assert!(!session.live(), "not live before the snapshot");
-    session.received(&snapshot_frame(7, vec![job("a", "a", 1, JobState::Queued)]));
+    session.received(&snapshot_frame(
+        7,
+        vec![job("a", "a", Millis(1), JobState::Queued)],
+    ));
     assert!(session.fleet.synced());
     assert!(session.live());
-    session.received(&event_frame(8, job("a", "a", 1, JobState::Running)));
+    session.received(&event_frame(8, job("a", "a", Millis(1), JobState::Running)));
     assert_eq!(session.fleet.job("a").unwrap().state, JobState::Running);
 }
 
@@ -428,8 +440,11 @@ fn session_handshake_sends_the_token_and_subscribes() {
 fn a_gap_in_the_event_stream_resubscribes() {
     let mut session = Session::new();
     connect(&mut session, None, "read");
-    session.received(&snapshot_frame(1, vec![job("a", "a", 1, JobState::Queued)]));
-    let effects = session.received(&event_frame(3, job("a", "a", 1, JobState::Running)));
+    session.received(&snapshot_frame(
+        1,
+        vec![job("a", "a", Millis(1), JobState::Queued)],
+    ));
+    let effects = session.received(&event_frame(3, job("a", "a", Millis(1), JobState::Running)));
     let frames = sent(&effects);
     assert_eq!(frames.len(), 1);
     assert_eq!(frames[0]["type"], "subscribe");
@@ -442,8 +457,8 @@ fn reconnect_resyncs_from_a_fresh_snapshot_without_duplicates() {
     session.received(&snapshot_frame(
         4,
         vec![
-            job("a", "a", 1, JobState::Running),
-            job("b", "b", 2, JobState::Queued),
+            job("a", "a", Millis(1), JobState::Running),
+            job("b", "b", Millis(2), JobState::Queued),
         ],
     ));
     // The master restarts: the socket drops with 1006.
@@ -473,13 +488,13 @@ fn reconnect_resyncs_from_a_fresh_snapshot_without_duplicates() {
     session.received(&snapshot_frame(
         0,
         vec![
-            job("a", "a", 1, JobState::Queued),
-            job("b", "b", 2, JobState::Queued),
+            job("a", "a", Millis(1), JobState::Queued),
+            job("b", "b", Millis(2), JobState::Queued),
         ],
     ));
     assert_eq!(session.fleet.jobs().len(), 2);
     assert_eq!(session.fleet.job("a").unwrap().state, JobState::Queued);
-    session.received(&event_frame(1, job("a", "a", 1, JobState::Running)));
+    session.received(&event_frame(1, job("a", "a", Millis(1), JobState::Running)));
     assert_eq!(session.fleet.jobs().len(), 2);
     assert_eq!(session.fleet.job("a").unwrap().state, JobState::Running);
     // After a good connection, the backoff starts from the beginning.
@@ -594,7 +609,7 @@ fn submit_cancel_and_retry_replies_reach_the_page() {
     connect(&mut session, Some("t"), "admin");
     session.received(&snapshot_frame(
         1,
-        vec![job("aaaa1111", "mm", 1, JobState::Queued)],
+        vec![job("aaaa1111", "mm", Millis(1), JobState::Queued)],
     ));
 
     let frame = session
@@ -764,9 +779,9 @@ fn job_history_and_result_survive_updates() {
     let mut fleet = Fleet::default();
     fleet.apply_snapshot(
         0,
-        snapshot(vec![job("a", "a", 1, JobState::Running)], vec![]),
+        snapshot(vec![job("a", "a", Millis(1), JobState::Running)], vec![]),
     );
-    let mut done = job("a", "a", 1, JobState::Done);
+    let mut done = job("a", "a", Millis(1), JobState::Done);
     done.history = vec![
         ProgressPoint {
             trials: 2,

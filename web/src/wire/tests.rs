@@ -2,6 +2,7 @@ use super::*;
 use crate::model::tests::job;
 use crate::model_runs::tests::view as model_view;
 use tunefleet_shared::model::ModelState;
+use tunefleet_shared::protocol::Millis;
 use tunefleet_shared::protocol::{
     JobCounts, JobProgress, JobState, ReplyBody, ServerMessage, StatusReport, WorkerChange,
     WorkerView,
@@ -18,7 +19,7 @@ fn worker() -> WorkerView {
         tvm_version: Some("0.27".into()),
         current_job: Some("00000000000000aa".into()),
         jobs_done: 3,
-        connected_at: 5,
+        connected_at: Millis(5),
     }
 }
 
@@ -46,7 +47,7 @@ fn expected(msg: ServerMessage) -> Incoming {
 }
 
 fn messages() -> Vec<ServerMessage> {
-    let mut done = job("00000000000000aa", "mm", 3, JobState::Done);
+    let mut done = job("00000000000000aa", "mm", Millis(3), JobState::Done);
     done.best_latency_s = Some(1.5e-5);
     done.records = vec![tunefleet_shared::protocol::TuningRecord {
         latency_s: 1.5e-5,
@@ -117,14 +118,14 @@ fn messages() -> Vec<ServerMessage> {
             snapshot: FleetSnapshot {
                 jobs: vec![
                     done.clone(),
-                    job("00000000000000bb", "q", 4, JobState::Queued),
+                    job("00000000000000bb", "q", Millis(4), JobState::Queued),
                 ],
                 workers: vec![worker()],
                 models: vec![model_view(ModelState::Tuning)],
                 archived: archived.clone(),
                 storage_problem: Some(tunefleet_shared::protocol::StorageProblem {
                     reason: "state database /srv/f.db: the disk is full".into(),
-                    since: 5,
+                    since: Millis(5),
                 }),
             },
         },
@@ -148,7 +149,7 @@ fn messages() -> Vec<ServerMessage> {
                     trials_done: 4,
                     trials_total: 10,
                     best_latency_s: Some(2e-5),
-                    updated_at: 12,
+                    updated_at: Millis(12),
                 },
             },
         ),
@@ -188,7 +189,7 @@ fn messages() -> Vec<ServerMessage> {
             FleetEvent::StorageChanged {
                 problem: Some(tunefleet_shared::protocol::StorageProblem {
                     reason: "state database /srv/f.db: the disk is full".into(),
-                    since: 5,
+                    since: Millis(5),
                 }),
             },
         ),

@@ -1,4 +1,5 @@
 use super::*;
+use tunefleet_shared::protocol::Millis;
 use tunefleet_shared::protocol::{JobCounts, StorageProblem};
 
 fn report() -> StatusReport {
@@ -48,7 +49,7 @@ fn json_says_whether_the_store_commits() {
     degraded.storage = StorageHealth::Degraded;
     degraded.storage_problem = Some(StorageProblem {
         reason: "the state database /d/fleet.db: database or disk is full".into(),
-        since: 1,
+        since: Millis(1),
     });
     let json = serde_json::to_string_pretty(&degraded).unwrap();
     assert!(json.contains(r#""storage": "degraded""#), "{json}");

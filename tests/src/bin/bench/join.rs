@@ -4,6 +4,7 @@
 //! core thread, so this is paid once per worker of the fleet then.
 
 use std::time::Instant;
+use tunefleet_shared::protocol::Millis;
 
 use anyhow::{bail, Context};
 use tunefleet_server::scheduler::{Scheduler, SchedulerConfig, SessionId};
@@ -36,10 +37,10 @@ pub(crate) fn run(mut it: impl Iterator<Item = String>) -> anyhow::Result<()> {
             ));
         }
         let workloads = parse_workload_file(&yaml, "join.yaml")?;
-        ids.extend(s.submit(workloads, 0, &mut out).0);
+        ids.extend(s.submit(workloads, Millis(0), &mut out).0);
     }
     for id in ids.iter().skip(open.min(ids.len())) {
-        s.cancel(id, 1, &mut out)?;
+        s.cancel(id, Millis(1), &mut out)?;
     }
     let target = Target::parse(r#"{"kind":"llvm"}"#)?;
     let hellos: Vec<WorkerHello> = (0..joins)
@@ -58,7 +59,7 @@ pub(crate) fn run(mut it: impl Iterator<Item = String>) -> anyhow::Result<()> {
     out.clear();
     let started = Instant::now();
     for (i, hello) in (0..).zip(&hellos) {
-        let matching = s.worker_joined(SessionId(1_000 + i), hello, 2, &mut out)?;
+        let matching = s.worker_joined(SessionId(1_000 + i), hello, Millis(2), &mut out)?;
         if matching != expected {
             bail!("a worker saw {matching} open jobs, expected {expected}");
         }

@@ -132,7 +132,7 @@ pub(crate) async fn run(
         tokio::spawn(async move {
             while let Ok(Some(update)) = c.next_update().await {
                 if let Update::Event(_, FleetEvent::JobUpdated { job }) = update {
-                    let delay = now_ms().saturating_sub(job.updated_at);
+                    let delay = now_ms().saturating_sub(job.updated_at.0);
                     if let Ok(mut d) = delays.lock() {
                         d.push(delay);
                     }

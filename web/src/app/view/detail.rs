@@ -10,8 +10,8 @@ use super::on;
 use crate::app::{browser, App, Msg};
 use crate::chart::{self, Chart};
 use crate::format::{
-    format_clock, format_duration, format_flops, format_gflops, format_latency, short_id,
-    target_summary,
+    format_clock, format_duration, format_flops, format_gflops, format_latency, format_when,
+    short_id, target_summary,
 };
 
 fn fact(label: &'static str, value: String) -> Html {
@@ -43,7 +43,7 @@ pub(super) fn detail(app: &App) -> Html {
         };
     };
     let tz = browser::tz_offset_min();
-    let when = |t: Option<u64>| t.map_or_else(|| "–".to_string(), |t| format_clock(t, tz));
+    let when = |t| format_when(t, tz);
     let dash = || "–".to_string();
     let w = &job.workload;
     let flops = w.flops();

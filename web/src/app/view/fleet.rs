@@ -2,7 +2,7 @@
 
 use tunefleet_shared::export::{has_metaschedule_records, job_gflops};
 use tunefleet_shared::model::{ModelState, ModelView};
-use tunefleet_shared::protocol::{JobState, JobView, WorkerView};
+use tunefleet_shared::protocol::{JobState, JobView, Millis, WorkerView};
 use web_check::downloads::Download;
 use yew::prelude::*;
 
@@ -11,7 +11,8 @@ use super::{cls, on, on_inner, on_input, on_link};
 use crate::app::{browser, App, Msg};
 use crate::chart;
 use crate::format::{
-    format_clock, format_duration, format_gflops, format_latency, short_id, target_summary,
+    format_clock, format_duration, format_gflops, format_latency, format_when, short_id,
+    target_summary,
 };
 use crate::model::{visible_jobs, SortKey, StateFilter};
 use crate::model_runs;
@@ -160,7 +161,7 @@ fn model_detail(app: &App) -> Html {
         return Html::default();
     };
     let tz = browser::tz_offset_min();
-    let when = |t: Option<u64>| t.map_or_else(|| "–".to_string(), |t| format_clock(t, tz));
+    let when = |t| format_when(t, tz);
     let extract = m.extract_job.clone();
     let chart = match chart::estimate_chart(&m.curve, m.trials_total) {
         Some(c) => {
@@ -245,7 +246,7 @@ fn model_detail(app: &App) -> Html {
 // Workers
 // ---------------------------------------------------------------------------
 
-pub(super) fn workers_card(app: &App, now: u64) -> Html {
+pub(super) fn workers_card(app: &App, now: Millis) -> Html {
     let workers = app.session.fleet.workers();
     let tz = browser::tz_offset_min();
     html! {
@@ -269,7 +270,7 @@ pub(super) fn workers_card(app: &App, now: u64) -> Html {
     }
 }
 
-fn worker_row(app: &App, w: &WorkerView, now: u64, tz: i64) -> Html {
+fn worker_row(app: &App, w: &WorkerView, now: Millis, tz: i64) -> Html {
     let busy = w.current_job.is_some();
     let backend = match &w.tvm_version {
         Some(v) => format!("{} (TVM {v})", w.backend),
@@ -306,7 +307,7 @@ fn worker_row(app: &App, w: &WorkerView, now: u64, tz: i64) -> Html {
             <td class="num">{ w.jobs_done }</td>
             <td>
                 <div>{ format_clock(w.connected_at, tz) }</div>
-                <div class="sub">{ "for " }{ format_duration(now.saturating_sub(w.connected_at)) }</div>
+                <div class="sub">{ "for " }{ format_duration(now.since(w.connected_at)) }</div>
             </td>
         </tr>
     }
@@ -360,7 +361,7 @@ fn download_button(
 pub(super) fn jobs_card(app: &App) -> Html {
     let fleet = &app.session.fleet;
     // The jobs listed: archived ones are counted in the header, not the chips.
-    let o = crate::model::overall(fleet.jobs(), 0);
+    let o = crate::model::overall(fleet.jobs(), Millis(0));
     let archived = fleet.archived().total;
     let rows = visible_jobs(fleet.jobs(), app.filter, &app.search, app.sort);
     let shown = rows.len().min(app.limit);

@@ -16,7 +16,7 @@ mod detail;
 mod fleet;
 mod upload;
 
-use tunefleet_shared::protocol::Role;
+use tunefleet_shared::protocol::{Millis, Role};
 use yew::prelude::*;
 
 use super::{browser, with_app, App, Msg, Theme};
@@ -227,7 +227,7 @@ fn storage_banner(app: &App) -> Html {
     let Some(problem) = app.session.fleet.storage_problem() else {
         return Html::default();
     };
-    let since = browser::now_ms().saturating_sub(problem.since);
+    let since = browser::now_ms().since(problem.since);
     html! {
         <div id="storage-banner" class="banner bad" role="alert">
             <strong>{ "The master's store is degraded: it cannot commit." }</strong>
@@ -261,7 +261,7 @@ fn notices(app: &App) -> Html {
 // Overall progress
 // ---------------------------------------------------------------------------
 
-fn overall(app: &App, now: u64) -> Html {
+fn overall(app: &App, now: Millis) -> Html {
     let fleet = &app.session.fleet;
     let o = crate::model::fleet_overall(fleet, now);
     let workers = fleet.workers().len();
