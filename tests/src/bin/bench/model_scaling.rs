@@ -285,6 +285,10 @@ struct Outcome {
     end_s: f64,
     estimate_s: f64,
     trials: u32,
+    /// The master's CPU time over the whole replay, and its state's size
+    /// (database and WAL) at the end: what each round costs the master.
+    master_cpu_s: f64,
+    state_mb: f64,
 }
 
 pub(crate) async fn run(args: Args, master_bin: &std::path::Path) -> anyhow::Result<()> {
@@ -301,22 +305,33 @@ pub(crate) async fn run(args: Args, master_bin: &std::path::Path) -> anyhow::Res
         args.compress
     );
     println!(
-        "{:>4} {:>12} {:>14} {:>10} {:>9} {:>6} {:>12}",
-        "K", "budget spent", "within 5% of", "run ended", "speed-up", "busy", "estimate"
+        "{:>4} {:>12} {:>14} {:>10} {:>9} {:>6} {:>12} {:>22} {:>10} {:>9}",
+        "K",
+        "budget spent",
+        "within 5% of",
+        "run ended",
+        "speed-up",
+        "busy",
+        "estimate",
+        "",
+        "master CPU",
+        "state"
     );
     let mut base = None;
     for &k in &args.workers {
         let out = replay(&args, &recording, k, master_bin).await?;
         let base_s = *base.get_or_insert(out.budget_s);
         println!(
-            "{k:>4} {:>11.0}s {:>13.0}s {:>9.0}s {:>8.1}x {:>5.0}% {:>9.2} ms  ({} trials)",
+            "{k:>4} {:>11.0}s {:>13.0}s {:>9.0}s {:>8.1}x {:>5.0}% {:>9.2} ms  {:>18} {:>9.1}s {:>6.0} MB",
             out.budget_s,
             out.within_5pct_s,
             out.end_s,
             base_s / out.budget_s,
             out.busy * 100.0,
             out.estimate_s * 1e3,
-            out.trials
+            format!("({} trials)", out.trials),
+            out.master_cpu_s,
+            out.state_mb
         );
     }
     Ok(())
@@ -411,6 +426,12 @@ async fn replay(
         Some(i) => points.get(i + 1).map_or(end, |p| p.0),
         None => points.first().map_or(end, |p| p.0),
     };
+    let master_cpu_s = super::procfs::cpu_ns(master.pid()) as f64 / 1e9;
+    let state_mb = ["fleet.db", "fleet.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.path().join(f)).ok())
+        .map(|m| m.len() as f64 / 1e6)
+        .sum();
     drop(master);
     let busy = busy_ms.load(Ordering::Relaxed) as f64 / 1e3 / (k as f64 * budget_s);
     Ok(Outcome {
@@ -420,5 +441,7 @@ async fn replay(
         end_s: end,
         estimate_s,
         trials,
+        master_cpu_s,
+        state_mb,
     })
 }
