@@ -47,8 +47,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         info!("stopped before taking the lead");
         return Ok(());
     };
-    let running = start_core(core, events)?;
-    let handle = running.handle.clone();
+    let RunningCore {
+        handle,
+        thread: core_thread,
+        tokens,
+        storage,
+    } = start_core(core, events)?;
     submit_start_up_files(&handle, checked.initial).await?;
     let ticker = spawn_ticker(handle.clone());
 
@@ -65,8 +69,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         alive: alive_tx,
         connections: Arc::new(Semaphore::new(args.max_connections)),
         stop: stop.clone(),
-        tokens: running.tokens,
-        storage: running.storage,
+        tokens,
+        storage,
         runtimes: net::Runtimes {
             workers: tokio::runtime::Handle::current(),
             clients: client_runtime.handle()?,
@@ -111,8 +115,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     ticker.abort();
     let _ = handle.ask(|done| Command::Shutdown { done }).await;
     drop(handle);
-    drop(running.handle);
-    let core_thread = running.thread;
     let _ = tokio::task::spawn_blocking(move || core_thread.join()).await;
     info!("master stopped");
     Ok(())
@@ -180,7 +182,7 @@ fn check(args: &ServeArgs) -> anyhow::Result<Checked> {
 /// came first.
 async fn open_core(
     args: &ServeArgs,
-    events: broadcast::Sender<std::sync::Arc<crate::core::Published>>,
+    events: broadcast::Sender<Arc<crate::core::Published>>,
     signals: watch::Receiver<bool>,
 ) -> anyhow::Result<Option<Core>> {
     let config = SchedulerConfig {
@@ -221,7 +223,7 @@ struct RunningCore {
 
 fn start_core(
     core: Core,
-    events: broadcast::Sender<std::sync::Arc<crate::core::Published>>,
+    events: broadcast::Sender<Arc<crate::core::Published>>,
 ) -> anyhow::Result<RunningCore> {
     let tokens = core.token_registry();
     let storage = core.storage_status();

@@ -118,6 +118,15 @@ impl Task {
     fn live(&self) -> bool {
         !self.trivial && !self.dead
     }
+    /// The kept records MetaSchedule's database can hold (`[workload,
+    /// trace, run_secs, args]`), best first: what warm starts, the compile
+    /// job and the exported database are made of.
+    fn database_records(&self) -> impl Iterator<Item = &Value> {
+        self.records
+            .iter()
+            .map(|r| &r.record.record)
+            .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
+    }
 }
 
 /// One model run, as the planner keeps it (stored as `store::model_row`'s
@@ -249,12 +258,7 @@ impl ModelRun {
             let Some(line) = &task.workload_line else {
                 continue;
             };
-            let valid: Vec<&Value> = task
-                .records
-                .iter()
-                .map(|r| &r.record.record)
-                .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
-                .collect();
+            let valid: Vec<&Value> = task.database_records().collect();
             if valid.is_empty() {
                 continue;
             }

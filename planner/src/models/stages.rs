@@ -286,12 +286,7 @@ pub(super) fn round_job(
         tuner: TunerSettings::default(),
     };
     let warm_start = task.workload_line.as_ref().and_then(|line| {
-        let records: Vec<Value> = task
-            .records
-            .iter()
-            .map(|r| r.record.record.clone())
-            .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
-            .collect();
+        let records: Vec<Value> = task.database_records().cloned().collect();
         (!records.is_empty()).then(|| {
             Box::new(WarmStart {
                 workload: line.clone(),
@@ -324,11 +319,9 @@ pub(super) fn compile_job(run: &ModelRun, target: &Target) -> Workload {
         .filter_map(|t| {
             let line = t.workload_line.clone()?;
             let records: Vec<Value> = t
-                .records
-                .iter()
-                .map(|r| r.record.record.clone())
-                .filter(|r| r.as_array().is_some_and(|a| a.len() == 4))
+                .database_records()
                 .take(COMPILE_RECORDS)
+                .cloned()
                 .collect();
             (!records.is_empty()).then(|| CompileTask {
                 name: t.name.clone(),

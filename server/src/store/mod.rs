@@ -558,7 +558,7 @@ impl Store {
             runs.push(row.into_run());
         }
         let mut stored: HashMap<String, HashSet<String>> = HashMap::new();
-        let mut by_name: HashMap<String, usize> = runs
+        let by_name: HashMap<String, usize> = runs
             .iter()
             .enumerate()
             .map(|(i, r)| (r.name.clone(), i))
@@ -591,7 +591,6 @@ impl Store {
             });
             stored.entry(row.model).or_default().insert(row.key);
         }
-        by_name.clear();
         for run in &mut runs {
             for task in &mut run.tasks {
                 sort_best_first(&mut task.records);

@@ -413,19 +413,6 @@ impl Backend for SqliteStore {
     }
 
     fn load_model_records(&mut self) -> Result<Vec<RecordRead>, StoreError> {
-        // A file of an older schema opened read-only has no such table:
-        // its records are still in the `models` rows.
-        let exists: bool = self
-            .conn
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'model_records')",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.sql_err(e))?;
-        if !exists {
-            return Ok(Vec::new());
-        }
         let mut stmt = self
             .conn
             .prepare("SELECT model, key, task, data FROM model_records")
