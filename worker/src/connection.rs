@@ -15,12 +15,21 @@
 //!
 //! TLS: `wss://` URLs are opened with rustls, trusting the public web roots or,
 //! with `--ca-cert`, only the given CA ([`tls_connector`]).
+//!
+//! Silence: a partition that swallows packets leaves a socket ESTABLISHED
+//! with no error for as long as TCP keeps retransmitting (minutes; for ever
+//! on an idle socket), while the master dropped this worker long ago. So the
+//! connection notes when the master was last heard (any frame, its pings
+//! included: [`Connection::silence_deadline`]), and a write the master does
+//! not take within the same limit fails ([`ConnectionError::Stalled`]). The
+//! session treats either as a lost connection.
 
 use futures_util::{SinkExt, StreamExt};
 use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
@@ -57,6 +66,10 @@ pub enum ConnectionError {
     Decode(String),
     #[error("cannot encode message: {0}")]
     Encode(#[from] serde_json::Error),
+    /// A write did not finish within the silence limit: the master takes
+    /// nothing, so the connection is as good as lost.
+    #[error("the master took nothing sent for {:.1} s: the connection is lost", .0.as_secs_f64())]
+    Stalled(Duration),
 }
 
 impl ConnectionError {
@@ -89,6 +102,10 @@ pub fn tls_connector(ca_cert: Option<&Path>) -> Result<Connector, String> {
 pub struct Connection {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     close: Option<CloseInfo>,
+    /// When the last frame (of any kind) came from the master.
+    last_heard: Instant,
+    /// Silence longer than this is a lost connection; `None`: no limit.
+    silence_limit: Option<Duration>,
 }
 
 impl Connection {
@@ -104,14 +121,55 @@ impl Connection {
         let (ws, _response) =
             tokio_tungstenite::connect_async_tls_with_config(url, Some(config), true, tls.cloned())
                 .await?;
-        Ok(Connection { ws, close: None })
+        Ok(Connection {
+            ws,
+            close: None,
+            last_heard: Instant::now(),
+            silence_limit: None,
+        })
+    }
+
+    /// From now on, silence from the master longer than `limit` ends the
+    /// connection (see the module docs).
+    pub fn set_silence_limit(&mut self, limit: Duration) {
+        self.silence_limit = Some(limit);
+    }
+
+    pub fn silence_limit(&self) -> Option<Duration> {
+        self.silence_limit
+    }
+
+    /// When the master's silence becomes a lost connection, if there is a limit.
+    pub fn silence_deadline(&self) -> Option<Instant> {
+        self.silence_limit.map(|limit| self.last_heard + limit)
+    }
+
+    /// How long the master has been silent, once that is over the limit.
+    pub fn silent_for(&self) -> Option<Duration> {
+        let silent = self.last_heard.elapsed();
+        self.silence_limit
+            .filter(|limit| silent > *limit)
+            .map(|_| silent)
+    }
+
+    /// `write`, within the silence limit when there is one.
+    async fn limited(
+        limit: Option<Duration>,
+        write: impl std::future::Future<Output = Result<(), tungstenite::Error>>,
+    ) -> Result<(), ConnectionError> {
+        match limit {
+            None => Ok(write.await?),
+            Some(limit) => match tokio::time::timeout(limit, write).await {
+                Ok(written) => Ok(written?),
+                Err(_) => Err(ConnectionError::Stalled(limit)),
+            },
+        }
     }
 
     /// Sends one message as a JSON text frame and flushes it.
     pub async fn send(&mut self, message: &WorkerMessage) -> Result<(), ConnectionError> {
         let text = serde_json::to_string(message)?;
-        self.ws.send(Message::text(text)).await?;
-        Ok(())
+        Self::limited(self.silence_limit, self.ws.send(Message::text(text))).await
     }
 
     /// Queues one message without sending it; [`flush`](Self::flush) sends
@@ -119,14 +177,12 @@ impl Connection {
     /// job reach the master together).
     pub async fn feed(&mut self, message: &WorkerMessage) -> Result<(), ConnectionError> {
         let text = serde_json::to_string(message)?;
-        self.ws.feed(Message::text(text)).await?;
-        Ok(())
+        Self::limited(self.silence_limit, self.ws.feed(Message::text(text))).await
     }
 
     /// Sends what [`feed`](Self::feed) queued.
     pub async fn flush(&mut self) -> Result<(), ConnectionError> {
-        self.ws.flush().await?;
-        Ok(())
+        Self::limited(self.silence_limit, self.ws.flush()).await
     }
 
     /// The next message from the master; `Ok(None)` once the socket is closed
@@ -135,7 +191,10 @@ impl Connection {
         loop {
             let frame = match self.ws.next().await {
                 None => return Ok(None),
-                Some(Ok(frame)) => frame,
+                Some(Ok(frame)) => {
+                    self.last_heard = Instant::now();
+                    frame
+                }
                 Some(Err(
                     tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed,
                 )) => return Ok(None),

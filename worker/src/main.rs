@@ -96,6 +96,12 @@ struct Cli {
     #[arg(long, default_value_t = 10_000)]
     backoff_max_ms: u64,
 
+    /// Silence from the master (no message, no ping) for this long is a
+    /// lost connection: reconnect (e.g. `15s`). Default: the master's own
+    /// --heartbeat-timeout, which it tells the worker when it registers.
+    #[arg(long, value_name = "DURATION", value_parser = tunefleet_worker::session::parse_duration)]
+    heartbeat_timeout: Option<Duration>,
+
     /// Exit after this many jobs have been reported and acknowledged (for tests).
     #[arg(long)]
     max_jobs: Option<u64>,
@@ -294,6 +300,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.backoff_initial_ms == 0 {
         bail!("--backoff-initial-ms must be at least 1");
     }
+    if cli.heartbeat_timeout.is_some_and(|d| d.is_zero()) {
+        bail!("--heartbeat-timeout must be longer than zero");
+    }
     if cli.backoff_max_ms < cli.backoff_initial_ms {
         bail!("--backoff-max-ms must not be smaller than --backoff-initial-ms");
     }
@@ -333,6 +342,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         worker_id: None,
         ca_cert: cli.ca_cert.clone().filter(|p| !p.as_os_str().is_empty()),
         slots: cli.slots,
+        heartbeat_timeout: cli.heartbeat_timeout,
     };
     let stats = run_worker(config, shutdown_signal(cli.supervised)).await?;
     tracing::info!(?stats, "worker stopped");

@@ -16,6 +16,14 @@
 //! one's report, without waiting for its ack (at most `MAX_UNACKNOWLEDGED`
 //! reports per slot wait for one). Reports and requests that are ready
 //! together leave in one write.
+//!
+//! A master that goes silent (no frame, not even a ping, for the master's
+//! `--heartbeat-timeout`, which it sends in `registered`, or the worker's
+//! own `--heartbeat-timeout`) is a lost connection, as a closed socket is:
+//! after a partition that swallowed every packet, nothing else would tell
+//! this worker that the master dropped it. A session that ends that way, or
+//! with `storage_unavailable` (4006: that master cannot commit, and may have
+//! lost the lead), tries the next master URL first.
 
 mod config;
 mod jobs;
@@ -28,11 +36,14 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio_tungstenite::Connector;
 use tracing::{debug, info, warn};
-use tunefleet_shared::protocol::{ErrorCode, MasterMessage, WorkerMessage, WORKER_SLOTS};
+use tunefleet_shared::protocol::{
+    close_code, ErrorCode, MasterMessage, WorkerMessage, WORKER_SLOTS,
+};
 
 use crate::backend::JobSpec;
+use crate::backoff::BackoffState;
 use crate::connection::{tls_connector, CloseInfo, Connection, ConnectionError};
-pub use config::{worker_url, WorkerConfig, WorkerError, WorkerStats};
+pub use config::{parse_duration, worker_url, WorkerConfig, WorkerError, WorkerStats};
 use jobs::{next_job_event, JobEvent, Report, RunningJob};
 use register::{fatal_close, Attempt};
 
@@ -115,11 +126,20 @@ enum SessionEnd {
     /// `max_jobs` reached.
     Done,
     Lost(String),
+    /// This master cannot serve this worker now: it went silent (`silent`:
+    /// the socket is dropped without a close handshake that would only wait),
+    /// or closed with `storage_unavailable`. The next URL is tried first.
+    Elsewhere {
+        reason: String,
+        silent: bool,
+    },
     Fatal(WorkerError),
 }
 
 enum Event {
     Shutdown,
+    /// The silence deadline passed (the master may have been heard since).
+    Silence,
     Master(Result<Option<MasterMessage>, ConnectionError>),
     /// With the job's index in `running`.
     Job((usize, JobEvent)),
@@ -164,6 +184,12 @@ impl Worker {
                             warn!(%reason, retry_in_ms = millis(delay), "lost the connection to the master");
                             delay
                         }
+                        SessionEnd::Elsewhere { reason, silent } => {
+                            if !silent {
+                                conn.close("trying another master").await;
+                            }
+                            self.elsewhere(&reason, &mut backoff)
+                        }
                     }
                 }
                 Err(Attempt::Fatal(e)) => return Err(e),
@@ -192,6 +218,23 @@ impl Worker {
                 return Ok(self.stop());
             }
         }
+    }
+
+    /// After [`SessionEnd::Elsewhere`]: the next URL (at once when there
+    /// are several: a standby may lead now), else this one after the backoff.
+    fn elsewhere(&mut self, reason: &str, backoff: &mut BackoffState) -> Duration {
+        let url = self.urls[self.current].clone();
+        self.current = (self.current + 1) % self.urls.len();
+        let delay = if self.urls.len() > 1 {
+            NEXT_MASTER_DELAY
+        } else {
+            backoff.next_delay()
+        };
+        warn!(
+            %reason, %url, next = %self.urls[self.current], retry_in_ms = millis(delay),
+            "lost the connection to the master"
+        );
+        delay
     }
 
     /// Aborts the running job for a shutdown; returns the final stats.
@@ -240,7 +283,7 @@ impl Worker {
         for report in &self.pending {
             info!(job_id = %report.job_id, lease = %report.lease, "re-sending an unacknowledged result");
             if let Err(e) = conn.send(&report.message(token)).await {
-                return SessionEnd::Lost(e.to_string());
+                return write_failed(e);
             }
         }
         for job in &mut self.running {
@@ -265,7 +308,7 @@ impl Worker {
                     token: token.to_string(),
                 };
                 if let Err(e) = conn.feed(&request).await {
-                    return SessionEnd::Lost(e.to_string());
+                    return write_failed(e);
                 }
                 debug!("a slot is free; asked for a job");
                 requested += 1;
@@ -279,20 +322,27 @@ impl Worker {
                     // What was queued (reports, then requests) leaves in one
                     // write before waiting.
                     if let Err(e) = conn.flush().await {
-                        return SessionEnd::Lost(e.to_string());
+                        return write_failed(e);
                     }
                     // All branches are cancel-safe. `conn.recv()` is always
                     // polled, so the master's pings are answered while a job runs.
+                    let silence = conn.silence_deadline();
                     tokio::select! {
                         _ = shutdown.as_mut() => Event::Shutdown,
                         received = conn.recv() => Event::Master(received),
                         job = next_job_event(&mut self.running) => Event::Job(job),
+                        _ = sleep_until_some(silence) => Event::Silence,
                     }
                 }
             };
 
             let outgoing = match event {
                 Event::Shutdown => return SessionEnd::Shutdown,
+                Event::Silence => match conn.silent_for() {
+                    Some(silent) => return went_silent(silent),
+                    // Heard from since the deadline was set (a ping).
+                    None => None,
+                },
                 Event::Master(Ok(Some(message))) => match self.on_message(message, token) {
                     Step::Continue(outgoing) => outgoing,
                     Step::Assigned(outgoing) => {
@@ -316,7 +366,7 @@ impl Worker {
             };
             if let Some(message) = outgoing {
                 if let Err(e) = conn.feed(&message).await {
-                    return SessionEnd::Lost(e.to_string());
+                    return write_failed(e);
                 }
             }
         }
@@ -426,8 +476,40 @@ fn closed_in_session(close: Option<&CloseInfo>) -> SessionEnd {
         None => SessionEnd::Lost("the connection dropped".into()),
         Some(close) => match fatal_close(close) {
             Some(fatal) => SessionEnd::Fatal(fatal),
+            None if close.code == close_code::STORAGE_UNAVAILABLE => SessionEnd::Elsewhere {
+                reason: format!("the master closed the connection ({close})"),
+                silent: false,
+            },
             None => SessionEnd::Lost(format!("the master closed the connection ({close})")),
         },
+    }
+}
+
+fn went_silent(silent: Duration) -> SessionEnd {
+    SessionEnd::Elsewhere {
+        reason: format!(
+            "nothing heard from the master for {:.1} s, not even a ping \
+             (a partition, or a master that dropped this worker)",
+            silent.as_secs_f64()
+        ),
+        silent: true,
+    }
+}
+
+/// A write that failed: one the master did not take in time is silence,
+/// anything else a lost connection.
+fn write_failed(e: ConnectionError) -> SessionEnd {
+    match e {
+        ConnectionError::Stalled(after) => went_silent(after),
+        e => SessionEnd::Lost(e.to_string()),
+    }
+}
+
+/// Sleeps until `at`; never wakes when there is nothing to wait for.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -97,6 +97,9 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
         token: token.clone(),
         session: session_label(session),
         matching_jobs: matching,
+        // The worker's own silence limit: a partition that swallows the
+        // master's close leaves no other sign (docs/PROTOCOL.md, Heartbeat).
+        heartbeat_timeout_ms: Some(state.config.heartbeat_timeout.as_millis() as u64),
     };
     if conn.send(&registered).await.is_err() {
         leave(

@@ -37,6 +37,30 @@ fn worker_register_carries_protocol_version() {
 }
 
 #[test]
+fn registered_carries_the_heartbeat_timeout_and_reads_without_it() {
+    let from_older: MasterMessage = serde_json::from_value(serde_json::json!({
+        "type": "registered", "token": "t", "session": "w1", "matching_jobs": 0
+    }))
+    .unwrap();
+    assert!(matches!(
+        from_older,
+        MasterMessage::Registered {
+            heartbeat_timeout_ms: None,
+            ..
+        }
+    ));
+    let now = MasterMessage::Registered {
+        token: "t".into(),
+        session: "w1".into(),
+        matching_jobs: 0,
+        heartbeat_timeout_ms: Some(15_000),
+    };
+    let json = serde_json::to_value(&now).unwrap();
+    assert_eq!(json["heartbeat_timeout_ms"], 15_000);
+    assert_eq!(serde_json::from_value::<MasterMessage>(json).unwrap(), now);
+}
+
+#[test]
 fn debug_output_never_shows_secrets() {
     let hello = WorkerHello {
         protocol: 1,
@@ -71,7 +95,8 @@ fn debug_output_never_shows_secrets() {
             MasterMessage::Registered {
                 token: "sess-token-2".into(),
                 session: "w1".into(),
-                matching_jobs: 0
+                matching_jobs: 0,
+                heartbeat_timeout_ms: None
             }
         ),
         format!(

@@ -123,6 +123,12 @@ pub enum MasterMessage {
         session: String,
         /// Open jobs this worker's target can serve right now.
         matching_jobs: usize,
+        /// The master's `--heartbeat-timeout` in ms: it pings more often
+        /// than this, so a worker that hears nothing (no frame, no ping) for
+        /// this long treats the connection as lost, as the master does the
+        /// worker's. Absent from older masters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        heartbeat_timeout_ms: Option<u64>,
     },
     Assign {
         job_id: JobId,
@@ -247,11 +253,13 @@ impl std::fmt::Debug for MasterMessage {
                 token: _,
                 session,
                 matching_jobs,
+                heartbeat_timeout_ms,
             } => f
                 .debug_struct("Registered")
                 .field("token", &REDACTED)
                 .field("session", session)
                 .field("matching_jobs", matching_jobs)
+                .field("heartbeat_timeout_ms", heartbeat_timeout_ms)
                 .finish(),
             MasterMessage::Assign {
                 job_id,

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::backoff::Backoff;
@@ -36,6 +37,10 @@ pub struct WorkerConfig {
     /// More than one is for backends whose jobs do not compete for the
     /// machine (`sim`); a TVM run measures on every core.
     pub slots: u32,
+    /// Silence from the master (no frame, no ping) for this long is a lost
+    /// connection. `None`: the master's `--heartbeat-timeout`, which it sends
+    /// in `registered` (an older master that does not: no limit).
+    pub heartbeat_timeout: Option<Duration>,
 }
 
 impl WorkerConfig {
@@ -57,6 +62,7 @@ impl WorkerConfig {
             worker_id: None,
             ca_cert: None,
             slots: 1,
+            heartbeat_timeout: None,
         }
     }
 }
@@ -74,6 +80,7 @@ impl fmt::Debug for WorkerConfig {
             .field("worker_id", &self.worker_id)
             .field("ca_cert", &self.ca_cert)
             .field("slots", &self.slots)
+            .field("heartbeat_timeout", &self.heartbeat_timeout)
             .finish()
     }
 }
@@ -148,4 +155,31 @@ pub fn worker_url(server: &str) -> Result<String, WorkerError> {
     } else {
         Ok(format!("{scheme}://{rest}/ws/worker"))
     }
+}
+
+/// A duration as the master's flags take it: `15s`, `500ms`, `2m`, or a
+/// plain number of seconds (`--heartbeat-timeout`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "`{text}`: unknown unit `{unit}` (use ms, s, m or h)"
+            ))
+        }
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (try 500ms, 15s, 2m)"))?;
+    Duration::try_from_secs_f64(value * scale)
+        .map_err(|_| format!("`{text}` must be a non-negative duration"))
 }

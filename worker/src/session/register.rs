@@ -63,9 +63,21 @@ impl Worker {
                     token,
                     session,
                     matching_jobs,
+                    heartbeat_timeout_ms,
                 })) => {
                     self.stats.registrations += 1;
-                    info!(%session, matching_jobs, "registered with the master");
+                    let silence = self
+                        .config
+                        .heartbeat_timeout
+                        .or(heartbeat_timeout_ms.map(Duration::from_millis));
+                    if let Some(limit) = silence {
+                        conn.set_silence_limit(limit);
+                    }
+                    info!(
+                        %session, matching_jobs,
+                        silence_limit_ms = silence.map(|d| d.as_millis() as u64),
+                        "registered with the master"
+                    );
                     if matching_jobs == 0 {
                         warn!(
                             target = %self.config.target,

@@ -43,6 +43,15 @@ impl FakeMaster {
 
     /// Accepts a connection, reads `register`, answers `registered` with `token`.
     async fn accept_registered(&self, token: &str) -> (Ws, WorkerHello) {
+        self.accept_registered_with(token, None).await
+    }
+
+    /// As [`accept_registered`], telling the worker a heartbeat timeout.
+    async fn accept_registered_with(
+        &self,
+        token: &str,
+        heartbeat_timeout_ms: Option<u64>,
+    ) -> (Ws, WorkerHello) {
         let mut ws = self.accept().await;
         let hello = match recv(&mut ws).await {
             WorkerMessage::Register(hello) => hello,
@@ -54,6 +63,7 @@ impl FakeMaster {
                 token: token.into(),
                 session: format!("session-{token}"),
                 matching_jobs: 1,
+                heartbeat_timeout_ms,
             },
         )
         .await;
@@ -155,6 +165,17 @@ impl RunningWorker {
         max_jobs: Option<u64>,
         slots: u32,
     ) -> RunningWorker {
+        RunningWorker::start_with(url, sim, |config| {
+            config.max_jobs = max_jobs;
+            config.slots = slots;
+        })
+    }
+
+    fn start_with(
+        url: &str,
+        sim: Duration,
+        tweak: impl FnOnce(&mut WorkerConfig),
+    ) -> RunningWorker {
         let mut config = WorkerConfig::new(
             url,
             Target::parse(r#"{"kind":"llvm","num-cores":2}"#).unwrap(),
@@ -165,8 +186,7 @@ impl RunningWorker {
             initial: Duration::from_millis(10),
             max: Duration::from_millis(50),
         };
-        config.max_jobs = max_jobs;
-        config.slots = slots;
+        tweak(&mut config);
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(run_worker(config, async {
             let _ = rx.await;
@@ -716,4 +736,81 @@ async fn three_slots_report_each_job_and_ask_again() {
     expect_close(ws, close_code::NORMAL).await;
     let stats = worker.finish().await.unwrap();
     assert_eq!(stats.jobs_succeeded, 3);
+}
+
+/// A partition: the master's socket stays open and says nothing, not even
+/// a ping. The worker leaves it after the master's heartbeat timeout (from
+/// `registered`) and registers again, with the same worker id.
+#[tokio::test]
+async fn a_silent_master_is_left_after_its_heartbeat_timeout() {
+    let (master, url) = FakeMaster::start().await;
+    let mut worker = RunningWorker::start(&url, Duration::ZERO, None);
+    let (mut ws, first) = master.accept_registered_with("t1", Some(300)).await;
+    expect_request_job(&mut ws, "t1").await;
+    let silent_from = std::time::Instant::now();
+    let (mut ws2, second) = master.accept_registered("t2").await;
+    let after = silent_from.elapsed();
+    assert!(after >= Duration::from_millis(250), "left after {after:?}");
+    assert_eq!(first.worker_id, second.worker_id);
+    expect_request_job(&mut ws2, "t2").await;
+    drop(ws);
+    worker.shutdown();
+    expect_close(ws2, close_code::NORMAL).await;
+    assert_eq!(worker.finish().await.unwrap().registrations, 2);
+}
+
+/// Pings are signs of life: a master that pings more often than the limit
+/// keeps its worker; the worker's own `--heartbeat-timeout` wins over the
+/// master's.
+#[tokio::test]
+async fn pings_keep_the_worker_and_its_own_timeout_wins() {
+    let (master, url) = FakeMaster::start().await;
+    let mut worker = RunningWorker::start_with(&url, Duration::ZERO, |config| {
+        config.heartbeat_timeout = Some(Duration::from_millis(300));
+    });
+    let (mut ws, _) = master.accept_registered_with("t1", Some(60_000)).await;
+    expect_request_job(&mut ws, "t1").await;
+    for _ in 0..10 {
+        ws.send(Message::Ping(b"alive".to_vec().into()))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(10), master.listener.accept())
+            .await
+            .is_err(),
+        "a pinging master was left"
+    );
+    // Silent now: left after the worker's 300 ms, not the master's 60 s.
+    let (mut ws2, _) = master.accept_registered("t2").await;
+    expect_request_job(&mut ws2, "t2").await;
+    drop(ws);
+    worker.shutdown();
+    expect_close(ws2, close_code::NORMAL).await;
+    assert_eq!(worker.finish().await.unwrap().registrations, 2);
+}
+
+/// `storage_unavailable` (4006) in a session: that master cannot commit
+/// and may have lost the lead, so the next URL is tried first.
+#[tokio::test]
+async fn storage_unavailable_sends_the_worker_to_the_next_master() {
+    let (a, url_a) = FakeMaster::start().await;
+    let (b, url_b) = FakeMaster::start().await;
+    let mut worker = RunningWorker::start(&format!("{url_a},{url_b}"), Duration::ZERO, None);
+    let (mut ws, _) = a.accept_registered("t1").await;
+    expect_request_job(&mut ws, "t1").await;
+    let _ = ws
+        .close(Some(CloseFrame {
+            code: CloseCode::from(close_code::STORAGE_UNAVAILABLE),
+            reason: "master cannot commit its state".into(),
+        }))
+        .await;
+    while let Ok(Some(Ok(_))) = tokio::time::timeout(STEP, ws.next()).await {}
+    drop(ws);
+    let (mut ws2, _) = b.accept_registered("t2").await;
+    expect_request_job(&mut ws2, "t2").await;
+    worker.shutdown();
+    expect_close(ws2, close_code::NORMAL).await;
+    assert_eq!(worker.finish().await.unwrap().registrations, 2);
 }
