@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Whole-model benchmark: one ONNX model, one trial budget, tuned (1) by the
 # fleet with one TVM worker and (2) directly by MetaSchedule in one process
-# (tests/python/bench_model_direct.py: same module, tasks, rounds, builder and
+# (scripts/bench_model_direct.py: same module, tasks, rounds, builder and
 # runner), on this machine, one after the other. Both compile, verify against
-# onnxruntime and time with the same code (worker/python/tunefleet_model.py).
+# onnxruntime and time with the same code (the model driver, tunefleet._driver.compile).
 #
 #   scripts/bench-model.sh [MODEL] [TRIALS] [TRIALS_PER_ROUND]
 #   scripts/bench-model.sh light_resnet50 400 16     # the defaults
@@ -65,7 +65,7 @@ pids=()
 fleet_wall=$(python3 -c "print(round($end - $start, 1))")
 
 echo "== direct MetaSchedule, same settings" >&2
-.venv/bin/python tests/python/bench_model_direct.py --model "$model" --trials "$TRIALS" \
+.venv/bin/python scripts/bench_model_direct.py --model "$model" --trials "$TRIALS" \
   --trials-per-round "$PER_ROUND" --work-dir "$OUT/direct" --out "$OUT/direct.json" \
   >"$OUT/direct.log" 2>&1
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fleet overhead with real TVM tuning: the same workloads and trial counts
 # tuned (1) directly with `ms.tune_tir`, one Python process per workload
-# (tests/python/bench_direct.py), and (2) through the fleet: one
+# (scripts/bench_direct.py), and (2) through the fleet: one
 # `tunefleet serve` master and one `tunefleet-worker --backend tvm`.
 # Prints markdown tables (also written to $BENCH_OUT/report.md).
 #
@@ -180,7 +180,7 @@ EOF
 direct() { # direct MODE RUN
     local mode=$1 r=$2 rc=0
     phase "direct-$mode-$r" start
-    run_tracked timeout --signal=TERM "$JOB_TIMEOUT" "$PY" tests/python/bench_direct.py \
+    run_tracked timeout --signal=TERM "$JOB_TIMEOUT" "$PY" scripts/bench_direct.py \
         --mode "$mode" --num-trials-per-iter "$PER_ITER" \
         --stop-after-failures "$([ "$mode" = stock ] && echo "$STOCK_STOP_AFTER" || echo 0)" \
         --work-root "$OUT/direct-$mode-$r" --out "$OUT/direct-$mode-$r.json" \

@@ -27,10 +27,6 @@ import sys
 import tempfile
 import time
 
-# The repository's copy of the tunefleet package comes first, as for the
-# worker's drivers: the script and the package change together.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-
 KINDS = ("conv", "matmul", "pool", "other")
 
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the Python environment the tunefleet worker uses to tune with TVM
-# (and the example client's `websockets`).
+# (and the example client's `websockets`), with the tunefleet package of this
+# checkout installed in it (editable: the worker's drivers are its modules,
+# `python -m tunefleet._driver`, and a change to them needs no reinstall).
 #
 #   scripts/setup-tvm.sh            # venv at <repo>/.venv
 #   TUNEFLEET_VENV=/opt/tf-venv scripts/setup-tvm.sh
@@ -12,15 +14,15 @@
 #
 # Pins:
 # - apache-tvm 0.27.0.post1: MetaSchedule as tvm.s_tir.meta_schedule, JSON-dict
-#   targets; the driver (worker/python/tunefleet_tune.py) is written against it.
+#   targets; the drivers (python/tunefleet/_driver) are written against it.
 # - apache-tvm-ffi 0.1.14.post1: 0.1.15.x segfaults inside TVM 0.27's JSON
 #   serialisation (saving MetaSchedule databases), so the newer ffi that pip
 #   would otherwise pick must be avoided.
 # - xgboost-cpu (not xgboost): MetaSchedule's "xgb" cost model needs only the
 #   CPU build; the plain xgboost wheel pulls ~350 MB of NCCL for GPUs.
 # - psutil, cloudpickle, tornado: used by TVM's popen workers and RPC runner.
-# - onnx 1.23.2 and onnxruntime: whole-model runs (worker/python/tunefleet_model.py
-#   imports ONNX models and verifies the tuned model against onnxruntime); the
+# - onnx 1.23.2 and onnxruntime: whole-model runs (the model driver imports
+#   ONNX models and verifies the tuned model against onnxruntime); the
 #   onnx wheel also ships the small test models the CI model run tunes.
 # - websockets: the Python example client (examples/python/tunefleet_client.py),
 #   tested end to end by tests/tests/python_client.rs.
@@ -79,6 +81,16 @@ else
   echo "setup-tvm: installing ${PACKAGES[*]}" >&2
   "${venv}/bin/python" -m pip install --disable-pip-version-check --quiet "${PACKAGES[@]}"
   check_env || die "TVM ${TVM_VERSION} / tvm-ffi ${FFI_VERSION} still not importable from ${venv}/bin/python"
+fi
+
+# The package, when this script runs from a checkout (the worker image copies
+# the script alone and installs the package itself).
+if [[ -f "${root}/python/pyproject.toml" ]]; then
+  here_pkg=$("${venv}/bin/python" -c 'import os, tunefleet; print(os.path.dirname(os.path.realpath(tunefleet.__file__)))' 2>/dev/null || true)
+  if [[ "${here_pkg}" != "$(realpath "${root}/python/tunefleet")" ]]; then
+    echo "setup-tvm: installing the tunefleet package from ${root}/python (editable)" >&2
+    "${venv}/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps -e "${root}/python"
+  fi
 fi
 
 "${venv}/bin/python" - <<'EOF'

@@ -10,15 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== setting up the TVM venv"
+echo "== setting up the TVM venv (with the tunefleet package, python/, installed in it)"
+# Before any test: the worker's tests run its drivers (`python -m
+# tunefleet._driver`) from the installed package, as pytest imports it.
 scripts/setup-tvm.sh
 export PATH="$PWD/.venv/bin:$PATH"   # tvm-ffi's build script needs tvm-ffi-config
-
-echo "== installing the Python package (python/) into the venv"
-# Installed the way users install it, before any test: the model driver's
-# Python tests (run by cargo test) import tunefleet.* as well as pytest does.
-.venv/bin/python -m pip install --disable-pip-version-check --quiet ./python
-rm -rf python/build python/*.egg-info
 
 echo "== building the web dashboard (web/dist, used by the browser tests)"
 scripts/build-web.sh

@@ -1,5 +1,7 @@
-//! Where a binary finds the repository's Python side: the TVM venv's
-//! interpreter and the drivers under `worker/python/`.
+//! Where a binary finds the Python side: the TVM venv's interpreter. The
+//! drivers are modules of the `tunefleet` package installed in it
+//! (`python -m tunefleet._driver`), so the interpreter is all there is to
+//! find.
 //!
 //! The worker (which runs the drivers for jobs) and the CLI (`tunefleet
 //! compile`, which runs the model driver on the user's machine) look in the
@@ -9,6 +11,15 @@
 //! run from anywhere).
 
 use std::path::{Path, PathBuf};
+
+/// What to do when the interpreter lacks the `tunefleet` package (the drivers).
+pub const PACKAGE_HINT: &str = "install the tunefleet Python package into that interpreter \
+     (scripts/setup-tvm.sh does, or `pip install ./python` from a tunefleet checkout)";
+
+/// Whether a Python process's stderr says the `tunefleet` package is missing.
+pub fn package_missing(stderr: &str) -> bool {
+    stderr.contains("No module named 'tunefleet")
+}
 
 /// The venv `scripts/setup-tvm.sh` creates, relative to the repository root.
 pub const VENV_PYTHON_RELATIVE_PATH: &str = ".venv/bin/python";
@@ -41,18 +52,4 @@ pub fn find_python() -> PathBuf {
         .map(|root| root.join(VENV_PYTHON_RELATIVE_PATH))
         .find(|candidate| candidate.is_file())
         .unwrap_or_else(|| PathBuf::from("python3"))
-}
-
-/// The first `root/relative` that is a file; `Err` lists every place looked
-/// at, for an error message that says where to put it.
-pub fn find_repo_file(relative: &str) -> Result<PathBuf, Vec<PathBuf>> {
-    let candidates: Vec<PathBuf> = search_roots()
-        .into_iter()
-        .map(|root| root.join(relative))
-        .collect();
-    candidates
-        .iter()
-        .find(|candidate| candidate.is_file())
-        .cloned()
-        .ok_or(candidates)
 }

@@ -15,6 +15,5 @@ exec /usr/local/bin/tunefleet-worker \
     --server "$TUNEFLEET_SERVER" \
     --name "$name" \
     --python /opt/venv/bin/python \
-    --tvm-driver /opt/tunefleet/worker/python/tunefleet_driver.py \
     --work-dir "${TUNEFLEET_WORK_DIR:-/var/tmp/tunefleet}" \
     "$@"

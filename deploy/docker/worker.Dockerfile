@@ -60,12 +60,11 @@ RUN groupadd --system --gid 10001 tunefleet \
       --shell /usr/sbin/nologin tunefleet \
  && install -d -o 10001 -g 10001 -m 0750 /var/tmp/tunefleet
 
-# The tuning drivers: the long-lived tunefleet_driver.py, which runs
-# tunefleet_tune.py's and tunefleet_model.py's code.
-COPY worker/python/*.py /opt/tunefleet/worker/python/
-# The tunefleet package: tunefleet_model.py imports its shared Relax preparation
-# (python/tunefleet/relax.py) from ../../python.
-COPY python/tunefleet/*.py /opt/tunefleet/python/tunefleet/
+# The tunefleet package, installed as users install it: the worker runs its
+# drivers as `python -m tunefleet._driver` with the venv's interpreter.
+COPY python /tmp/tunefleet-python
+RUN /opt/venv/bin/pip install --no-deps /tmp/tunefleet-python && rm -rf /tmp/tunefleet-python \
+ && /opt/venv/bin/python -c "import tunefleet._driver.tune, tunefleet._driver.model"
 COPY --from=builder /out/bin/tunefleet-worker /usr/local/bin/tunefleet-worker
 COPY deploy/docker/worker-entrypoint.sh /usr/local/bin/tunefleet-worker-entrypoint
 # Fail the build, not the first job, when libtvm_ffi.so is not where the
@@ -75,8 +74,7 @@ RUN chmod 0755 /usr/local/bin/tunefleet-worker-entrypoint \
  && tunefleet-worker --version
 
 USER 10001:10001
-# The drivers are also found from here (worker/python/... under the current directory).
-WORKDIR /opt/tunefleet
+WORKDIR /var/tmp/tunefleet
 ENV TUNEFLEET_SERVER=ws://tunefleet-master:18871 \
     TUNEFLEET_WORK_DIR=/var/tmp/tunefleet
 STOPSIGNAL SIGTERM

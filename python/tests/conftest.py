@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "python"))  # the package under test, also when not installed
 
 ADMIN_TOKEN = "test-admin-token"
 
@@ -183,6 +182,38 @@ def need(module: str, why: str):
         if in_ci():
             pytest.fail(f"{module} is missing in CI: {why}")
         pytest.skip(f"{module} is missing: {why}", allow_module_level=True)
+
+
+def slow(why: str):
+    """Skips a test that takes minutes unless TUNEFLEET_SLOW=1 (the
+    benchmarks' machines set it; CI runs the fast checks of the same code)."""
+    if not os.environ.get("TUNEFLEET_SLOW"):
+        pytest.skip(f"{why}; set TUNEFLEET_SLOW=1")
+
+
+def _installed_is_this_checkout() -> str | None:
+    """Why the `tunefleet` the tests import is not this checkout's code, or None.
+
+    The tests import the package as users do: installed (`pip install
+    ./python`, or `-e` while developing). A stale install would test old
+    code and pass; scripts/test.sh installs it afresh before the tests."""
+    try:
+        import tunefleet
+    except ImportError:
+        return "the tunefleet package is not installed"
+    installed = Path(tunefleet.__file__).resolve().parent
+    source = REPO / "python" / "tunefleet"
+    for path in sorted(source.rglob("*.py")):
+        twin = installed / path.relative_to(source)
+        if not twin.is_file() or twin.read_bytes() != path.read_bytes():
+            return f"the installed tunefleet ({installed}) differs from {path.relative_to(REPO)}"
+    return None
+
+
+def pytest_configure(config):
+    problem = _installed_is_this_checkout()
+    if problem:
+        pytest.exit(f"{problem}: pip install ./python (or pip install -e ./python) into this venv", returncode=1)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -16,13 +16,11 @@ need("onnx", "the onnx package (scripts/setup-tvm.sh)")
 
 
 def test_the_notebook_example_runs_end_to_end(master, workers, tmp_path):
-    workers.start(master.url, "tvm", 0, "--backend", "tvm", "--python", sys.executable,
-                  "--tvm-driver", str(REPO / "worker/python/tunefleet_driver.py"), "--target", "auto",
+    workers.start(master.url, "tvm", 0, "--backend", "tvm", "--python", sys.executable, "--target", "auto",
                   "--work-dir", str(tmp_path / "work"))
     env = {**os.environ, "TUNEFLEET_SERVER": master.url, "TUNEFLEET_TOKEN": ADMIN_TOKEN,
            "TUNEFLEET_EXAMPLE_TRIALS": "4", "TUNEFLEET_EXAMPLE_RELAX_TRIALS": "4",
-           "TUNEFLEET_EXAMPLE_TRIALS_PER_ROUND": "2",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")])}
+           "TUNEFLEET_EXAMPLE_TRIALS_PER_ROUND": "2"}
     out = subprocess.run([sys.executable, str(REPO / "examples/python/tune_in_python.py")], env=env,
                          capture_output=True, text=True, timeout=1200, cwd=tmp_path)
     log = out.stdout + out.stderr + "\nworker log:\n" + (tmp_path / "tvm.log").read_text(errors="replace")[-4000:]

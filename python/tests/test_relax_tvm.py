@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO, need
+from conftest import need
 
 tvm = need("tvm", "TVM (scripts/setup-tvm.sh)")
 import numpy as np  # noqa: E402
@@ -32,8 +32,7 @@ def _median_s(fn, repeat=15):
 
 
 def test_tune_module_applied_is_faster_and_equal(master, workers, fleet, tmp_path):
-    workers.start(master.url, "tvm", 0, "--backend", "tvm", "--python", sys.executable,
-                  "--tvm-driver", str(REPO / "worker/python/tunefleet_driver.py"), "--target", "auto",
+    workers.start(master.url, "tvm", 0, "--backend", "tvm", "--python", sys.executable, "--target", "auto",
                   "--work-dir", str(tmp_path / "work"))
     mod = relax_models.MatmulRelu
     run = fleet.tune_module(mod, name="mm-relu", trials=8, trials_per_round=8)

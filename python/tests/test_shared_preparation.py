@@ -1,4 +1,4 @@
-"""The farm's ONNX path (worker/python/tunefleet_model.py) and tune_module
+"""The farm's ONNX path (`tunefleet._driver`) and tune_module
 prepare models with the same code (tunefleet/relax.py): the worker's own
 extraction and `tunefleet.relax.task_rows` give the same tasks for the same
 fused module, so records of either path apply to the other."""
@@ -6,19 +6,17 @@ fused module, so records of either path apply to the other."""
 from __future__ import annotations
 
 import base64
-import sys
 import time
 
-from conftest import REPO, need
+from conftest import need
 
 need("tvm", "TVM (scripts/setup-tvm.sh)")
 need("onnx", "the onnx package (scripts/setup-tvm.sh)")
-sys.path.insert(0, str(REPO / "worker/python"))
-
-import tunefleet_model as tm  # noqa: E402
-import tunefleet_tune as tt  # noqa: E402
 
 import tunefleet  # noqa: E402
+from tunefleet._driver import compile as driver_compile  # noqa: E402
+from tunefleet._driver import model as driver_model  # noqa: E402
+from tunefleet._driver import prepare as driver_prepare  # noqa: E402
 
 
 def _model(path):
@@ -49,13 +47,14 @@ def test_worker_and_package_extract_the_same_tasks(tmp_path):
     job = {"mode": "extract", "model_b64": base64.b64encode(path.read_bytes()).decode(),
            "input_shapes": {}, "target": {"kind": "llvm", "num-cores": 1}, "seed": 0}
     # One module, not a copy: the worker's model driver uses the package's.
-    assert tm.apply_database is tunefleet.relax.apply_database
-    assert tm.fusion_sequence is tunefleet.relax.fusion_sequence
-    prep = tm.prepare_model(job)
-    worker = tm.run_extract(job, prep, _Quiet(), time.monotonic())["tasks"]
+    assert driver_compile.relax_prep is tunefleet.relax and driver_prepare.relax_prep is tunefleet.relax
+    prep = driver_prepare.prepare_model(job)
+    worker = driver_model.run_extract(job, prep, _Quiet(), time.monotonic())["tasks"]
 
     def rebuild(text):
-        return tt.build_workload({"op": "tvmscript", "tvmscript": text, "target": job["target"], "trials": 8}).mod
+        from tunefleet._driver.workloads import build_workload
+
+        return build_workload({"op": "tvmscript", "tvmscript": text, "target": job["target"], "trials": 8}).mod
 
     package = tunefleet.relax.task_rows(prep.mod, prep.target, rebuild=rebuild,
                                         args=tunefleet.relax.random_args(prep.mod))

@@ -53,3 +53,11 @@ def require_tvm(what: str):
     except ImportError as err:
         raise MissingDependency("TVM", what, TVM_HINT) from err
     return tvm
+
+
+def shorten(text, limit: int = 600) -> str:
+    """`text` on one line (whitespace runs collapsed), cut to `limit`
+    characters with "..." when longer: TVM's errors span pages, and a
+    message must fit a log line, a table cell and a protocol reply."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,5 +1,5 @@
 """Relax preparation shared by the farm's model driver
-(worker/python/tunefleet_model.py imports it) and this package's
+(`tunefleet._driver.prepare` and `.compile` import it) and this package's
 `tune_module`, so the ONNX path and the Relax path cannot drift:
 
 - `FUSION_PASSES` / `fuse`: the passes that turn a Relax module into the
@@ -20,7 +20,7 @@ import json
 import math
 import sys
 
-from .errors import TunefleetError, require_tvm
+from .errors import TunefleetError, require_tvm, shorten
 
 FUSION_PASSES = ("LegalizeOps", "AnnotateTIROpPattern", "FuseOps", "FoldConstant", "FuseTIR")
 
@@ -42,11 +42,6 @@ TRIVIAL_FLOPS_SHARE = 0.005
 MAC_TRIVIAL_FLOPS_SHARE = 0.0001
 
 
-def _shorten(text: str, limit: int = 400) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def make_target(target):
     """A `tvm.target.Target` from a target JSON object (or its text, or a
     Target). The CLI string form (`llvm -num-cores 2`) is refused by TVM 0.27."""
@@ -59,7 +54,7 @@ def make_target(target):
     try:
         return tvm.target.Target(t)
     except Exception as err:  # noqa: BLE001
-        raise TunefleetError(f"TVM rejects target {json.dumps(t)}: {_shorten(err)}") from err
+        raise TunefleetError(f"TVM rejects target {json.dumps(t)}: {shorten(err)}") from err
 
 
 def fusion_sequence():
@@ -190,8 +185,8 @@ def fold_layout_rewrites(mod, target):
 def workload_mod(func):
     """The module MetaSchedule keys a task's records by: {"main": func} with
     `global_symbol` main and `tirx.noalias` (what `tune_tir` adds itself).
-    worker/python/tunefleet_tune.py `_finalise` builds the same for a
-    round's TVMScript; extraction checks that the two agree."""
+    A worker's `build_workload` keys a round's TVMScript with it too, and
+    extraction checks that the script rebuilds the same module."""
     tvm = require_tvm("a MetaSchedule workload")
     func = func.with_attr("global_symbol", "main")
     if not (func.attrs and "tirx.noalias" in func.attrs):
@@ -367,7 +362,7 @@ def _untuned_task_times(fused, target, args: list, keys: list) -> dict:
     try:
         spent = time_functions(tvm.compile(fused, target=target), args)
     except Exception as err:  # noqa: BLE001
-        print(f"tunefleet: cannot time the untuned model ({type(err).__name__}: {_shorten(str(err))}); "
+        print(f"tunefleet: cannot time the untuned model ({type(err).__name__}: {shorten(str(err))}); "
               "trivial tasks are chosen by FLOPs", file=sys.stderr)
         return {}
     db = ms.database.MemoryDatabase(module_equality="structural")
@@ -500,7 +495,7 @@ def _best_schedule(db, gv, func, target, matched_keys: list, failures: list):
     try:
         sch = db.query_schedule(key_mod, target=target, workload_name="main")
     except Exception as err:  # noqa: BLE001
-        failures.append(f"{gv.name_hint}: {_shorten(str(err), 200)}")
+        failures.append(f"{gv.name_hint}: {shorten(str(err), 200)}")
         return None
     if sch is None:
         failures.append(f"{gv.name_hint}: no valid record")
@@ -520,5 +515,5 @@ def _generic_or_none(gv, func):
     try:
         return generic_schedule(func)
     except Exception as err:  # noqa: BLE001  (TVM's ScheduleError and friends)
-        print(f"tunefleet: no generic schedule for {gv.name_hint}: {_shorten(str(err), 200)}", file=sys.stderr)
+        print(f"tunefleet: no generic schedule for {gv.name_hint}: {shorten(str(err), 200)}", file=sys.stderr)
         return None

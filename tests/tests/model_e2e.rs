@@ -676,26 +676,6 @@ async fn squeezenet_in_faster_squeezenet_out() {
     );
 }
 
-/// The model driver's own tests (a tiny handmade model: extraction, compile
-/// and verification without records, its error messages, and weight
-/// pre-packing from extraction to a library run with its input alone).
-#[cfg(feature = "tvm")]
-#[test]
-fn model_driver_python_tests() {
-    let python = repo_root().join(".venv/bin/python");
-    let out = std::process::Command::new(&python)
-        .arg(repo_root().join("tests/python/test_model_driver.py"))
-        .current_dir(repo_root())
-        .output()
-        .expect("run tests/python/test_model_driver.py");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-}
-
 /// The operator list the CLI and the master check uploads against is the one
 /// the venv's TVM converts.
 #[cfg(feature = "tvm")]

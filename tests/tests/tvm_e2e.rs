@@ -130,7 +130,7 @@ mod real_tvm {
         );
         let mut apply = Command::new(python());
         apply
-            .arg(repo_root().join("tests/python/apply_exported.py"))
+            .arg(repo_root().join("python/tests/apply_exported.py"))
             .arg(&db_dir);
         for job in &jobs {
             let path = dir.path().join(format!("{}.json", job.name));

@@ -53,11 +53,11 @@ struct Cli {
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
 
-    /// tvm: the long-lived driver script (default:
-    /// worker/python/tunefleet_driver.py in the current directory or above,
-    /// or near the executable).
-    #[arg(long, value_name = "PATH")]
-    tvm_driver: Option<PathBuf>,
+    /// tvm: the long-lived driver: a Python module run with `python -m`
+    /// (default: tunefleet._driver, from the `tunefleet` package that
+    /// scripts/setup-tvm.sh installs), or a script path ending in .py.
+    #[arg(long, value_name = "MODULE|PATH")]
+    tvm_driver: Option<String>,
 
     /// tvm: where per-job work directories are made (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
@@ -191,7 +191,7 @@ async fn make_backend(cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Option<Str
 
 #[cfg(feature = "tvm")]
 async fn make_tvm_backend(cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Option<String>)> {
-    use tunefleet_worker::backend::tvm::{RpcTracker, TvmBackend, TvmConfig};
+    use tunefleet_worker::backend::tvm::{DriverCommand, RpcTracker, TvmBackend, TvmConfig};
     let rpc = match (&cli.rpc_tracker, &cli.rpc_key) {
         (Some(tracker), Some(key)) => Some(
             RpcTracker::parse(tracker, key)
@@ -201,7 +201,11 @@ async fn make_tvm_backend(cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Option
     };
     let config = TvmConfig {
         python: cli.python.clone(),
-        driver: cli.tvm_driver.clone(),
+        driver: cli
+            .tvm_driver
+            .as_deref()
+            .map(DriverCommand::parse)
+            .unwrap_or_default(),
         work_root: cli.work_dir.clone(),
         keep_work_dirs: cli.keep_work_dirs,
         rpc,

@@ -7,7 +7,7 @@
 //! weights are compiled in is what a user wants to run — one input, like
 //! onnxruntime — and what lets TVM fold and pre-pack them. The master gives
 //! the run's database (every record so far, during a run or after it) and
-//! its target; the model driver (`worker/python/tunefleet_model.py`, mode
+//! its target; the model driver (`python -m tunefleet._driver.model`, mode
 //! `compile` with `"weights": "bound"`) binds the weights as constants,
 //! applies every record with the `main`-keyed lookup and counts them,
 //! compiles, checks the outputs against onnxruntime with the same weights on
@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::client::repo_files::{find_python, find_repo_file};
+use crate::client::repo_files::{find_python, package_missing, PACKAGE_HINT};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use tunefleet_shared::export::format_latency;
@@ -32,8 +32,8 @@ use tunefleet_shared::protocol::{ClientCommand, ReplyBody};
 
 use super::{emit, ConnectArgs};
 
-/// The model driver, relative to the repository root.
-pub const MODEL_DRIVER_RELATIVE_PATH: &str = "worker/python/tunefleet_model.py";
+/// The model driver: a module of the `tunefleet` Python package.
+pub const MODEL_DRIVER_MODULE: &str = "tunefleet._driver.model";
 
 /// How to get a Python with TVM, for every error that lacks one.
 const SETUP_HINT: &str =
@@ -81,17 +81,6 @@ pub async fn run(args: CompileArgs) -> anyhow::Result<()> {
     let out = std::path::absolute(&args.out)
         .with_context(|| format!("cannot resolve {}", args.out.display()))?;
     let python = args.python.clone().unwrap_or_else(find_python);
-    let driver = find_repo_file(MODEL_DRIVER_RELATIVE_PATH).map_err(|searched| {
-        anyhow::anyhow!(
-            "the model driver {MODEL_DRIVER_RELATIVE_PATH} was not found (looked in: {}): \
-             run tunefleet compile from a tunefleet checkout",
-            searched
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    })?;
 
     let (view, database) = fetch_run(&args.connect, &args.run).await?;
     let work = tempfile::Builder::new()
@@ -109,13 +98,7 @@ pub async fn run(args: CompileArgs) -> anyhow::Result<()> {
     std::fs::write(&job_path, serde_json::to_vec(&job)?).context("cannot write the job file")?;
 
     let quiet = args.format == CompileFormat::Json;
-    let result = run_driver(
-        &python,
-        &driver,
-        &job_path,
-        &work.path().join("work"),
-        quiet,
-    )?;
+    let result = run_driver(&python, &job_path, &work.path().join("work"), quiet)?;
     let report = report(&view, &result);
     match args.format {
         CompileFormat::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&report)?)),
@@ -202,18 +185,12 @@ fn driver_job(view: &ModelView, model: &Path, db_dir: &Path, out: &Path, repeat:
 /// Runs the model driver to its end: progress to stderr (unless `quiet`),
 /// its own log kept for the error message; the `result` line, or an error
 /// that says what went wrong and how to get TVM when that is what's missing.
-fn run_driver(
-    python: &Path,
-    driver: &Path,
-    job: &Path,
-    work_dir: &Path,
-    quiet: bool,
-) -> anyhow::Result<Value> {
+fn run_driver(python: &Path, job: &Path, work_dir: &Path, quiet: bool) -> anyhow::Result<Value> {
     let log_path = work_dir.with_extension("log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("cannot create {}", log_path.display()))?;
     let mut child = Command::new(python)
-        .arg(driver)
+        .args(["-m", MODEL_DRIVER_MODULE])
         .arg("--job")
         .arg(job)
         .arg("--work-dir")
@@ -261,6 +238,12 @@ fn run_driver(
             bail!("{msg} (Python {}) — {SETUP_HINT}", python.display())
         }
         Some(msg) => bail!("{msg}"),
+        None if package_missing(&tail) => {
+            bail!(
+                "the model driver `{MODEL_DRIVER_MODULE}` is not installed for {}: {PACKAGE_HINT}",
+                python.display()
+            )
+        }
         None => {
             bail!("the model driver ended with {status} and no result; its last lines:\n{tail}")
         }

@@ -2,7 +2,7 @@
 //!
 //! The session code only knows the [`Backend`] trait. Two implementations:
 //! - `tvm` (feature `tvm`, the default backend): sends each job to its
-//!   long-lived MetaSchedule driver (`worker/python/tunefleet_driver.py`, one
+//!   long-lived MetaSchedule driver (`python -m tunefleet._driver`, one
 //!   process group), then verifies the tuned kernel against the untuned one
 //!   and times it in-process through `tvm-ffi` (`verify`) — except a model's
 //!   rounds, which the model's compile checks whole;

@@ -7,9 +7,9 @@
 //!    `{"workload": <wire form>, "nbest": N, "seed": 0, "num_trials_per_iter": T,
 //!    "max_workers": W, "check_kernel": bool, "rpc": null | {"tracker_host",
 //!    "tracker_port", "key", "session_timeout_s"}}`.
-//! 2. The job goes to the worker's long-lived driver
-//!    (`worker/python/tunefleet_driver.py`, see `live.rs`), started on the
-//!    first job as `PYTHON DRIVER --work-root DIR` in a new process group
+//! 2. The job goes to the worker's long-lived driver (the Python package's
+//!    `tunefleet._driver`, see `live.rs`), started on the first job as
+//!    `PYTHON -m tunefleet._driver --work-root DIR` in a new process group
 //!    (`setpgid(0, 0)`) with `PYTHONUNBUFFERED=1`, and sent one request line
 //!    `{"kind": "tune" | "model", "job", "work_dir", "threads"}`. Its stdout
 //!    carries JSON lines only: `started`, `progress` (forwarded to the
@@ -49,7 +49,7 @@
 //! Here: the backend and a job's run. `live.rs` keeps the long-lived
 //! driver, `driver_output.rs` reads what it prints, `process.rs` holds its
 //! process group and a job's work directory (drop guards), `setup.rs` finds
-//! Python, the driver and TVM.
+//! Python and checks that it has TVM and the driver.
 
 use super::verify::{Verification, VerifyOptions, VerifyRequest};
 use super::{Backend, JobSpec, ProgressSink, TuneError, TuneFuture};
@@ -70,19 +70,65 @@ mod tests;
 use driver_output::{reduction_len, DriverResult};
 use live::{JobEnd, LiveDriver, MAX_JOBS_PER_DRIVER};
 use process::{io_other, work_dir_failure, WorkDir};
-use setup::{absolute, find_driver, find_python, probe_tvm, Probe};
+use setup::{absolute, find_python, probe_tvm, Probe};
 
 /// Largest compiled model the worker sends back (base64 adds a third).
 const MAX_LIBRARY_BYTES: u64 = 12 * 1024 * 1024;
 
 /// Lines of the driver's stderr kept for error messages.
 pub const STDERR_TAIL_LINES: usize = 50;
-/// The long-lived driver script, relative to the repository root.
-pub const DRIVER_RELATIVE_PATH: &str = "worker/python/tunefleet_driver.py";
+/// The long-lived driver: a module of the `tunefleet` Python package
+/// (`pip install ./python`), run as `python -m`.
+pub const DRIVER_MODULE: &str = "tunefleet._driver";
 /// The Python interpreter, relative to the repository root.
 pub use tunefleet_client::repo_files::VENV_PYTHON_RELATIVE_PATH;
 /// How long `python -c "import tvm"` may take at start-up.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How the long-lived driver is started: a module of an installed package
+/// (`python -m MODULE`, the default [`DRIVER_MODULE`]) or a script of its
+/// own (`python SCRIPT`: another driver speaking the same protocol, or the
+/// tests' fake ones).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriverCommand {
+    Module(String),
+    Script(PathBuf),
+}
+
+impl DriverCommand {
+    /// `--tvm-driver`'s value: a path (it ends in `.py` or names a
+    /// directory) is a script, anything else a module name.
+    pub fn parse(value: &str) -> DriverCommand {
+        if value.ends_with(".py") || value.contains(std::path::MAIN_SEPARATOR) {
+            DriverCommand::Script(PathBuf::from(value))
+        } else {
+            DriverCommand::Module(value.to_string())
+        }
+    }
+
+    /// The interpreter's arguments before the driver's own.
+    pub fn args(&self) -> Vec<std::ffi::OsString> {
+        match self {
+            DriverCommand::Module(module) => vec!["-m".into(), module.into()],
+            DriverCommand::Script(script) => vec![script.clone().into_os_string()],
+        }
+    }
+}
+
+impl Default for DriverCommand {
+    fn default() -> Self {
+        DriverCommand::Module(DRIVER_MODULE.to_string())
+    }
+}
+
+impl fmt::Display for DriverCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriverCommand::Module(module) => write!(f, "-m {module}"),
+            DriverCommand::Script(script) => write!(f, "{}", script.display()),
+        }
+    }
+}
 
 /// A MetaSchedule RPC tracker to measure on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,9 +172,8 @@ pub struct TvmConfig {
     /// executable (`<exe dir>/../../.venv/bin/python` and further up), then
     /// `python3` on `PATH`.
     pub python: Option<PathBuf>,
-    /// The long-lived driver. `None`: `worker/python/tunefleet_driver.py` in
-    /// the current directory or one of its parents, then above the executable.
-    pub driver: Option<PathBuf>,
+    /// The long-lived driver (default: `python -m tunefleet._driver`).
+    pub driver: DriverCommand,
     /// Where job directories are made. `None`: the system temp dir.
     pub work_root: Option<PathBuf>,
     /// Keep each job's directory (JOB.json, database, libraries) after the job.
@@ -146,7 +191,7 @@ impl Default for TvmConfig {
     fn default() -> Self {
         TvmConfig {
             python: None,
-            driver: None,
+            driver: DriverCommand::default(),
             work_root: None,
             keep_work_dirs: false,
             rpc: None,
@@ -164,8 +209,8 @@ pub enum TvmSetupError {
     Python { python: PathBuf, reason: String },
     #[error("TVM is not importable by {}: {detail} — run scripts/setup-tvm.sh or pass --python", python.display())]
     TvmNotImportable { python: PathBuf, detail: String },
-    #[error("the tuning driver {DRIVER_RELATIVE_PATH} was not found (looked in: {}); pass --tvm-driver", searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
-    DriverNotFound { searched: Vec<PathBuf> },
+    #[error("the tuning driver `{module}` is not installed for {}: {}", python.display(), tunefleet_client::repo_files::PACKAGE_HINT)]
+    DriverNotInstalled { python: PathBuf, module: String },
     #[error("the tuning driver {} does not exist; check --tvm-driver", .0.display())]
     DriverMissing(PathBuf),
     #[error("invalid TVM backend setting: {0}")]
@@ -175,7 +220,7 @@ pub enum TvmSetupError {
 /// See the module docs.
 pub struct TvmBackend {
     python: PathBuf,
-    driver: PathBuf,
+    driver: DriverCommand,
     tvm_version: String,
     /// libtvm_runtime.so as the interpreter's TVM finds it, if it does.
     runtime_lib: Option<PathBuf>,
@@ -189,7 +234,7 @@ impl fmt::Debug for TvmBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TvmBackend")
             .field("python", &self.python)
-            .field("driver", &self.driver)
+            .field("driver", &self.driver.to_string())
             .field("tvm_version", &self.tvm_version)
             .finish_non_exhaustive()
     }
@@ -214,18 +259,20 @@ impl TvmBackend {
             None => find_python(),
         };
         let driver = match &config.driver {
-            Some(driver) if driver.is_file() => absolute(driver),
-            Some(driver) => return Err(TvmSetupError::DriverMissing(driver.clone())),
-            None => find_driver()?,
+            DriverCommand::Script(script) if !script.is_file() => {
+                return Err(TvmSetupError::DriverMissing(script.clone()))
+            }
+            DriverCommand::Script(script) => DriverCommand::Script(absolute(script)),
+            module => module.clone(),
         };
         let Probe {
             tvm_version,
             runtime_lib,
             host_cpu,
-        } = probe_tvm(&python)?;
+        } = probe_tvm(&python, &driver)?;
         tracing::info!(
             python = %python.display(),
-            driver = %driver.display(),
+            %driver,
             %tvm_version,
             runtime = ?runtime_lib,
             "TVM backend ready"
@@ -251,8 +298,8 @@ impl TvmBackend {
         &self.python
     }
 
-    /// The driver script in use.
-    pub fn driver(&self) -> &Path {
+    /// The driver in use.
+    pub fn driver(&self) -> &DriverCommand {
         &self.driver
     }
 
@@ -365,10 +412,9 @@ impl TvmBackend {
         let latency = verification
             .as_ref()
             .map_or(driver.best_latency_s, |v| v.tuned_latency_s);
-        let flops = driver
-            .flops
-            .filter(|f| f.is_finite() && *f > 0.0)
-            .or_else(|| job.workload.flops());
+        // The workload format's own count (the driver builds the op, the
+        // format defines it); none for TVMScript.
+        let flops = job.workload.flops();
         let mut extra = serde_json::json!({
             "workload": driver.workload,
             "metaschedule_best_latency_s": driver.best_latency_s,

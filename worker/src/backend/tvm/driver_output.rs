@@ -47,8 +47,6 @@ pub(super) struct DriverResult {
     pub(super) warm_start_records: u32,
     #[serde(default)]
     pub(super) warm_start_ignored: Option<String>,
-    #[serde(default)]
-    pub(super) flops: Option<f64>,
     pub(super) records: Vec<TuningRecord>,
     #[serde(default)]
     pub(super) workload: serde_json::Value,

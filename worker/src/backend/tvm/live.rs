@@ -2,7 +2,7 @@
 //!
 //! A fresh interpreter per job cost seconds a round (start Python, `import
 //! tvm`, start MetaSchedule's builder and runner processes, each of which
-//! imports TVM again). `worker/python/tunefleet_driver.py` is started once
+//! imports TVM again). `python -m tunefleet._driver` is started once
 //! and sent one request line per job; it answers with the one-shot drivers'
 //! protocol, ending each job with a `result` or `error` line.
 //!
@@ -24,7 +24,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use super::driver_output::{handle_stdout_line, Tail};
 use super::process::{wait_exit_no_reap, ProcessGroupGuard};
-use super::{io_other, STDERR_TAIL_LINES};
+use super::{io_other, DriverCommand, STDERR_TAIL_LINES};
 use crate::backend::{ProgressSink, TuneError};
 
 /// Jobs one driver process serves before it is replaced.
@@ -61,12 +61,17 @@ pub(super) enum JobEnd {
 }
 
 impl LiveDriver {
-    /// Starts `python script --work-root DIR` in a process group of its own,
-    /// which gets SIGTERM if this worker dies without running destructors.
-    pub(super) fn spawn(python: &Path, script: &Path, work_root: &Path) -> Result<Self, TuneError> {
+    /// Starts `python -m tunefleet._driver --work-root DIR` (or the driver
+    /// given) in a process group of its own, which gets SIGTERM if this
+    /// worker dies without running destructors.
+    pub(super) fn spawn(
+        python: &Path,
+        driver: &DriverCommand,
+        work_root: &Path,
+    ) -> Result<Self, TuneError> {
         let mut command = tokio::process::Command::new(python);
         command
-            .arg(script)
+            .args(driver.args())
             .arg("--work-root")
             .arg(work_root)
             .current_dir(work_root)
@@ -97,9 +102,8 @@ impl LiveDriver {
         }
         let mut child = command.spawn().map_err(|e| {
             TuneError::Failed(format!(
-                "cannot start the tuning driver {} {}: {e}",
+                "cannot start the tuning driver {} {driver}: {e}",
                 python.display(),
-                script.display()
             ))
         })?;
         let pid = child
@@ -124,7 +128,7 @@ impl LiveDriver {
                 }
             }
         });
-        tracing::info!(pid, driver = %script.display(), "started the long-lived tuning driver");
+        tracing::info!(pid, %driver, "started the long-lived tuning driver");
         Ok(LiveDriver {
             group,
             child,

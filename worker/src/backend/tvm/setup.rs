@@ -1,22 +1,17 @@
-//! Finding Python, the driver script and TVM, and probing what the
-//! interpreter can do, before the first job.
+//! Finding Python and probing what it can do before the first job: TVM,
+//! the host CPU, and the driver (the `tunefleet` package installed).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use super::{TvmSetupError, DRIVER_RELATIVE_PATH, PROBE_TIMEOUT};
+use super::{DriverCommand, TvmSetupError, PROBE_TIMEOUT};
 
 pub(super) fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 pub(super) use tunefleet_client::repo_files::find_python;
-
-pub(super) fn find_driver() -> Result<PathBuf, TvmSetupError> {
-    tunefleet_client::repo_files::find_repo_file(DRIVER_RELATIVE_PATH)
-        .map_err(|searched| TvmSetupError::DriverNotFound { searched })
-}
 
 /// What the start-up check learnt.
 pub(super) struct Probe {
@@ -25,10 +20,19 @@ pub(super) struct Probe {
     pub(super) host_cpu: Option<String>,
 }
 
-/// `import tvm, tvm_ffi`, then the version and (best effort) the runtime library.
-/// Marked lines, in case importing prints something of its own.
-pub(super) const PROBE_SCRIPT: &str = "import tvm, tvm_ffi
+/// `import tvm, tvm_ffi`, then the version and (best effort) the runtime
+/// library, and whether the driver module given as the first argument (if
+/// any) can be found. Marked lines, in case importing prints something of
+/// its own.
+pub(super) const PROBE_SCRIPT: &str = "import sys, importlib.util
+import tvm, tvm_ffi
 print('tunefleet-tvm-version=' + tvm.__version__)
+if len(sys.argv) > 1:
+    try:
+        found = importlib.util.find_spec(sys.argv[1]) is not None
+    except ImportError:
+        found = False
+    print('tunefleet-driver=' + ('found' if found else 'missing'))
 try:
     print('tunefleet-host-cpu=' + str(tvm.target.codegen.llvm_get_system_cpu()))
 except Exception:
@@ -41,11 +45,14 @@ except Exception:
 ";
 
 /// Runs [`PROBE_SCRIPT`] (`python -c "import tvm, tvm_ffi; print(tvm.__version__)"`
-/// plus the runtime path) with a time limit.
-pub(super) fn probe_tvm(python: &Path) -> Result<Probe, TvmSetupError> {
-    let mut child = std::process::Command::new(python)
-        .arg("-c")
-        .arg(PROBE_SCRIPT)
+/// plus the runtime path and the driver module) with a time limit.
+pub(super) fn probe_tvm(python: &Path, driver: &DriverCommand) -> Result<Probe, TvmSetupError> {
+    let mut command = std::process::Command::new(python);
+    command.arg("-c").arg(PROBE_SCRIPT);
+    if let DriverCommand::Module(module) = driver {
+        command.arg(module);
+    }
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -90,6 +97,14 @@ pub(super) fn probe_tvm(python: &Path) -> Result<Probe, TvmSetupError> {
             .filter(|v| !v.is_empty())
     };
     if let (true, Some(version)) = (output.status.success(), marked("tunefleet-tvm-version=")) {
+        if let (DriverCommand::Module(module), Some("missing")) =
+            (driver, marked("tunefleet-driver=").as_deref())
+        {
+            return Err(TvmSetupError::DriverNotInstalled {
+                python: python.to_path_buf(),
+                module: module.clone(),
+            });
+        }
         let runtime_lib = marked("tunefleet-tvm-runtime=")
             .map(PathBuf::from)
             .filter(|p| p.is_file());

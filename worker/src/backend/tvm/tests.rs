@@ -21,10 +21,21 @@ fn matmul(name: &str, n: u32, trials: u32) -> Workload {
     .unwrap()
 }
 
+/// A backend on one of the tests' fake driver scripts.
 fn config(driver: &Path, work_root: &Path) -> TvmConfig {
+    config_with(DriverCommand::Script(driver.to_path_buf()), work_root)
+}
+
+/// A backend on the real driver: `python -m tunefleet._driver` of the
+/// venv's installed package (scripts/test.sh installs it before the tests).
+fn real_config(work_root: &Path) -> TvmConfig {
+    config_with(DriverCommand::default(), work_root)
+}
+
+fn config_with(driver: DriverCommand, work_root: &Path) -> TvmConfig {
     TvmConfig {
         python: Some(fixtures::python()),
-        driver: Some(driver.to_path_buf()),
+        driver,
         work_root: Some(work_root.to_path_buf()),
         verify: VerifyOptions {
             repeat: 3,
@@ -190,11 +201,6 @@ async fn until_first_trial(tune: &mut TuneFuture<'_>, watch: &mut ProgressWatch)
             }
         }
     }
-}
-
-fn real_driver() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tunefleet_driver.py");
-    path.is_file().then_some(path)
 }
 
 // ---- fake driver -----------------------------------------------------
@@ -411,7 +417,7 @@ fn setup_errors_are_clear() {
 
     let missing = TvmConfig {
         python: Some(root.path().join("no-python")),
-        driver: Some(driver.clone()),
+        driver: DriverCommand::Script(driver.clone()),
         ..TvmConfig::default()
     };
     let err = TvmBackend::new(missing).unwrap_err();
@@ -430,7 +436,7 @@ fn setup_errors_are_clear() {
     std::fs::set_permissions(&fake_python, std::fs::Permissions::from_mode(0o755)).unwrap();
     let no_tvm = TvmConfig {
         python: Some(fake_python.clone()),
-        driver: Some(driver.clone()),
+        driver: DriverCommand::Script(driver.clone()),
         ..TvmConfig::default()
     };
     let text = TvmBackend::new(no_tvm).unwrap_err().to_string();
@@ -448,7 +454,7 @@ fn setup_errors_are_clear() {
 
     let no_driver = TvmConfig {
         python: Some(fixtures::python()),
-        driver: Some(root.path().join("nope.py")),
+        driver: DriverCommand::Script(root.path().join("nope.py")),
         ..TvmConfig::default()
     };
     let err = TvmBackend::new(no_driver).unwrap_err();
@@ -510,12 +516,8 @@ fn driver_lines_and_reduction_lengths() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_driver_tunes_and_verifies_a_small_matmul() {
-    let Some(driver) = real_driver() else {
-        eprintln!("skipped: worker/python/tunefleet_driver.py does not exist yet");
-        return;
-    };
     let root = tempfile::tempdir().unwrap();
-    let mut cfg = config(&driver, root.path());
+    let mut cfg = real_config(root.path());
     cfg.trials_per_round = 4;
     cfg.verify = VerifyOptions::default();
     let backend = TvmBackend::new(cfg).unwrap();
@@ -553,9 +555,6 @@ async fn real_driver_tunes_and_verifies_a_small_matmul() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_driver_without_a_compiler_says_so() {
-    let Some(driver) = real_driver() else {
-        return;
-    };
     let root = tempfile::tempdir().unwrap();
     // The venv's python, with a PATH on which no compiler is found.
     let real_python = fixtures::python();
@@ -576,7 +575,7 @@ async fn real_driver_without_a_compiler_says_so() {
     )
     .unwrap();
     let work_root = root.path().join("work");
-    let mut cfg = config(&driver, &work_root);
+    let mut cfg = real_config(&work_root);
     cfg.python = Some(wrapper);
     let backend = TvmBackend::new(cfg).unwrap();
     let (sink, _watch) = progress_channel();
@@ -596,9 +595,6 @@ async fn real_driver_without_a_compiler_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_work_disk_is_named() {
-    let Some(driver) = real_driver() else {
-        return;
-    };
     let root = tempfile::tempdir().unwrap();
     let disk = root.path().join("disk");
     std::fs::create_dir(&disk).unwrap();
@@ -615,7 +611,7 @@ async fn a_full_work_disk_is_named() {
         .args(["if=/dev/zero", "bs=4k"])
         .arg(format!("of={}", disk.join("filler").display()))
         .output();
-    let backend = TvmBackend::new(config(&driver, &disk)).unwrap();
+    let backend = TvmBackend::new(real_config(&disk)).unwrap();
     let (sink, _watch) = progress_channel();
     let err = backend
         .tune(job(matmul("full", 16, 8), 3), sink)
@@ -635,12 +631,8 @@ async fn a_full_work_disk_is_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_driver_cancel_leaves_no_orphans() {
-    let Some(driver) = real_driver() else {
-        eprintln!("skipped: worker/python/tunefleet_driver.py does not exist yet");
-        return;
-    };
     let root = tempfile::tempdir().unwrap();
-    let backend = TvmBackend::new(config(&driver, root.path())).unwrap();
+    let backend = TvmBackend::new(real_config(root.path())).unwrap();
     let (sink, mut watch) = progress_channel();
     let mut tune = backend.tune(job(matmul("mm64c", 64, 64), 5), sink);
     until_first_trial(&mut tune, &mut watch).await;
@@ -650,4 +642,127 @@ async fn real_driver_cancel_leaves_no_orphans() {
     assert!(!before.is_empty());
     drop(tune);
     assert_group_dies(pgid).await;
+}
+
+// ---- the driver and the workload format ------------------------------
+
+/// One workload per op of the format (`shared::workload::OPS`), small.
+const EVERY_OP: &str = "target: {kind: llvm}
+trials: 8
+workloads:
+  - {name: a, op: matmul, shape: {m: 8, n: 4, k: 2}}
+  - {name: b, op: batch_matmul, shape: {batch: 2, m: 8, n: 4, k: 3}}
+  - {name: c, op: dense, shape: {batch: 2, in_features: 16, out_features: 8}}
+  - {name: d, op: conv2d_nchw, shape: {batch: 1, in_channels: 3, height: 9, width: 7, out_channels: 4,
+     kernel: [3, 2], stride: [2, 1], padding: [1, 0], dilation: [1, 2]}}
+  - {name: e, op: conv2d_nhwc, shape: {batch: 2, in_channels: 4, height: 8, width: 8, out_channels: 6,
+     kernel: [3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1]}}
+  - {name: f, op: depthwise_conv2d_nchw, shape: {batch: 1, channels: 4, height: 8, width: 6, multiplier: 2,
+     kernel: [3, 3], stride: [2, 2], padding: [1, 1], dilation: [1, 1]}}
+  - name: g
+    tvmscript: |
+      @T.prim_func
+      def main(a: T.Buffer((4, 4), \"float32\"), b: T.Buffer((4, 4), \"float32\")):
+          for i, j in T.grid(4, 4):
+              with T.sblock(\"b\"):
+                  vi, vj = T.axis.remap(\"SS\", [i, j])
+                  b[vi, vj] = a[vi, vj] * T.float32(2)
+";
+
+/// The driver's op list is the format's, and every op it builds has the
+/// operands (in element counts) the format says it has: the Rust side
+/// parses, checks and counts FLOPs of workloads, the Python side builds
+/// them, and this is where the two meet.
+#[test]
+fn driver_builds_every_op_of_the_format() {
+    let workloads =
+        tunefleet_shared::workload::parse_workload_file(EVERY_OP, "every-op.yaml").unwrap();
+    let names: Vec<&str> = workloads.iter().map(Workload::op_name).collect();
+    assert_eq!(
+        names,
+        tunefleet_shared::workload::OPS,
+        "one sample per op, in order"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("workloads.json");
+    std::fs::write(&path, serde_json::to_vec(&workloads).unwrap()).unwrap();
+    let script = "import json, sys
+from tunefleet._driver.workloads import OPS, build_workload
+wls = json.load(open(sys.argv[1]))
+built = [build_workload(w) for w in wls]
+print(json.dumps({'ops': list(OPS), 'elements': [[a['shape'] for a in b.args] for b in built],
+                  'outputs': [b.outputs for b in built]}))";
+    let out = std::process::Command::new(fixtures::python())
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        seen["ops"],
+        serde_json::json!(tunefleet_shared::workload::OPS)
+    );
+    for (k, w) in workloads.iter().enumerate() {
+        let shapes = seen["elements"][k].as_array().unwrap();
+        let counts: Vec<u128> = shapes
+            .iter()
+            .map(|s| {
+                s.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| u128::from(d.as_u64().unwrap()))
+                    .product()
+            })
+            .collect();
+        match w.op.tensor_elements() {
+            Some(want) => {
+                let want: Vec<u128> = want.iter().map(|(_, n)| *n).collect();
+                assert_eq!(counts, want, "{}: the driver's operands", w.op_name());
+                assert_eq!(seen["outputs"][k], serde_json::json!([want.len() - 1]));
+            }
+            None => assert_eq!(
+                seen["outputs"][k],
+                serde_json::json!([1]),
+                "tvmscript writes b"
+            ),
+        }
+    }
+}
+
+#[test]
+fn tvm_driver_flag_takes_a_module_or_a_script() {
+    assert_eq!(
+        DriverCommand::parse("tunefleet._driver"),
+        DriverCommand::Module("tunefleet._driver".into())
+    );
+    assert_eq!(
+        DriverCommand::parse("my_driver.py"),
+        DriverCommand::Script("my_driver.py".into())
+    );
+    assert_eq!(
+        DriverCommand::parse("/opt/drivers/serve"),
+        DriverCommand::Script("/opt/drivers/serve".into())
+    );
+    assert_eq!(DriverCommand::default().args(), ["-m", DRIVER_MODULE]);
+}
+
+/// An interpreter without the package is refused at start-up, with what to install.
+#[test]
+fn a_python_without_the_package_is_named_at_start_up() {
+    let root = tempfile::tempdir().unwrap();
+    let missing = DriverCommand::Module("tunefleet._no_such_driver".into());
+    let err = TvmBackend::new(config_with(missing, root.path())).unwrap_err();
+    assert!(
+        matches!(err, TvmSetupError::DriverNotInstalled { .. }),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("tunefleet._no_such_driver"), "{text}");
+    assert!(text.contains("pip install ./python"), "{text}");
 }

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Proves that an exported MetaSchedule database is usable by TVM.
 
-    python tests/python/apply_exported.py DIR WORKLOAD_JSON...
+    python python/tests/apply_exported.py DIR WORKLOAD_JSON...
 
 DIR holds `database_workload.json` and `database_tuning_record.json` (written
 by someone else, e.g. `tunefleet export`). Each WORKLOAD_JSON is a file or an
 inline JSON text holding a wire workload (shared/src/workload.rs), or a job
 object with a `workload` field. For each workload this script rebuilds the
-IRModule exactly as the tuning driver does (it imports
-worker/python/tunefleet_tune.py), applies the best record with
+IRModule exactly as the tuning driver does (`tunefleet._driver.workloads`,
+of the installed package), applies the best record with
 `ms.tir_integration.compile_tir`, builds the tuned and the untuned kernel,
 checks their outputs agree on random inputs, times both and prints one JSON
 line:
@@ -26,11 +26,8 @@ import json
 import os
 import sys
 
-sys.dont_write_bytecode = True  # no __pycache__ inside worker/python
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "worker", "python"))
-
-import tunefleet_tune as driver  # noqa: E402
+from tunefleet._driver import measure
+from tunefleet._driver.workloads import build_workload, valid_mean
 
 
 def _load_workload(arg: str) -> dict:
@@ -75,8 +72,8 @@ def _tolerance(dtype: str) -> tuple[float, float]:
 
 def check_one(tvm, ms, np, db, wl: dict, number: int, repeat: int) -> dict:
     name = str(wl.get("name", wl.get("op", "?")))
-    driver.prepare_tvm_for_target(wl.get("target"))
-    built = driver.build_workload(wl)
+    measure.prepare_tvm_for_target(wl.get("target"))
+    built = build_workload(wl)
     out = {"name": name}
 
     record = db.query_tuning_record(built.mod, built.target, "main")
@@ -118,7 +115,7 @@ def check_one(tvm, ms, np, db, wl: dict, number: int, repeat: int) -> dict:
         tuned_s=tuned_s,
         untuned_s=untuned_s,
         speedup=speedup,
-        record_latency_s=driver.valid_mean(list(record.run_secs or [])),
+        record_latency_s=valid_mean(list(record.run_secs or [])),
     )
     if not (speedup and speedup > 1.0):
         out.update(ok=False, error="the tuned kernel is not faster than the untuned one")
@@ -153,7 +150,7 @@ def main(argv: list[str]) -> int:
     # Intrinsics must be registered before the database is read (records of
     # tensorized schedules name them).
     for wl in workloads:
-        driver.prepare_tvm_for_target(wl.get("target") if isinstance(wl, dict) else None)
+        measure.prepare_tvm_for_target(wl.get("target") if isinstance(wl, dict) else None)
     db = ms.database.JSONDatabase(work_dir=db_dir, allow_missing=False)
 
     failed = 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Direct MetaSchedule baseline for a whole model, to set beside a fleet run.
 
-    python tests/python/bench_model_direct.py --model M.onnx --trials N \
+    python scripts/bench_model_direct.py --model M.onnx --trials N \
         --trials-per-round K --work-dir DIR [--input-shape NAME=1,3,224,224] [--out RESULT.json]
 
 The same module, tasks and settings as the fleet: the model is prepared by
@@ -26,11 +26,12 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "worker", "python"))
-
-import tunefleet_model as tm  # noqa: E402
-import tunefleet_tune as tt  # noqa: E402
+from tunefleet import relax as relax_prep
+from tunefleet._driver import measure
+from tunefleet._driver.compile import run_compile
+from tunefleet._driver.prepare import prepare_model
+from tunefleet._driver.tune import read_json_lines
+from tunefleet._driver.workloads import valid_mean
 
 
 class _Quiet:
@@ -80,8 +81,8 @@ def main() -> int:
     target_json = json.loads(args.target) if args.target else host_target()
     job = {"model_b64": model_b64, "input_shapes": shapes, "target": target_json, "seed": 0,
            "prepack": args.prepack, "layout": args.layout}
-    tt.prepare_tvm_for_target(target_json)
-    prep = tm.prepare_model(job)
+    measure.prepare_tvm_for_target(target_json)
+    prep = prepare_model(job)
 
     extracted = ms.relax_integration.extract_tasks(prep.mod, prep.target, module_equality="structural")
     flops = []
@@ -105,7 +106,7 @@ def main() -> int:
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(tt)
-    builder = ms.builder.LocalBuilder(max_workers=prep.num_cores, f_build=tt.cpu_build)
+    builder = ms.builder.LocalBuilder(max_workers=prep.num_cores, f_build=measure.cpu_build)
     runner = ms.runner.LocalRunner()
     t_tune = time.monotonic()
     db = ms.tune_tasks(
@@ -122,11 +123,11 @@ def main() -> int:
     tuning_s = time.monotonic() - t_tune
 
     # The records, grouped per workload, best first: the compile job's input.
-    wl_lines = tt._read_json_lines(os.path.join(args.work_dir, "database_workload.json"))
-    rec_lines = tt._read_json_lines(os.path.join(args.work_dir, "database_tuning_record.json"))
+    wl_lines = read_json_lines(os.path.join(args.work_dir, "database_workload.json"))
+    rec_lines = read_json_lines(os.path.join(args.work_dir, "database_tuning_record.json"))
     per = {}
     for idx, rec in rec_lines:
-        mean = tt.valid_mean(rec[1])
+        mean = valid_mean(rec[1])
         if mean is not None:
             per.setdefault(idx, []).append((mean, rec))
     tasks = []
@@ -135,13 +136,13 @@ def main() -> int:
         recs.sort(key=lambda x: x[0])
         tasks.append({"name": f"w{idx}", "workload": wl_lines[idx], "records": [r for _, r in recs[:4]]})
     for t in chosen:
-        key = tm._workload_mod(t.mod["main"])
+        key = relax_prep.workload_mod(t.mod["main"])
         best = db.get_top_k(db.commit_workload(key), 1)
         if best:
-            estimate += float(t.weight) * tt.valid_mean([float(x) for x in best[0].run_secs])
+            estimate += float(t.weight) * valid_mean([float(x) for x in best[0].run_secs])
     job["tasks"] = tasks
     t_compile = time.monotonic()
-    result = tm.run_compile(job, prep, os.path.join(args.work_dir, "compile"), _Quiet(), t_compile)
+    result = run_compile(job, prep, os.path.join(args.work_dir, "compile"), _Quiet(), t_compile)
     compile_s = time.monotonic() - t_compile
     out = {
         "model": os.path.basename(args.model),

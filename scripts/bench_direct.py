@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tunes workloads with TVM MetaSchedule directly, without the fleet.
 
-    .venv/bin/python tests/python/bench_direct.py [options] WORKLOADS...
+    .venv/bin/python scripts/bench_direct.py [options] WORKLOADS...
 
 The baseline for `scripts/bench-tvm.sh`: the same workloads, trial counts and
 `num_trials_per_iter` as the tunefleet worker, but `ms.tune_tir` is called
@@ -20,7 +20,7 @@ Each WORKLOADS argument is a file (or inline JSON text) holding one of:
 
 Modes (--mode):
 
-- `driver` (default): the settings `worker/python/tunefleet_tune.py` uses for
+- `driver` (default): the settings the tuning driver (`tunefleet._driver.tune`) uses for
   an llvm target — only the CPU tensor intrinsics are registered
   (`prepare_tvm_for_target`), the builder runs the driver's `cpu_build`
   (no tensor-intrinsic import per builder process), LocalBuilder(max_workers=W,
@@ -64,9 +64,6 @@ import sys
 import tempfile
 import time
 
-sys.dont_write_bytecode = True  # no __pycache__ inside worker/python
-HERE = os.path.dirname(os.path.abspath(__file__))
-DRIVER_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "worker", "python"))
 
 MODES = ("driver", "stock")
 
@@ -128,11 +125,13 @@ def load_workloads(arg: str) -> list[dict]:
 # --------------------------------------------------------------------------
 
 
-def _best_from_db(driver, db, mod) -> tuple[float | None, int, int]:
+def _best_from_db(db, mod) -> tuple[float | None, int, int]:
     """(best mean latency, valid records, all records) of `mod` in `db`."""
     workload = db.commit_workload(mod)
     records = db.get_top_k(workload, 1 << 30)
-    means = [driver.valid_mean([float(x) for x in (r.run_secs or [])]) for r in records]
+    from tunefleet._driver.workloads import valid_mean
+
+    means = [valid_mean([float(x) for x in (r.run_secs or [])]) for r in records]
     valid = [m for m in means if m is not None]
     try:  # get_top_k skips failed runs; a fresh work dir holds this workload only
         total = len(db.get_all_tuning_records())
@@ -164,8 +163,8 @@ def _first_error(work_dir: str) -> str:
 def run_one(wl: dict, mode: str, work_dir: str, per_iter_arg: int, max_workers: int) -> dict:
     out: dict = {"name": str(wl.get("name", wl.get("op", "?"))), "mode": mode}
     t_import = time.monotonic()
-    sys.path.insert(0, DRIVER_DIR)
-    import tunefleet_tune as driver  # the driver's own IRModule builders
+    from tunefleet._driver import measure  # the driver's own builders and IRModules
+    from tunefleet._driver.workloads import build_workload
 
     import logging
 
@@ -179,20 +178,15 @@ def run_one(wl: dict, mode: str, work_dir: str, per_iter_arg: int, max_workers: 
     os.makedirs(work_dir, exist_ok=True)
     t0 = time.monotonic()
     if mode == "driver":
-        driver.prepare_tvm_for_target(wl.get("target"))
-    built = driver.build_workload(wl)
+        measure.prepare_tvm_for_target(wl.get("target"))
+    built = build_workload(wl)
     trials = built.trials
     per_iter = min(per_iter_arg, trials)
     out.update(trials=trials, num_trials_per_iter=per_iter)
     f_build = None
     if mode == "driver":
-        if built.target_json.get("kind") == "llvm" and not os.environ.get("TUNEFLEET_FULL_TENSOR_INTRIN"):
-            import cloudpickle
-
-            # The builder's worker processes cannot import tunefleet_tune: ship
-            # cpu_build by value, as the driver does when it is imported.
-            cloudpickle.register_pickle_by_value(driver)
-            f_build = driver.cpu_build
+        if built.target_json.get("kind") == "llvm" and not measure.full_tensor_intrin():
+            f_build = measure.cpu_build
         # Made before tuning starts, as the driver does (LocalRunner starts its pool here).
         builder = ms.builder.LocalBuilder(max_workers=max_workers, timeout_sec=30, f_build=f_build)
         runner = ms.runner.LocalRunner(timeout_sec=30)
@@ -214,7 +208,7 @@ def run_one(wl: dict, mode: str, work_dir: str, per_iter_arg: int, max_workers: 
     else:
         db = ms.tune_tir(built.mod, built.target, work_dir, max_trials_global=trials, num_trials_per_iter=per_iter)
     t_tuned = time.monotonic()
-    best, valid, total = _best_from_db(driver, db, built.mod)
+    best, valid, total = _best_from_db(db, built.mod)
     out.update(best_latency_s=best, valid_trials=valid, measured_trials=total)
     if best is None:
         out.update(wall_s=round(t_tuned - t0, 3), setup_s=round(t_setup - t0, 3),

@@ -1,24 +1,19 @@
-#!/usr/bin/env python3
-"""Checks of worker/python/tunefleet_model.py on a tiny handmade ONNX model (fast).
-
-    .venv/bin/python tests/python/test_model_driver.py [extract] [compile] [errors] [warm] [prepack] [nhwc]
-
-No argument runs extract, compile and errors (about 15 s on 2 cores). Each
-check prints "ok <name> ..." or raises. The test_* functions also run under
-pytest (`warm`, which tunes for real, ~60 s, only with TUNEFLEET_SLOW=1).
+"""Checks of the model driver (`python -m tunefleet._driver.model`) on a
+tiny handmade ONNX model (pytest; `warm`, which tunes for real, ~60 s, only
+with TUNEFLEET_SLOW=1).
 
 The model: Conv(3->8, 3x3, weight 8x3x3x3 stripped as the client strips
 float initializers above 64 elements) + Relu + GlobalAveragePool + Flatten +
 MatMul(8x10, stripped), input `x` of shape [N, 3, 16, 16] (dynamic batch).
 
 - extract: protocol, inputs/params/outputs, every task's TVMScript rebuilt by
-  tunefleet_tune.build_workload, the trivial flags.
+  `workloads.build_workload`, the trivial flags.
 - compile: no records -> applied 0, verified true; the exported model.so is
   run in a fresh process with the module docstring's load_and_run snippet.
 - errors: not an ONNX file, dynamic input without input_shapes, unsupported op.
 - prepack: weight pre-packing, extraction to a library run with its input
   alone (one real 4-trial round, ~30 s).
-- warm: tunes the conv task for 4 trials with tunefleet_tune.py, then 4 more
+- warm: tunes the conv task for 4 trials with the tuning driver, then 4 more
   warm-started from those records (trials counts only the new ones; the best
   is never worse than the warm-start best), then compiles the model with the
   records (applied 1, verified).
@@ -35,13 +30,14 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-DRIVER = os.path.join(ROOT, "worker", "python", "tunefleet_model.py")
-TUNE = os.path.join(ROOT, "worker", "python", "tunefleet_tune.py")
-PYTHON = os.environ.get("TUNEFLEET_PYTHON") or (
-    os.path.join(ROOT, ".venv", "bin", "python") if os.path.exists(os.path.join(ROOT, ".venv", "bin", "python"))
-    else sys.executable
-)
+from conftest import need, slow
+
+need("tvm", "TVM (scripts/setup-tvm.sh)")
+need("onnx", "the onnx package (scripts/setup-tvm.sh)")
+
+DRIVER = "tunefleet._driver.model"
+TUNE = "tunefleet._driver.tune"
+PYTHON = sys.executable
 TARGET = {"kind": "llvm", "num-cores": 2}  # no mcpu: generic x86-64, runs on any host
 _TMP = None
 
@@ -101,14 +97,14 @@ def _job(mode: str, model: bytes | None = None, **extra) -> dict:
     return job
 
 
-def run_driver(job: dict, name: str, script: str = DRIVER, timeout: float = 300):
+def run_driver(job: dict, name: str, module: str = DRIVER, timeout: float = 300):
     """Runs a driver; returns (events, stderr, rc). Stdout must be JSON lines only."""
     work_dir = os.path.join(_tmp(), name)
     os.makedirs(work_dir, exist_ok=True)
     job_path = os.path.join(work_dir, "job.json")
     with open(job_path, "w", encoding="utf-8") as f:
         json.dump(job, f)
-    p = subprocess.run([PYTHON, script, "--job", job_path, "--work-dir", work_dir],
+    p = subprocess.run([PYTHON, "-m", module, "--job", job_path, "--work-dir", work_dir],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
     events = []
     for line in p.stdout.splitlines():
@@ -134,8 +130,7 @@ def _error(events, rc) -> str:
 
 
 def test_extract():
-    sys.path.insert(0, os.path.join(ROOT, "worker", "python"))
-    import tunefleet_tune as tt
+    from tunefleet._driver.workloads import build_workload
 
     r = _result(*run_driver(_job("extract"), "extract"))
     assert r["inputs"] == [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}], r["inputs"]
@@ -155,11 +150,10 @@ def test_extract():
     assert all(t["untuned_time_s"] < conv[0]["untuned_time_s"] for n, t in tasks.items() if "reshape" in n), r["tasks"]
     for t in r["tasks"]:
         assert isinstance(t["weight"], int) and t["weight"] >= 1
-        tt.build_workload({"op": "tvmscript", "tvmscript": t["tvmscript"], "target": TARGET, "trials": 8,
+        build_workload({"op": "tvmscript", "tvmscript": t["tvmscript"], "target": TARGET, "trials": 8,
                            "name": t["name"]})
     print(f"ok extract ({len(tasks)} tasks: "
           f"{', '.join(n + ('' if not t['trivial'] else '*') for n, t in tasks.items())}; * = trivial)", flush=True)
-    return r
 
 
 # The tiny model in numpy: compares the library's `y` for input `x` with
@@ -232,17 +226,14 @@ def test_errors():
 
 
 def test_warm_start():
-    if __name__ != "__main__" and not os.environ.get("TUNEFLEET_SLOW"):
-        import pytest
-
-        pytest.skip("tunes for real (~60 s); set TUNEFLEET_SLOW=1")
+    slow("tunes for real (~60 s)")
     ex = _result(*run_driver(_job("extract"), "warm_extract"))
     conv = next(t for t in ex["tasks"] if "conv2d" in t["name"])
     wl = {"name": conv["name"], "op": "tvmscript", "tvmscript": conv["tvmscript"], "target": TARGET, "trials": 4}
     base = {"workload": wl, "nbest": 8, "seed": 0, "num_trials_per_iter": 4, "max_workers": 2, "rpc": None}
-    r1 = _result(*run_driver(base, "warm_round1", script=TUNE, timeout=600))
+    r1 = _result(*run_driver(base, "warm_round1", module=TUNE, timeout=600))
     warm = {"workload": r1["workload"], "records": [x["record"] for x in r1["records"]]}
-    events, stderr, rc = run_driver(dict(base, seed=1, warm_start=warm), "warm_round2", script=TUNE, timeout=600)
+    events, stderr, rc = run_driver(dict(base, seed=1, warm_start=warm), "warm_round2", module=TUNE, timeout=600)
     r2 = _result(events, stderr, rc)
     assert r2["warm_start_records"] == len(warm["records"]) and r2["warm_start_ignored"] is None, r2
     assert r2["trials"] == 4, r2["trials"]  # this round's trials only
@@ -258,7 +249,7 @@ def test_warm_start():
     # A mismatching workload line is ignored (the round runs cold), not fatal.
     bad = dict(warm, workload=["123", warm["workload"][1]])
     r3 = _result(*run_driver(dict(base, trials=1, num_trials_per_iter=1, warm_start=bad), "warm_bad",
-                             script=TUNE, timeout=600))
+                             module=TUNE, timeout=600))
     assert r3["warm_start_records"] == 0 and "does not match" in r3["warm_start_ignored"], r3
     tasks = [{"name": conv["name"], "workload": r2["workload"], "records": [x["record"] for x in r2["records"]]}]
     c = _result(*run_driver(_job("compile", tasks=tasks), "warm_compile"))
@@ -304,7 +295,7 @@ def _prepack_end_to_end(layout: str) -> None:
     wl = {"name": conv["name"], "op": "tvmscript", "tvmscript": conv["tvmscript"], "target": TARGET, "trials": 4}
     job = {"workload": wl, "nbest": 8, "seed": 0, "num_trials_per_iter": 4, "max_workers": 2, "rpc": None,
            "check_kernel": False}
-    r = _result(*run_driver(job, f"{tag}_round", script=TUNE, timeout=600))
+    r = _result(*run_driver(job, f"{tag}_round", module=TUNE, timeout=600))
     records = [x["record"] for x in r["records"]]
     assert records and all("TransformLayout" in json.dumps(rec) for rec in records), "no weight layout chosen"
     tasks = [{"name": t["name"], "workload": t["workload"],
@@ -371,29 +362,3 @@ def test_canonicalize_for_layout():
     run = lambda m: ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]  # noqa: E731
     np.testing.assert_allclose(run(model.SerializeToString()), run(before), rtol=1e-6)
     print("ok canonicalize_for_layout", flush=True)
-
-
-def main(argv):
-    which = set(argv) or {"extract", "compile", "errors", "prepack", "nhwc"}
-    work = _tmp()
-    print(f"work dirs under {work} (kept if a test fails)", flush=True)
-    if "extract" in which:
-        test_extract()
-    if "compile" in which:
-        test_compile_no_records()
-    if "errors" in which:
-        test_errors()
-    if "warm" in which:
-        test_warm_start()
-    if "prepack" in which:
-        test_prepack()
-    if "nhwc" in which:
-        test_canonicalize_for_layout()
-        test_layout_needs_prepack()
-        test_prepack_nhwc()
-    teardown_module(None)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,24 +1,23 @@
-#!/usr/bin/env python3
 """tunefleet's long-lived driver: one process per worker, job after job.
 
 A fresh interpreter per job cost seconds every round: starting Python,
 `import tvm`, starting MetaSchedule's builder and runner processes (each
 imports TVM again). The worker starts this once and sends it jobs::
 
-    python tunefleet_driver.py --work-root DIR
+    python -m tunefleet._driver --work-root DIR
 
 stdin, one JSON object a line (a request)::
 
     {"kind": "tune" | "model", "job": "/abs/JOB.json", "work_dir": "/abs/DIR", "threads": 2}
 
-stdout, the protocol of the one-shot drivers (tunefleet_tune.py for "tune",
-tunefleet_model.py for "model"), JSON lines only: each job's `started`,
+stdout, the protocol of the one-shot drivers (`tune.py` for "tune",
+`model.py` for "model"; see protocol.py), JSON lines only: each job's `started`,
 `progress`... and then exactly one `result` or `error`, after which the
 driver reads the next request. `threads` (optional) sets TVM's thread count
 before TVM is first imported (the worker's cores); later values are ignored.
 
 What lives across jobs: the imported modules, and the builders and runners
-(`tunefleet_tune.KEEP_POOLS`). Nothing of a job's own: each job has its own
+(`measure.KEEP_POOLS`). Nothing of a job's own: each job has its own
 work directory, database and cost model, as in the one-shot drivers, so a
 job's result does not depend on which jobs ran before it.
 
@@ -36,7 +35,8 @@ import os
 import sys
 import time
 
-import tunefleet_tune as tt
+from . import measure, tune
+from .protocol import JobError, Protocol, check_compiler, exit_fast, import_tvm, new_protocol, read_job, run_reported
 
 
 def _close_job_logs(work_dir: str) -> None:
@@ -59,27 +59,23 @@ def _request(line: str) -> tuple[str, dict, str, int | None]:
     try:
         req = json.loads(line)
     except ValueError as err:
-        raise tt.JobError(f"bad request line (not JSON): {err}") from err
+        raise JobError(f"bad request line (not JSON): {err}") from err
     if not isinstance(req, dict):
-        raise tt.JobError("bad request line: not an object")
+        raise JobError("bad request line: not an object")
     kind = req.get("kind")
     if kind not in ("tune", "model"):
-        raise tt.JobError(f"request field `kind` must be \"tune\" or \"model\", got {kind!r}")
+        raise JobError(f"request field `kind` must be \"tune\" or \"model\", got {kind!r}")
     path, work_dir = req.get("job"), req.get("work_dir")
     if not isinstance(path, str) or not isinstance(work_dir, str):
-        raise tt.JobError("request needs `job` and `work_dir` paths")
-    try:
-        with open(path, encoding="utf-8") as f:
-            job = json.load(f)
-    except (OSError, ValueError) as err:
-        raise tt.JobError(f"cannot read job file {path}: {err}") from err
+        raise JobError("request needs `job` and `work_dir` paths")
+    job = read_job(path)
     threads = req.get("threads")
     threads = threads if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0 else None
     return kind, job, os.path.abspath(work_dir), threads
 
 
-def serve(proto: tt.Protocol, work_root: str) -> int:
-    tt.KEEP_POOLS = True
+def serve(proto: Protocol, work_root: str) -> int:
+    measure.KEEP_POOLS = True
     imported = False
     model = None
     for line in sys.stdin:
@@ -88,7 +84,7 @@ def serve(proto: tt.Protocol, work_root: str) -> int:
         t0 = time.monotonic()
         try:
             kind, job, work_dir, threads = _request(line)
-        except tt.JobError as err:
+        except JobError as err:
             proto.error(str(err))
             continue
         if not imported:
@@ -96,21 +92,21 @@ def serve(proto: tt.Protocol, work_root: str) -> int:
             if threads is not None:
                 os.environ.setdefault("TVM_NUM_THREADS", str(threads))
             try:
-                tt.check_compiler()
-            except tt.JobError as err:
+                check_compiler()
+            except JobError as err:
                 proto.error(str(err))
                 continue
-            if not tt.import_tvm(proto):
+            if not import_tvm(proto):
                 return 1
             imported = True
         if kind == "model" and model is None:
-            import tunefleet_model as model
-        run = model.run_job if kind == "model" else tt.run_job
+            from . import model
+        run = model.run_job if kind == "model" else tune.run_job
         failure = "model job failed" if kind == "model" else "tuning failed"
         os.makedirs(work_dir, exist_ok=True)
         os.chdir(work_dir)
         try:
-            tt.run_reported(run, job, work_dir, proto, t0, failure)
+            run_reported(run, job, work_dir, proto, t0, failure)
         finally:
             os.chdir(work_root)
             _close_job_logs(work_dir)
@@ -121,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="tunefleet long-lived tuning driver")
     ap.add_argument("--work-root", required=True, help="directory to stay in between jobs")
     args = ap.parse_args(argv)
-    proto = tt.new_protocol()
+    proto = new_protocol()
     work_root = os.path.abspath(args.work_root)
     os.makedirs(work_root, exist_ok=True)
     os.chdir(work_root)
@@ -129,4 +125,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    tt.exit_fast(main())
+    exit_fast(main())

@@ -1,16 +1,15 @@
-#!/usr/bin/env python3
-"""End-to-end checks of worker/python/tunefleet_tune.py (real tuning; slow).
+"""End-to-end checks of the tuning driver, `python -m tunefleet._driver.tune`.
 
-    .venv/bin/python tests/python/test_tune_driver.py [matmul] [conv] [rpc] [kill] [errors]
-
-No argument runs matmul, conv and errors. Each check prints "ok <name> ..."
-or raises. Budget on 2 busy cores: about 25 s per tuning run, 8 trials each.
+`errors` always runs; the others tune for real (about 25 s per tuning run
+on 2 busy cores, 8 trials each) and run with TUNEFLEET_SLOW=1. The worker's
+own tests (worker/src/backend/tvm/tests.rs) and the fleet's
+(tests/tests/tvm_e2e.rs) tune through the same code on every CI run.
 
 - matmul / conv: runs the driver, checks the protocol (only JSON lines on
   stdout, started -> progress... -> result), loads both exported libraries
   with tvm.runtime.load_module in a separate process and compares outputs,
   writes a database from the result (workload line + [0, record] lines) and
-  runs tests/python/apply_exported.py on it.
+  runs python/tests/apply_exported.py on it.
 - rpc: the same through an RPC tracker + one rpc_server on loopback.
 - kill: SIGTERM to the driver's process group mid-tuning; no process of the
   group may survive.
@@ -25,16 +24,16 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-DRIVER = os.path.join(ROOT, "worker", "python", "tunefleet_tune.py")
-APPLY = os.path.join(ROOT, "tests", "python", "apply_exported.py")
-PYTHON = os.environ.get("TUNEFLEET_PYTHON") or (
-    os.path.join(ROOT, ".venv", "bin", "python") if os.path.exists(os.path.join(ROOT, ".venv", "bin", "python"))
-    else sys.executable
-)
+import pytest
+from conftest import need, slow
+
+need("tvm", "TVM (scripts/setup-tvm.sh)")
+
+DRIVER = ["-m", "tunefleet._driver.tune"]
+APPLY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apply_exported.py")
+PYTHON = sys.executable
 TARGET = {"kind": "llvm", "num-cores": 2}
 
 MATMUL = {"name": "mm64", "op": "matmul", "shape": {"m": 64, "n": 64, "k": 64},
@@ -60,7 +59,7 @@ def run_driver(job: dict, work_dir: str, timeout: float = 600):
     err_path = os.path.join(work_dir, "driver.stderr")
     t0 = time.monotonic()
     with open(err_path, "w") as err:
-        proc = subprocess.Popen([PYTHON, DRIVER, "--job", job_path, "--work-dir", work_dir],
+        proc = subprocess.Popen([PYTHON, *DRIVER, "--job", job_path, "--work-dir", work_dir],
                                 stdout=subprocess.PIPE, stderr=err, text=True)
         events, arrivals = [], []
         for line in proc.stdout:
@@ -84,7 +83,7 @@ def check_result_protocol(events, rc, stderr, trials):
     assert started["trials_total"] == trials and started["tvm_version"]
     done = [e["trials_done"] for e in events[1:-1]]
     assert done == sorted(done) and done[-1] == result["trials"], done
-    for k in ("best_latency_s", "trials", "wall_time_s", "tvm_version", "flops", "records", "workload",
+    for k in ("best_latency_s", "trials", "wall_time_s", "tvm_version", "records", "workload",
               "tuned_lib", "reference_lib", "entry", "args", "outputs", "tvm_runtime_lib"):
         assert k in result, k
     lats = [r["latency_s"] for r in result["records"]]
@@ -166,12 +165,17 @@ def tune_and_verify(name, workload, tmp, **job_extra):
     return result
 
 
-def test_matmul_and_conv(tmp, which=("matmul", "conv")):
+@pytest.fixture
+def tmp(tmp_path) -> str:
+    return str(tmp_path)
+
+
+def test_matmul_and_conv(tmp):
+    slow("tunes two kernels for real (~1 min)")
     results, wls = [], []
     for name, wl in (("matmul", MATMUL), ("conv", CONV)):
-        if name in which:
-            results.append(tune_and_verify(name, wl, tmp))
-            wls.append(wl)
+        results.append(tune_and_verify(name, wl, tmp))
+        wls.append(wl)
     db = os.path.join(tmp, "exported_db")
     write_database(results, db)
     for line in apply_exported(db, wls):
@@ -188,6 +192,7 @@ def _free_port():
 
 
 def test_rpc(tmp):
+    slow("tunes through a loopback RPC tracker (~40 s)")
     port = _free_port()
     procs = []
     log = open(os.path.join(tmp, "rpc.log"), "w")
@@ -207,7 +212,6 @@ def test_rpc(tmp):
             served = f.read().count("load_module")
         assert served >= result["trials"], f"rpc_server loaded {served} modules for {result['trials']} trials"
         print(f"ok rpc: the rpc_server measured {served} modules", flush=True)
-        return result
     finally:
         for p in procs:  # whole sessions: the rpc_server forks per connection
             try:
@@ -235,7 +239,7 @@ def _kill_once(tmp, label, wait_for, extra_s, group):
     with open(job_path, "w") as f:
         json.dump(_job(dict(MATMUL, trials=64)), f)
     err = open(os.path.join(work, "driver.stderr"), "w")
-    proc = subprocess.Popen([PYTHON, DRIVER, "--job", job_path, "--work-dir", work], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([PYTHON, *DRIVER, "--job", job_path, "--work-dir", work], stdout=subprocess.PIPE,
                             stderr=err, text=True, start_new_session=True)  # own group, as the worker does
     pgid = proc.pid
     for line in proc.stdout:
@@ -272,6 +276,7 @@ def _kill_once(tmp, label, wait_for, extra_s, group):
 
 
 def test_kill(tmp):
+    slow("tunes three times to kill each mid-way (~30 s)")
     _kill_once(tmp, "group-measuring", "progress", 8, group=True)
     _kill_once(tmp, "group-searching", "started", 4, group=True)
     _kill_once(tmp, "driver-only", "progress", 8, group=False)
@@ -293,22 +298,3 @@ def test_errors(tmp):
                                      os.path.join(tmp, "err_rpc"))
     assert rc == 1 and events[-1]["event"] == "error", events
     print(f"ok errors (last: rc={rc} {events[-1]})", flush=True)
-
-
-def main(argv):
-    which = set(argv) or {"matmul", "conv", "errors"}
-    tmp = tempfile.mkdtemp(prefix="tunefleet-driver-")
-    print(f"work dirs under {tmp}", flush=True)
-    if which & {"matmul", "conv"}:
-        test_matmul_and_conv(tmp, which)
-    if "errors" in which:
-        test_errors(tmp)
-    if "rpc" in which:
-        test_rpc(tmp)
-    if "kill" in which:
-        test_kill(tmp)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

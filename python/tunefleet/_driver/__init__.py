@@ -1,0 +1,25 @@
+"""The drivers the worker runs: TVM MetaSchedule behind the worker protocol.
+
+Private to the farm: the worker (`tunefleet-worker`) starts one long-lived
+driver per worker, `python -m tunefleet._driver --work-root DIR`, and sends
+it a job a line; `tunefleet compile` runs `python -m tunefleet._driver.model`
+once. Nothing here is the package's public API, and nothing here may be
+imported by it: the client must work without TVM.
+
+Modules, by concern:
+
+- `__main__`: the long-lived driver (a request a line, job after job);
+- `protocol`: the stdout protocol, signals and process hygiene, the
+  one-shot entry, the user-facing `JobError`;
+- `workloads`: wire workloads to the IRModule that is tuned (the op list);
+- `measure`: builders and runners (kept across jobs), the CPU-only build;
+- `tune`: a kernel job or a model's round, with its warm start;
+- `model`: a model job's stages (extract here, compile in `compile`);
+- `materialize` and `prepare`: an uploaded ONNX graph made into the fused
+  Relax module every stage starts from;
+- `compile`: records applied, the model built, checked against onnxruntime
+  and timed; `timing`: how models are timed (onnxruntime in a process of
+  its own).
+
+README.md beside this file documents the protocol and every job field.
+"""

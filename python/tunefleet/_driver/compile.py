@@ -1,0 +1,354 @@
+"""A model's compile stage: records applied, the model built, checked and timed.
+
+On a worker (the run's last job: the tasks' records come in the job) and
+in `tunefleet compile` on the user's machine (the run's database as the
+master exported it, `database_dir`, and the user's own weights). The steps,
+each a function below:
+
+1. open the records (`_open_database`);
+2. apply them with the `main`-keyed lookup, counting what applied, and give
+   what no record covers the generic parallel schedule (`tunefleet.relax`);
+3. pre-pack: fold the weight layouts the schedules chose into the weights
+   (a `prepack` run);
+4. build the tuned and the untuned model; write the tuned library
+   (`_build`);
+5. verify: the tuned model's outputs against onnxruntime's on seeded random
+   inputs (a mismatch fails the job; `compare` holds the tolerance);
+6. profile: where the tuned model's time goes, and which functions run on
+   a schedule no record gave (`_default_schedule`);
+7. time untuned TVM, tuned TVM and onnxruntime (timing.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+from .. import relax as relax_prep
+from ..errors import shorten
+from . import prepare as prep_opts
+from .protocol import JobError, int_field
+from .timing import as_list, median_time, onnxruntime_session, random_inputs, time_onnxruntime
+
+RTOL = 1e-3
+ATOL = 1e-4
+
+
+# --------------------------------------------------------------------------
+# 1-3: records
+# --------------------------------------------------------------------------
+
+
+def _task_lines(i: int, task, n_workloads: int) -> tuple:
+    """One provided task's database lines: (workload line, record lines)."""
+    if not isinstance(task, dict):
+        raise JobError(f"tasks[{i}] must be an object")
+    wl = task.get("workload")
+    if not (isinstance(wl, list) and len(wl) == 2 and all(isinstance(x, str) for x in wl)):
+        raise JobError(f"tasks[{i}].workload must be a database workload line [hash, base64]")
+    recs = task.get("records") or []
+    if not isinstance(recs, list):
+        raise JobError(f"tasks[{i}].records must be a list")
+    for j, rec in enumerate(recs):
+        if not (isinstance(rec, list) and len(rec) == 4):
+            raise JobError(f"tasks[{i}].records[{j}] must be [trace, run_secs, target, args_info]")
+    return wl, [[n_workloads, rec] for rec in recs]
+
+
+def _write_database(work_dir: str, tasks: list) -> list:
+    """Writes database_workload.json / database_tuning_record.json; returns the task names."""
+    if not isinstance(tasks, list):
+        raise JobError("job field `tasks` must be a list")
+    os.makedirs(work_dir, exist_ok=True)
+    names, wl_lines, rec_lines = [], [], []
+    for i, task in enumerate(tasks):
+        wl, recs = _task_lines(i, task, len(wl_lines))
+        wl_lines.append(wl)
+        rec_lines.extend(recs)
+        names.append(str(task.get("name") or f"task{i}"))
+    for fname, lines in (("database_workload.json", wl_lines), ("database_tuning_record.json", rec_lines)):
+        path = os.path.join(work_dir, fname)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            for line in lines:
+                f.write(json.dumps(line, separators=(",", ":")) + "\n")
+        os.replace(path + ".tmp", path)
+    return names
+
+
+def _open_database(job: dict, work_dir: str):
+    """(database, names of the provided tasks): the job's `tasks` written
+    into work_dir, or `database_dir` (`tunefleet compile`: the run's
+    database as the master exported it)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    os.makedirs(work_dir, exist_ok=True)
+    for stale in ("database_workload.json", "database_tuning_record.json", "model.so"):
+        p = os.path.join(work_dir, stale)
+        if os.path.exists(p):
+            os.remove(p)
+    db_dir = job.get("database_dir")
+    if db_dir is not None:
+        if not isinstance(db_dir, str) or not os.path.isdir(db_dir):
+            raise JobError(f"job field `database_dir` must be a directory, got {db_dir!r}")
+        return ms.database.JSONDatabase(work_dir=db_dir, module_equality="structural"), []
+    names = _write_database(work_dir, job.get("tasks") or [])
+    return ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural"), names
+
+
+def _apply_records(job: dict, prep, db, task_names: list):
+    """(tuned module, stats, unmatched task names)."""
+    tuned_mod, stats = relax_prep.apply_database(prep.mod, db, prep.target)
+    matched = set(stats["matched_keys"])
+    unmatched = [name for name, task in zip(task_names, job.get("tasks") or [])
+                 if str(task["workload"][0]) not in matched]
+    for f in stats["failures"]:
+        print(f"tunefleet: no schedule applied to {f}", file=sys.stderr)
+    return tuned_mod, stats, unmatched
+
+
+def _prepack_weights(tuned_mod, prep):
+    """(module, kernels whose weights were re-laid out at compile time)."""
+    try:
+        tuned_mod, prepacked, at_run_time = relax_prep.fold_layout_rewrites(tuned_mod, prep.target)
+    except Exception as err:  # noqa: BLE001
+        traceback.print_exc(file=sys.stderr)
+        raise JobError(f"pre-packing the weights failed: {type(err).__name__}: {shorten(str(err))}") from err
+    if at_run_time:
+        print(f"tunefleet: {at_run_time} weight layout rewrite(s) could not be folded and run with the model",
+              file=sys.stderr)
+    return tuned_mod, prepacked
+
+
+# --------------------------------------------------------------------------
+# 4: build
+# --------------------------------------------------------------------------
+
+
+def _compile(mod, target, what: str):
+    import tvm
+
+    try:
+        return tvm.compile(mod, target=target)
+    except Exception as err:  # noqa: BLE001
+        traceback.print_exc(file=sys.stderr)
+        raise JobError(f"building the {what} model failed: {type(err).__name__}: {shorten(str(err))}") from err
+
+
+def _library_path(job: dict, work_dir: str) -> str | None:
+    """Where the tuned library goes. A worker's pre-packed compile has random
+    weights compiled in (ResNet-50: a 100 MB library nobody may run): it is
+    verified and timed, not written."""
+    if prep_opts.prepack(job) and prep_opts.weights_mode(job) == "random":
+        return None
+    path = job.get("out") or os.path.join(work_dir, "model.so")
+    if not isinstance(path, str):
+        raise JobError("job field `out` must be a file path")
+    return path
+
+
+def _export(ex, path: str) -> None:
+    tmp = path + ".tmp.so"
+    try:
+        ex.export_library(tmp)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise JobError(f"cannot write the library {path}: {err.strerror or err}") from err
+
+
+# --------------------------------------------------------------------------
+# 5: verify
+# --------------------------------------------------------------------------
+
+
+def _compare_one(name: str, a, b) -> tuple:
+    """(max abs err, atol, message or "") of one output against onnxruntime's."""
+    import numpy as np
+
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return None, 0.0, f"output `{name}` has shape {list(a.shape)}, onnxruntime {list(b.shape)}"
+    if b.size == 0:
+        return 0.0, 0.0, ""
+    bf = b.astype(np.float64)
+    if not np.all(np.isfinite(bf)):
+        return None, 0.0, f"onnxruntime output `{name}` is not finite (random weights too large?)"
+    err = np.abs(a.astype(np.float64) - bf)
+    err = np.where(np.isnan(err), np.inf, err)
+    max_err = float(err.max())
+    if b.dtype.kind == "f":
+        atol = ATOL * max(float(np.abs(bf).max()), 1e-30)
+        bad = err > atol + RTOL * np.abs(bf)
+    else:
+        atol, bad = 0.0, err > 0
+    if bad.any():
+        return max_err, atol, (f"output `{name}` max abs err {max_err:.3g}, tolerance rtol {RTOL:g} "
+                               f"atol {atol:.3g} ({int(bad.sum())} of {b.size} elements outside)")
+    return max_err, atol, ""
+
+
+def compare(got: list, ref: list, names: list) -> tuple:
+    """(ok, max_abs_err, atol, message). Float outputs: |got-ref| <= atol +
+    RTOL*|ref| elementwise with atol = ATOL * max|ref| of that output (scaled
+    to its magnitude, so that softmax-sized outputs are not waved through);
+    other dtypes: exact. `atol` returned is the largest used."""
+    if len(got) != len(ref):
+        return False, None, ATOL, f"tuned model returns {len(got)} outputs, onnxruntime {len(ref)}"
+    worst = atol_used = 0.0
+    for k, (a, b) in enumerate(zip(got, ref)):
+        name = names[k] if k < len(names) else f"output{k}"
+        max_err, atol, msg = _compare_one(name, a, b)
+        if msg:
+            return False, max_err, atol if max_err is not None else atol_used, msg
+        worst, atol_used = max(worst, max_err), max(atol_used, atol)
+    return True, worst, atol_used, ""
+
+
+def _reference(prep, onnx_bytes: bytes, feeds: dict) -> list:
+    """onnxruntime's outputs. The session is dropped at once: its threads
+    spin after a run and would slow TVM's timings."""
+    try:
+        sess = onnxruntime_session(onnx_bytes, prep.num_cores)
+    except Exception as err:  # noqa: BLE001
+        raise JobError(f"onnxruntime cannot load the model: {shorten(str(err))}") from err
+    return sess.run(None, feeds)
+
+
+def _verify(tuned_out: list, untuned_out: list, ref: list, prep) -> tuple:
+    """(max err, atol, untuned max err); a tuned mismatch is the job's error."""
+    names = [o["name"] for o in prep.outputs]
+    ok, max_err, atol, msg = compare(tuned_out, ref, names)
+    if not ok:
+        raise JobError(f"tuned model does not match onnxruntime: {msg}")
+    u_ok, u_err, _, u_msg = compare(untuned_out, ref, names)
+    if not u_ok:
+        print(f"tunefleet: warning: untuned model does not match onnxruntime either: {u_msg}", file=sys.stderr)
+    return max_err, atol, u_err
+
+
+# --------------------------------------------------------------------------
+# 6: profile
+# --------------------------------------------------------------------------
+
+
+def _default_schedule(tuned_ex, tuned_mod, args: list, generic: set) -> list:
+    """Where the tuned model's time goes on functions no record covers (on
+    TVM's default schedule, or `generic`: the package's parallel one), and
+    their share: what more tuning, or a task marked trivial, leaves on the
+    table. By the functions of the module compiled (pre-packing renames the
+    kernels it splits, `..._prepacked`); scheduled = a record applied."""
+    import tvm
+
+    spent = relax_prep.time_functions(tuned_ex, args)
+    total = sum(spent.values()) or 1.0
+    funcs = {gv.name_hint: f for gv, f in tuned_mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+    def unscheduled(name):
+        attrs = funcs[name].attrs
+        return name in generic or not (attrs and "tirx.is_scheduled" in attrs)
+
+    rows = ({"name": name, "time_s": secs, "share": secs / total, "generic": name in generic}
+            for name, secs in spent.items() if name in funcs and unscheduled(name))
+    return sorted(rows, key=lambda f: -f["time_s"])
+
+
+def _host_cpu() -> str | None:
+    """LLVM's name for this machine's CPU (what `mcpu` must be for the code to run well)."""
+    import tvm
+
+    try:
+        return str(tvm.target.codegen.llvm_get_system_cpu())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# --------------------------------------------------------------------------
+# The stage
+# --------------------------------------------------------------------------
+
+
+def _timed(prep, key: str, fn):
+    t = time.monotonic()
+    out = fn()
+    prep.timings[key] = round(time.monotonic() - t, 3)
+    return out
+
+
+def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
+    import tvm
+    from tvm import relax
+
+    repeat = int_field(job, "repeat", 10)
+    seed = int_field(job, "seed", 0, lo=0)
+    db, task_names = _open_database(job, work_dir)
+    tuned_mod, stats, unmatched = _timed(prep, "apply_s", lambda: _apply_records(job, prep, db, task_names))
+    proto.emit({"event": "progress", "stage": "records_applied", "applied": stats["applied"],
+                "functions": stats["functions"], "elapsed_s": round(time.monotonic() - t0, 3)})
+    prepacked = None
+    if prep_opts.prepack(job):
+        tuned_mod, prepacked = _timed(prep, "prepack_s", lambda: _prepack_weights(tuned_mod, prep))
+
+    tuned_ex = _timed(prep, "build_tuned_s", lambda: _compile(tuned_mod, prep.target, "tuned"))
+    lib_path = _library_path(job, work_dir)
+    if lib_path:
+        _timed(prep, "export_s", lambda: _export(tuned_ex, lib_path))
+    untuned_ex = _timed(prep, "build_untuned_s", lambda: _compile(prep.mod, prep.target, "untuned"))
+    proto.emit({"event": "progress", "stage": "built", "elapsed_s": round(time.monotonic() - t0, 3)})
+
+    dev = tvm.cpu()
+    in_np = random_inputs(prep.inputs, seed)
+    args = [tvm.runtime.tensor(x, dev) for x in in_np] + [tvm.runtime.tensor(w, dev) for w in prep.param_values]
+    tuned_vm, untuned_vm = relax.VirtualMachine(tuned_ex, dev), relax.VirtualMachine(untuned_ex, dev)
+    onnx_bytes = prep.onnx_model.SerializeToString()  # ResNet-50: 100 MB, serialized once
+    feeds = {info["name"]: x for info, x in zip(prep.inputs, in_np)}
+    max_err, atol, u_err = _verify(as_list(tuned_vm["main"](*args)), as_list(untuned_vm["main"](*args)),
+                                   _reference(prep, onnx_bytes, feeds), prep)
+
+    generic = set(stats["generic_names"])
+    default_schedule = _timed(prep, "profile_s", lambda: _default_schedule(tuned_ex, tuned_mod, args, generic))
+    t = time.monotonic()
+    latency = {"untuned": median_time(lambda: untuned_vm["main"](*args), repeat),
+               "tuned": median_time(lambda: tuned_vm["main"](*args), repeat),
+               "onnxruntime": time_onnxruntime(onnx_bytes, feeds, prep.num_cores, repeat, work_dir)}
+    prep.timings["timing_s"] = round(time.monotonic() - t, 3)
+
+    return {
+        "event": "result",
+        "mode": "compile",
+        "tvm_version": tvm.__version__,
+        "wall_time_s": round(time.monotonic() - t0, 3),
+        "applied": stats["applied"],
+        "tuned_functions": stats["tuned_functions"],
+        "functions": stats["functions"],
+        "tasks_provided": len(task_names),
+        "tasks_matched": len(task_names) - len(unmatched),
+        "unmatched_tasks": unmatched,
+        "verified": True,
+        "max_abs_err": max_err,
+        "untuned_max_abs_err": u_err,
+        "tolerance": {"rtol": RTOL, "atol": atol,
+                      "rule": "|tvm - onnxruntime| <= atol + rtol*|onnxruntime|, "
+                              "atol = 1e-4 * max|onnxruntime output| (per output)"},
+        "latency_s": latency,
+        "weights": prep_opts.weights_mode(job),
+        "prepack": prep_opts.prepack(job),
+        "layout": prep_opts.layout(job),
+        # Kernels whose weights the compile re-laid out for them (pre-packing).
+        "prepacked": prepacked,
+        "default_schedule": default_schedule,
+        # Of those, the functions given the generic parallel schedule.
+        "generic_schedules": len(generic),
+        "default_schedule_share": sum(f["share"] for f in default_schedule),
+        "target": prep.target_json,
+        "host_cpu": _host_cpu(),
+        "records": len(db.get_all_tuning_records()),
+        "repeat": repeat,
+        "library": os.path.abspath(lib_path) if lib_path else None,
+        "library_bytes": os.path.getsize(lib_path) if lib_path else None,
+        "inputs": prep.inputs,
+        "params": prep.params,
+        "outputs": prep.outputs,
+        "timings": prep.timings,
+    }
