@@ -7,6 +7,13 @@
 //! stop the core, which commits its last batch before it returns. An admin
 //! client's `shutdown` request takes the same path.
 //!
+//! Stepping down: with PostgreSQL state, a core that finds another master
+//! leading the database (a standby took over while this one was cut off)
+//! ends by itself (`CoreEnd::SteppedDown`). Everything it led is taken down
+//! the same way, and this process goes back to waiting as a standby, port
+//! unbound: it leads again when the lead is free, and never exits while no
+//! one leads.
+//!
 //! Security settings (see docs/PROTOCOL.md, "Security and limits"): admin
 //! token, `--public-read`, `--worker-secret`, `--allowed-origin`, TLS
 //! (`--tls-cert`/`--tls-key`), and the limits on message size, workloads per
@@ -23,7 +30,7 @@ use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
 use tracing::{info, warn};
 use tunefleet_shared::workload::parse_workload_file;
 
-use crate::core::{Command, Core, CoreHandle};
+use crate::core::{Command, Core, CoreEnd, CoreHandle};
 use crate::local_workers::{self, LocalFleet};
 use crate::net::{self, AppState, NetConfig};
 use crate::scheduler::{CachePolicy, SchedulerConfig};
@@ -38,25 +45,51 @@ use process::{
 };
 
 /// Runs the master until a signal or an admin's `shutdown`, then takes it
-/// down in order (see the module docs).
+/// down in order (see the module docs); a master that steps down waits as a
+/// standby and leads again.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let signals = watch_signals();
-    let checked = check(&args)?;
+    let mut checked = check(&args)?;
+    // One token for the life of the process, across leads.
+    let admin_token = admin_token(&args);
+    let mut again = false;
+    loop {
+        match lead(&args, &mut checked, &admin_token, signals.clone(), again).await? {
+            CoreEnd::Stopped => return Ok(()),
+            CoreEnd::SteppedDown(_) => {
+                info!(
+                    "this master stepped down (above: where the lead went); it waits as a standby"
+                );
+                again = true;
+            }
+        }
+    }
+}
+
+/// One lead: wait for it (as a standby), serve, and take it all down again
+/// on a signal, an admin's `shutdown`, or the core stepping down.
+async fn lead(
+    args: &ServeArgs,
+    checked: &mut Checked,
+    admin_token: &str,
+    signals: watch::Receiver<bool>,
+    again: bool,
+) -> anyhow::Result<CoreEnd> {
     let (events, _) = broadcast::channel(args.event_buffer.max(16));
-    let Some(core) = open_core(&args, events.clone(), signals.clone()).await? else {
+    let Some(core) = open_core(args, events.clone(), signals.clone(), again).await? else {
         info!("stopped before taking the lead");
-        return Ok(());
+        return Ok(CoreEnd::Stopped);
     };
     let RunningCore {
         handle,
         thread: core_thread,
         tokens,
         storage,
+        ended,
     } = start_core(core, events)?;
-    submit_start_up_files(&handle, checked.initial).await?;
+    submit_start_up_files(&handle, std::mem::take(&mut checked.initial)).await?;
     let ticker = spawn_ticker(handle.clone());
 
-    let admin_token = admin_token(&args);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
     let stop = Arc::new(Notify::new());
@@ -64,7 +97,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let client_runtime = ClientRuntime::start()?;
     let state = AppState {
         core: handle.clone(),
-        config: Arc::new(net_config(&args, admin_token.clone(), checked.origins)),
+        config: Arc::new(net_config(
+            args,
+            admin_token.to_string(),
+            checked.origins.clone(),
+        )),
         shutdown: shutdown_rx,
         alive: alive_tx,
         connections: Arc::new(Semaphore::new(args.max_connections)),
@@ -79,17 +116,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener =
         bind_listener(args.bind).with_context(|| format!("cannot listen on {}", args.bind))?;
     let addr = listener.local_addr()?;
-    announce(addr, checked.tls.is_some(), &admin_token, &args);
+    announce(addr, checked.tls.is_some(), admin_token, args);
 
-    let local_fleet = start_local_fleet(&args, addr, checked.tls.is_some())?;
+    let local_fleet = start_local_fleet(args, addr, checked.tls.is_some())?;
     let (fleet_stop_tx, fleet_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = net::router(state).into_make_service_with_connect_info::<SocketAddr>();
     let stopping = async move {
         tokio::select! {
-            _ = signalled(signals) => {}
-            _ = stop.notified() => {}
+            _ = signalled(signals) => info!("shutting down: closing connections"),
+            _ = stop.notified() => info!("shutting down: closing connections"),
+            _ = ended.notified() => info!("stepping down: closing connections and the port"),
         }
-        info!("shutting down: closing connections");
         let _ = fleet_stop_tx.send(());
         let _ = shutdown_tx.send(true);
     };
@@ -100,7 +137,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             fleet.stop().await;
         })
     });
-    serve_until(listener, app, checked.tls, args.max_connections, stopping).await?;
+    serve_until(
+        listener,
+        app,
+        checked.tls.clone(),
+        args.max_connections,
+        stopping,
+    )
+    .await?;
 
     if let Some(fleet) = local_fleet {
         let _ = fleet.await;
@@ -115,9 +159,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     ticker.abort();
     let _ = handle.ask(|done| Command::Shutdown { done }).await;
     drop(handle);
-    let _ = tokio::task::spawn_blocking(move || core_thread.join()).await;
-    info!("master stopped");
-    Ok(())
+    let end = tokio::task::spawn_blocking(move || core_thread.join()).await;
+    drop(client_runtime);
+    match end {
+        Ok(Ok(CoreEnd::SteppedDown(reason))) => Ok(CoreEnd::SteppedDown(reason)),
+        _ => {
+            info!("master stopped");
+            Ok(CoreEnd::Stopped)
+        }
+    }
 }
 
 /// What `check` found good in the arguments, ready to use.
@@ -179,12 +229,38 @@ fn check(args: &ServeArgs) -> anyhow::Result<Checked> {
 /// Opens the state and reads it into a core. Blocking work (and, for
 /// PostgreSQL, the sync client's own runtime) runs off the async threads.
 /// A standby waits here, port unbound, until it leads; `None` when a signal
-/// came first.
+/// came first. `again` (after stepping down): a database that cannot be
+/// reached is tried again every second instead of ending the process.
 async fn open_core(
     args: &ServeArgs,
     events: broadcast::Sender<Arc<crate::core::Published>>,
-    signals: watch::Receiver<bool>,
+    mut signals: watch::Receiver<bool>,
+    again: bool,
 ) -> anyhow::Result<Option<Core>> {
+    loop {
+        let opened = tokio::select! {
+            opened = try_open_core(args, events.clone()) => opened,
+            () = signalled(signals.clone()) => return Ok(None),
+        };
+        match opened {
+            Ok(core) => return Ok(Some(core)),
+            Err(e) if again => {
+                warn!("cannot wait as a standby yet ({e:#}); trying again in 1 s");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = signals.changed() => return Ok(None),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One try of [`open_core`].
+async fn try_open_core(
+    args: &ServeArgs,
+    events: broadcast::Sender<Arc<crate::core::Published>>,
+) -> anyhow::Result<Core> {
     let config = SchedulerConfig {
         max_attempts: args.max_attempts,
         job_timeout_ms: (!args.job_timeout.is_zero())
@@ -194,31 +270,31 @@ async fn open_core(
     let (location, durability) = (args.state.clone(), args.durability);
     let standby = Standby {
         poll: args.standby_poll.max(Duration::from_millis(10)),
+        name: format!("tunefleet serve {}", args.bind),
     };
     let opening = tokio::task::spawn_blocking(move || {
-        let store = Store::open_leader(&location, durability, standby, &mut || {
-            info!(state = %location, "another master leads this database: waiting as its standby");
+        let store = Store::open_leader(&location, durability, standby, &mut |who| {
+            info!(state = %location, "another master leads this database ({who}): waiting as its standby");
         })?;
         if location.is_postgres() {
             info!(state = %location, "this master now leads");
         }
         Core::start(config, store, events)
     });
-    let mut core = tokio::select! {
-        opened = opening => opened.context("the start-up task failed")??,
-        () = signalled(signals) => return Ok(None),
-    };
+    let mut core = opening.await.context("the start-up task failed")??;
     core.set_trace_retention(args.trace_retention.filter(|d| !d.is_zero()));
     core.set_job_retention(args.job_retention);
-    Ok(Some(core))
+    Ok(core)
 }
 
 /// The core on its own thread, and what the network layer shares of it.
 struct RunningCore {
     handle: CoreHandle,
-    thread: std::thread::JoinHandle<()>,
+    thread: std::thread::JoinHandle<CoreEnd>,
     tokens: crate::tokens::TokenRegistry,
     storage: Arc<crate::core::StorageStatus>,
+    /// Notified when the core thread ends, for whatever reason.
+    ended: Arc<Notify>,
 }
 
 fn start_core(
@@ -229,9 +305,15 @@ fn start_core(
     let storage = core.storage_status();
     let whole_view_subscribers = core.whole_view_subscribers();
     let (command_tx, command_rx) = mpsc::channel(65536);
+    let ended = Arc::new(Notify::new());
+    let notify = ended.clone();
     let thread = std::thread::Builder::new()
         .name("tunefleet-core".into())
-        .spawn(move || core.run(command_rx))
+        .spawn(move || {
+            let end = core.run(command_rx);
+            notify.notify_one();
+            end
+        })
         .context("cannot start the core thread")?;
     Ok(RunningCore {
         handle: CoreHandle {
@@ -242,6 +324,7 @@ fn start_core(
         thread,
         tokens,
         storage,
+        ended,
     })
 }
 

@@ -230,7 +230,7 @@ async fn a_terminated_session_is_answered_and_replaced() {
         &base,
         &format!(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = '{db}' AND application_name = 'tunefleet'"
+             WHERE datname = '{db}' AND application_name LIKE 'tunefleet serve %'"
         ),
     );
     // The master learns at its next commit, which this submission is.

@@ -80,7 +80,7 @@ mod workers;
 use publish::{job_updated_event, worker_json};
 pub use snapshot::SharedSnapshot;
 use snapshot::SnapshotCache;
-pub use storage::StorageStatus;
+pub use storage::{CoreEnd, StorageStatus, STAND_IN_AFTER};
 use storage::{Loaded, Outage};
 
 /// A published event, serialised once for every subscriber.
@@ -319,6 +319,8 @@ pub struct Core {
     outage: Option<Outage>,
     /// When `check_connection` last asked.
     connection_checked: std::time::Instant,
+    /// Set when the core must end on its own (the lead lost).
+    ended: Option<CoreEnd>,
 }
 
 impl Core {
@@ -377,6 +379,7 @@ impl Core {
             );
         }
         let known_jobs = scheduler.jobs().map(|job| job.id().clone()).collect();
+        let store_clock = store.call_clock();
         Ok(Core {
             scheduler,
             models,
@@ -398,14 +401,16 @@ impl Core {
             archive_swept_at: Millis(0),
             archived,
             tokens,
-            storage: Arc::default(),
+            storage: Arc::new(StorageStatus::new(store_clock)),
             outage: None,
             connection_checked: std::time::Instant::now(),
+            ended: None,
         })
     }
 
-    /// Runs on its own thread until `Shutdown` or until every handle is gone.
-    pub fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+    /// Runs on its own thread until `Shutdown`, until every handle is gone,
+    /// or until it must step down (another master took the lead).
+    pub fn run(mut self, mut commands: mpsc::Receiver<Command>) -> CoreEnd {
         while let Some(first) = commands.blocking_recv() {
             let mut batch = Batch::default();
             let mut shutdown = None;
@@ -426,6 +431,7 @@ impl Core {
             // the server ended, a full disk, is an outage now, not at the
             // next commit.
             self.check_connection();
+            self.keep_stand_in();
             if let Some(done) = shutdown {
                 if self.degraded() {
                     info!("core stopped; the store could not commit, so no change since it failed was acknowledged");
@@ -433,9 +439,13 @@ impl Core {
                     info!("core stopped; state is flushed");
                 }
                 let _ = done.send(());
-                return;
+                return CoreEnd::Stopped;
+            }
+            if let Some(end) = self.ended.take() {
+                return end;
             }
         }
+        CoreEnd::Stopped
     }
 
     fn apply(&mut self, command: Command, batch: &mut Batch) {

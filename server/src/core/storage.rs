@@ -17,33 +17,149 @@
 //!
 //! Nothing is retried: a failed batch is never applied later, so a client
 //! told "nothing was applied" can resubmit. While PostgreSQL cannot be read
-//! either, the reload waits for the probe; memory then still shows the
-//! refused batch to reads (never acknowledged, and gone at the reload).
+//! either (its session is known lost: the reload would only wait for the
+//! connection's timeouts), the reload waits for the probe; memory then still
+//! shows the refused batch to reads (never acknowledged, and gone at the
+//! reload).
+//!
+//! **Reads while the core waits.** A call on a database that went silent
+//! waits for the connection's deadlines (seconds; `store/postgres/lead.rs`),
+//! and the core thread with it. Reads must not: once the store's call has
+//! lasted [`STAND_IN_AFTER`], the network layer answers `status` and
+//! `/metrics` with the last figures the core left here between batches
+//! (committed state, at most a second old), marked degraded, and `/healthz`
+//! says 503. Changes still wait: one already sent to the core may yet be
+//! committed, so it cannot be refused.
+//!
+//! **The lead lost.** A probe that finds another master leading the
+//! PostgreSQL database (`StoreError::LeadLost`, which names it) ends the
+//! core with [`CoreEnd::SteppedDown`]: `serve` closes the listener and waits
+//! as that master's standby, so a leader that comes back after a partition
+//! never leaves the farm without a master. Any other error no probe can
+//! mend stops the process (exit 70).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
-use tunefleet_shared::protocol::{close_code, FleetEvent, JobCounts, Millis, StorageProblem};
+use tunefleet_shared::protocol::{
+    close_code, FleetEvent, JobCounts, Millis, StatusReport, StorageHealth, StorageProblem,
+};
 
 use super::{now_ms, Batch, Core, EventText, Outbound};
+use crate::metrics::FleetMetrics;
 use crate::models::ModelRuns;
 use crate::scheduler::{Output, Scheduler, SchedulerConfig};
-use crate::store::{Store, StoreError};
+use crate::store::{CallClock, Store, StoreError};
 use crate::tokens::{TokenBook, TokenRegistry, META_PREFIX};
 
 /// How often a degraded store is tried again.
 pub(super) const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a store call may last before reads stop waiting for the core
+/// (see the module docs): a commit of thousands of jobs takes a few hundred
+/// ms; a database that went silent takes seconds to fail a call.
+pub const STAND_IN_AFTER: Duration = Duration::from_millis(750);
+
+/// How the core thread ended.
+#[derive(Debug)]
+pub enum CoreEnd {
+    /// Shut down (a signal, an admin's `shutdown`), or every handle gone.
+    Stopped,
+    /// Another master leads the database now; the reason names it.
+    SteppedDown(String),
+}
 
 /// What the network layer reads of the store's health, set by the core.
 #[derive(Debug, Default)]
 pub struct StorageStatus {
     failing: AtomicBool,
     problem: Mutex<Option<StorageProblem>>,
+    /// The store's clock: whether the core is waiting on a call.
+    calls: Arc<CallClock>,
+    /// The last figures of committed state, for reads while the core waits.
+    stand_in: Mutex<Option<StandIn>>,
+}
+
+#[derive(Debug)]
+struct StandIn {
+    status: StatusReport,
+    metrics: FleetMetrics,
+    /// The event sequence they are at, so an unchanged fleet is not counted again.
+    seq: u64,
+    at: Instant,
 }
 
 impl StorageStatus {
+    pub(super) fn new(calls: Arc<CallClock>) -> StorageStatus {
+        StorageStatus {
+            calls,
+            ..StorageStatus::default()
+        }
+    }
+
+    /// How long the core has waited on its store, once that is longer than
+    /// [`STAND_IN_AFTER`]: reads are then answered with the stand-in.
+    pub fn waiting(&self) -> Option<Duration> {
+        self.calls
+            .running_for()
+            .filter(|waited| *waited >= STAND_IN_AFTER)
+    }
+
+    /// Why the master cannot take changes now, if it cannot: its store fails
+    /// commits, or has not answered a call for a while (`/healthz`).
+    pub fn unhealthy(&self) -> Option<String> {
+        if self.is_failing() {
+            return Some(
+                self.problem()
+                    .map_or_else(|| "cannot commit its state".to_string(), |p| p.reason),
+            );
+        }
+        self.waiting().map(waiting_reason)
+    }
+
+    /// `status` as the core last left it, marked degraded by the wait.
+    pub fn stand_in_status(&self) -> Option<StatusReport> {
+        let waited = self.waiting()?;
+        let stand_in = self.stand_in.lock().ok()?;
+        let mut status = stand_in.as_ref()?.status.clone();
+        status.storage = StorageHealth::Degraded;
+        status.storage_problem = Some(self.problem().unwrap_or(StorageProblem {
+            reason: waiting_reason(waited),
+            since: now_ms().before(waited.as_millis() as u64),
+        }));
+        Some(status)
+    }
+
+    /// `/metrics` as the core last left it, marked degraded by the wait.
+    pub fn stand_in_metrics(&self) -> Option<FleetMetrics> {
+        self.waiting()?;
+        let stand_in = self.stand_in.lock().ok()?;
+        let mut metrics = stand_in.as_ref()?.metrics.clone();
+        metrics.storage_degraded = 1;
+        Some(metrics)
+    }
+
+    /// Whether the stand-in is older than a second, or not at `seq`.
+    fn stand_in_stale(&self, seq: u64) -> bool {
+        self.stand_in.lock().is_ok_and(|s| {
+            s.as_ref()
+                .is_none_or(|s| s.seq != seq && s.at.elapsed() >= PROBE_EVERY)
+        })
+    }
+
+    fn keep_stand_in(&self, status: StatusReport, metrics: FleetMetrics, seq: u64) {
+        if let Ok(mut stand_in) = self.stand_in.lock() {
+            *stand_in = Some(StandIn {
+                status,
+                metrics,
+                seq,
+                at: Instant::now(),
+            });
+        }
+    }
+
     /// True while the store cannot commit: changes are refused at once.
     pub fn is_failing(&self) -> bool {
         self.failing.load(Ordering::Relaxed)
@@ -79,6 +195,16 @@ impl StorageStatus {
             *p = None;
         }
     }
+}
+
+/// What a stand-in answer says while the core waits on its store.
+fn waiting_reason(waited: Duration) -> String {
+    format!(
+        "the state database has not answered for {:.1} s (a slow server, or a network \
+         partition); this answer is the master's state as last committed, and changes wait \
+         until the database answers or the call times out",
+        waited.as_secs_f64()
+    )
 }
 
 /// The core's side of an outage.
@@ -145,8 +271,7 @@ impl Core {
         self.store.forget_failed();
         if !e.is_transient() {
             error!("cannot commit state: {e}");
-            error!("giving up: the master stops so that nothing unsaved is acknowledged");
-            std::process::exit(70);
+            return self.give_up(e);
         }
         let refused = batch.replies.len();
         let Batch {
@@ -181,8 +306,39 @@ impl Core {
             held: Batch::default(),
         });
         outage.reload_pending = true;
-        self.try_reload();
+        // A lost session would only wait for its timeouts: the probe's new
+        // session reads the state back.
+        if !self.store.session_lost() {
+            self.try_reload();
+        }
         self.answer_reads(reads, snapshots);
+    }
+
+    /// An error no probe can mend: another master took the lead (the core
+    /// ends, and `serve` waits as its standby), or anything else (the
+    /// process stops, exit 70, so that nothing unsaved is acknowledged).
+    fn give_up(&mut self, e: StoreError) {
+        if let StoreError::LeadLost { .. } = e {
+            error!("{e}");
+            self.storage.fail(StorageProblem {
+                reason: format!("the {e}"),
+                since: now_ms(),
+            });
+            self.close_workers(&e);
+            self.ended = Some(super::CoreEnd::SteppedDown(e.to_string()));
+            return;
+        }
+        error!("giving up: the master stops so that nothing unsaved is acknowledged");
+        std::process::exit(70);
+    }
+
+    /// Between batches, at most once a second while the fleet changes: the
+    /// figures reads get while the core waits on its store.
+    pub(super) fn keep_stand_in(&mut self) {
+        if self.storage.stand_in_stale(self.seq) {
+            let (status, metrics) = (self.status(), self.metrics());
+            self.storage.keep_stand_in(status, metrics, self.seq);
+        }
     }
 
     /// Every worker's socket is closed: its session ends with the reload,
@@ -259,8 +415,7 @@ impl Core {
         if let Err(e) = self.store.probe() {
             if !e.is_transient() {
                 error!("{e}");
-                error!("giving up: the master stops so that nothing unsaved is acknowledged");
-                std::process::exit(70);
+                self.give_up(e);
             }
             return;
         }

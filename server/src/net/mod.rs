@@ -9,6 +9,10 @@
 //! the `Origin` ([`origin`]) and the number of open connections
 //! (`--max-connections`). Refusals are plain HTTP answers (403, 503), logged
 //! with the peer's address.
+//!
+//! Reads never wait for long with a core that waits on a silent database
+//! ([`read`]): they get the stand-in the core left, or a refusal that says
+//! why, within a second (`core::StorageStatus`).
 
 mod assets;
 mod client_conn;
@@ -154,28 +158,66 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// 200 `ok` while the master can commit its state; 503 with the reason
-/// while it cannot (it still answers reads, but takes no changes).
+/// while it cannot, or while its database has not answered for a moment
+/// (it still answers reads, but takes no changes).
 async fn healthz(State(state): State<AppState>) -> Response {
-    if state.storage.is_failing() {
-        let reason = state
-            .storage
-            .problem()
-            .map_or_else(|| "cannot commit its state".to_string(), |p| p.reason);
+    if let Some(reason) = state.storage.unhealthy() {
         let body = format!("storage degraded: {reason}\n");
         return (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
     }
     "ok".into_response()
 }
 
+/// What a read got from the core.
+pub(crate) enum Read<T> {
+    Answer(T),
+    /// The core has been waiting on its store this long (see [`read`]).
+    Stuck(Duration),
+    /// The core is gone (stopping, or its reply dropped).
+    Gone,
+}
+
+/// A read command's answer; or, once the core has waited on its store for
+/// `core::STAND_IN_AFTER` (a database that went silent, which takes seconds
+/// to fail a call), `Stuck` at once: the caller answers from the stand-in or
+/// refuses, instead of waiting with the core.
+pub(crate) async fn read<T>(
+    state: &AppState,
+    make: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> crate::core::Command,
+) -> Read<T> {
+    let asked = state.core.ask(make);
+    tokio::pin!(asked);
+    let mut check = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tokio::select! {
+            answer = &mut asked => return answer.map_or(Read::Gone, Read::Answer),
+            _ = check.tick() => {
+                if let Some(waited) = state.storage.waiting() {
+                    return Read::Stuck(waited);
+                }
+            }
+        }
+    }
+}
+
 /// Prometheus text format; open like `/healthz`: counts only, no job content.
 async fn metrics(State(state): State<AppState>) -> Response {
     use crate::metrics::{render, ProcessMetrics, ServerMetrics};
-    let Some(fleet) = state
-        .core
-        .ask(|reply| crate::core::Command::Metrics { reply })
-        .await
-    else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "the master is stopping").into_response();
+    let fleet = match read(&state, |reply| crate::core::Command::Metrics { reply }).await {
+        Read::Answer(fleet) => fleet,
+        Read::Stuck(waited) => match state.storage.stand_in_metrics() {
+            Some(fleet) => fleet,
+            None => {
+                let body = format!(
+                    "the master's state database has not answered for {:.1} s\n",
+                    waited.as_secs_f64()
+                );
+                return (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+            }
+        },
+        Read::Gone => {
+            return (StatusCode::SERVICE_UNAVAILABLE, "the master is stopping").into_response()
+        }
     };
     let max = state.config.max_connections;
     let server = ServerMetrics {

@@ -29,6 +29,7 @@
 //!
 //! This module never decides anything: it stores what the core hands it.
 
+mod calls;
 mod migrate;
 mod model_row;
 mod postgres;
@@ -38,12 +39,14 @@ mod sqlite;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tunefleet_shared::protocol::{JobId, JobState, Millis};
 
 use crate::models::{sort_best_first, KeptRecord, ModelRun};
 use crate::scheduler::Job;
+pub use calls::CallClock;
 pub use row::TraceJob;
 
 /// 1: jobs rows were the scheduler's `Job` whole. 2: `row::JobRowOut` plus
@@ -101,8 +104,8 @@ pub enum StoreError {
     NoRoom { path: String, cause: std::io::Error },
     #[error("state database {path}: the connection to the server was lost")]
     Disconnected { path: String },
-    #[error("state database {path}: another master took the lead while this one's connection was down; this one stops (nothing unsaved was acknowledged)")]
-    LeadLost { path: String },
+    #[error("state database {path}: another master took the lead while this one could not reach the database ({holder}); this one steps down and waits as its standby (nothing unsaved was acknowledged)")]
+    LeadLost { path: String, holder: String },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -381,6 +384,11 @@ trait Backend: Send {
     fn unavailable(&mut self) -> Option<StoreError> {
         None
     }
+    /// Whether the session is known to be gone, without asking anything:
+    /// a read on it would only wait for the connection's timeouts.
+    fn session_lost(&self) -> bool {
+        false
+    }
     /// (seq, at, event) in order, to `line`.
     fn export_trace(
         &mut self,
@@ -391,6 +399,8 @@ trait Backend: Send {
 
 pub struct Store {
     backend: Box<dyn Backend>,
+    /// Set around every backend call (see `calls`).
+    calls: Arc<CallClock>,
     /// Jobs in memory that have a row: only new ones need their workload
     /// written (an archived job coming back is an upsert that keeps it).
     stored: HashSet<String>,
@@ -409,10 +419,14 @@ pub struct Store {
 
 /// How a master that finds another one leading the same PostgreSQL database
 /// waits (see [`Store::open_leader`]).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Standby {
     /// How often the lead is tried while another master holds it.
     pub poll: Duration,
+    /// What this master's sessions are called on the server
+    /// (`application_name`, e.g. `tunefleet serve 10.0.0.5:18871`), so that a
+    /// master that finds the lead taken can say where it went.
+    pub name: String,
 }
 
 impl Store {
@@ -426,12 +440,12 @@ impl Store {
     /// Opens the state where `--state` says. For PostgreSQL, this master
     /// must lead: while another master holds the lead, it waits as a standby
     /// (polling every `standby.poll`) and returns once it leads. `on_wait` is
-    /// called once, when waiting begins.
+    /// called once, when waiting begins, with who leads.
     pub fn open_leader(
         location: &StateLocation,
         durability: Durability,
         standby: Standby,
-        on_wait: &mut dyn FnMut(),
+        on_wait: &mut dyn FnMut(&str),
     ) -> Result<Store, StoreError> {
         match location {
             StateLocation::File(path) => Store::open(path, durability),
@@ -454,6 +468,7 @@ impl Store {
     fn with(backend: Box<dyn Backend>) -> Store {
         Store {
             backend,
+            calls: Arc::default(),
             stored: HashSet::new(),
             pending_archive: Vec::new(),
             stored_records: HashMap::new(),
@@ -463,8 +478,24 @@ impl Store {
         }
     }
 
+    /// The clock the network layer reads to see whether the core waits on
+    /// the database (see `calls`).
+    pub fn call_clock(&self) -> Arc<CallClock> {
+        Arc::clone(&self.calls)
+    }
+
+    fn clock(&self) -> Arc<CallClock> {
+        Arc::clone(&self.calls)
+    }
+
+    /// See `Backend::session_lost`.
+    pub fn session_lost(&self) -> bool {
+        self.backend.session_lost()
+    }
+
     /// The jobs the master holds in memory: all but the archived ones.
     pub fn load_jobs(&mut self) -> Result<Vec<Job>, StoreError> {
+        let _call = self.clock().start_owned();
         let rows = self.backend.load_job_rows()?;
         self.warm_stored = rows
             .iter()
@@ -479,6 +510,7 @@ impl Store {
     /// Archived jobs, read back (see [`Archived`]). Reading changes nothing:
     /// a job is live again only once the core writes it.
     pub fn load_archived(&mut self, which: Archived<'_>) -> Result<Vec<Job>, StoreError> {
+        let _call = self.clock().start_owned();
         let rows = self.backend.load_archived_rows(which)?;
         self.decode_jobs(rows)
     }
@@ -486,6 +518,7 @@ impl Store {
     /// How many archived jobs end in each state.
     pub fn archived_counts(&mut self) -> Result<Vec<(JobState, u64)>, StoreError> {
         let mut counts = Vec::new();
+        let _call = self.clock().start_owned();
         for (state, n) in self.backend.archived_counts()? {
             let state = JobState::parse(&state).ok_or_else(|| StoreError::CorruptJob {
                 path: self.backend.path().to_string(),
@@ -552,6 +585,7 @@ impl Store {
             message,
         };
         let mut runs = Vec::new();
+        let _call = self.clock().start_owned();
         for (name, data) in self.backend.load_model_rows()? {
             let row: model_row::ModelRowIn =
                 serde_json::from_str(&data).map_err(|e| corrupt(&name, e.to_string()))?;
@@ -602,11 +636,13 @@ impl Store {
 
     /// A stored artefact of a model run (`library`), if any.
     pub fn load_artifact(&mut self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let _call = self.clock().start_owned();
         self.backend.load_artifact(run, kind)
     }
 
     /// `meta` rows whose key starts with `prefix` (named tokens).
     pub fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let _call = self.clock().start_owned();
         self.backend.load_meta(prefix)
     }
 
@@ -665,6 +701,7 @@ impl Store {
                 )
             })
             .collect();
+        let _call = self.clock().start_owned();
         self.backend.commit(&RowBatch {
             jobs: &jobs,
             archive: &self.pending_archive,
@@ -776,6 +813,7 @@ impl Store {
 
     /// See `Backend::unavailable`.
     pub fn unavailable(&mut self) -> Option<StoreError> {
+        let _call = self.clock().start_owned();
         self.backend.unavailable()
     }
 
@@ -783,6 +821,7 @@ impl Store {
     pub fn probe(&mut self) -> Result<(), StoreError> {
         #[cfg(test)]
         self.injected_failure()?;
+        let _call = self.clock().start_owned();
         self.backend.probe()
     }
 
@@ -802,11 +841,13 @@ impl Store {
     /// how many went. The space is reused by later lines; the file does not
     /// shrink.
     pub fn prune_trace(&mut self, before: Millis) -> Result<u64, StoreError> {
+        let _call = self.clock().start_owned();
         self.backend.prune_trace(before)
     }
 
     /// Writes the trace as JSON lines: `{"seq":..,"at":..,"event":{..}}`.
     pub fn export_trace(&mut self, out: &mut dyn Write) -> Result<u64, StoreError> {
+        let _call = self.clock().start_owned();
         self.backend.export_trace(&mut |seq, at, event| {
             writeln!(out, "{{\"seq\":{seq},\"at\":{at},\"event\":{event}}}")?;
             Ok(())

@@ -5,49 +5,74 @@
 //! transaction per batch: the durability rule is unchanged, and a commit
 //! returns only once PostgreSQL has it.
 //!
-//! **The lead.** A master that opens the database for writing first takes a
-//! session-level advisory lock ([`LEAD_LOCK`]) on the very connection it then
+//! **The lead** (`lead.rs`). A master that opens the database for writing
+//! first takes a session-level advisory lock on the very connection it then
 //! writes through. While another master holds it, this one waits as a
 //! standby: no port bound, nothing read, the lock tried again every poll.
 //! When the leader dies, PostgreSQL ends its session and releases the lock
-//! (at once on a closed socket; after TCP keepalives time out on a vanished
-//! host), and the standby loads the state and starts serving. Holding the
-//! lock on the writing connection is also the fence: a leader that lost its
-//! connection has lost the lock with it, so it cannot write after a standby
-//! took over. Its next commit fails (refused, rolled back: `core/storage.rs`)
-//! and its probe opens a new session that must take the lock at once: if a
-//! standby holds it, the probe says `LeadLost` and the master stops; if not
-//! (the server restarted, the session was ended), this master leads on.
+//! (at once on a closed socket; within `lead::SERVER_GIVES_UP` of silence,
+//! by the keepalives and user timeout the session set for itself), and the
+//! standby loads the state and starts serving. Holding the lock on the
+//! writing connection is also the fence: a leader that lost its connection
+//! has lost the lock with it, so it cannot write after a standby took over.
+//! Its next commit fails (refused, rolled back: `core/storage.rs`) and its
+//! probe opens a new session, off the core thread, that must take the lock
+//! at once: if another master holds it, the probe says `LeadLost` and the
+//! master steps down to a standby; if not (the server restarted, the session
+//! was ended, a partition healed), this master leads on.
+//!
+//! No call waits without a deadline (`lead.rs` says which), so a silent
+//! server fails a call within seconds and the core answers from memory.
 //!
 //! The sync `postgres` client runs its own small runtime: it is used only from
 //! the core thread and blocking tasks, never from inside an async task.
 
+use std::sync::mpsc;
 use std::time::Duration;
 
-use postgres::{Client, NoTls, Statement};
+use postgres::{Client, Statement};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, redact, Archived, Backend, Durability, Found, JobRead, JobWrite, RecordRead,
-    RowBatch, Standby, StoreError, ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY,
-    MODEL_RECORDS_TABLE, SCHEMA_VERSION, WARM_STARTS_TABLE, WORKLOADS_TABLE,
+    check_version, Archived, Backend, Durability, Found, JobRead, JobWrite, RecordRead, RowBatch,
+    Standby, StoreError, ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY, MODEL_RECORDS_TABLE,
+    SCHEMA_VERSION, WARM_STARTS_TABLE, WORKLOADS_TABLE,
 };
 
-/// The advisory lock key masters contend for ("tunefleet" in ASCII, cut to 8
-/// bytes). One farm per database.
-pub(super) const LEAD_LOCK: i64 = 0x7475_6e65_666c_6565;
+mod lead;
+use lead::{Lead, CONNECT_TIMEOUT};
 
 pub(super) struct PgStore {
     client: Client,
     path: String,
     statements: Option<Statements>,
-    /// To reconnect with (see `Backend::probe`); `None` read-only.
-    reconnect: Option<(String, Durability)>,
+    /// To take the lead again with (see `Backend::probe`); `None` read-only.
+    reconnect: Option<Reconnect>,
+    /// The server process of the session that took the lead: after a
+    /// partition it may outlive the connection for a few seconds.
+    leading_pid: Option<i32>,
+    /// The session failed a check: it is only replaced, never asked again
+    /// (a call on a silent connection waits for its timeouts).
+    suspect: bool,
+    /// A new session being opened off the core thread by `probe`.
+    attempt: Option<mpsc::Receiver<Result<Lead, StoreError>>>,
 }
 
-/// How long a reconnection may take: the core thread waits for it (reads
-/// with it), once a second while the server is away.
-const RECONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+#[derive(Clone)]
+struct Reconnect {
+    url: String,
+    durability: Durability,
+    name: String,
+}
+
+/// How long a probe waits for the new session it is opening before it
+/// leaves it to the next probe.
+const ATTEMPT_GRACE: Duration = Duration::from_millis(250);
+
+/// How long a check of a session that looks alive may take: the core
+/// thread waits for it (reads meanwhile get the stand-in answer,
+/// `core::StorageStatus`).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Prepared once per connection: a batch is then only round trips of
 /// parameters.
@@ -73,73 +98,31 @@ struct Statements {
 }
 
 impl PgStore {
-    fn connect(url: &str, timeout: Duration) -> Result<(Client, String), StoreError> {
-        let path = redact(url);
-        let mut config: postgres::Config = url.parse().map_err(|cause| StoreError::Postgres {
-            path: path.clone(),
-            cause,
-        })?;
-        if config.get_password().is_none() {
-            if let Ok(password) = std::env::var("PGPASSWORD") {
-                config.password(password);
-            }
-        }
-        config
-            .application_name("tunefleet")
-            .connect_timeout(timeout)
-            .keepalives(true)
-            .keepalives_idle(Duration::from_secs(10));
-        let client = config
-            .connect(NoTls)
-            .map_err(|cause| StoreError::Postgres {
-                path: path.clone(),
-                cause,
-            })?;
-        Ok((client, path))
-    }
-
-    /// Connects, takes the lead (waiting as a standby while another master
-    /// holds it), then creates or checks the schema.
+    /// Takes the lead (waiting as a standby while another master holds it),
+    /// then creates or checks the schema.
     pub(super) fn open_leader(
         url: &str,
         durability: Durability,
         standby: Standby,
-        on_wait: &mut dyn FnMut(),
+        on_wait: &mut dyn FnMut(&str),
     ) -> Result<PgStore, StoreError> {
-        let (mut client, path) = PgStore::connect(url, CONNECT_TIMEOUT)?;
-        let err = |cause| StoreError::Postgres {
+        let (Lead { mut client, pid }, path) = lead::wait_for_lead(url, &standby, on_wait)?;
+        lead::set_durability(&mut client, durability).map_err(|cause| StoreError::Postgres {
             path: path.clone(),
             cause,
-        };
-        let mut waiting = false;
-        loop {
-            match client.query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK]) {
-                Ok(row) if row.get::<_, bool>(0) => break,
-                Ok(_) => {}
-                // A standby outlives the server's restart (or its session's
-                // end): it connects again and keeps waiting.
-                Err(e) if waiting => {
-                    tracing::warn!(state = %path, "lost the database while waiting as standby ({e}); connecting again");
-                    std::thread::sleep(standby.poll.max(Duration::from_millis(500)));
-                    if let Ok((again, _)) = PgStore::connect(url, RECONNECT_TIMEOUT) {
-                        client = again;
-                    }
-                    continue;
-                }
-                Err(e) => return Err(err(e)),
-            }
-            if !waiting {
-                waiting = true;
-                on_wait();
-            }
-            std::thread::sleep(standby.poll);
-        }
-        set_durability(&mut client, durability).map_err(err)?;
+        })?;
         let mut store = PgStore {
             client,
-            path: path.clone(),
+            path,
             statements: None,
-            reconnect: Some((url.to_string(), durability)),
+            reconnect: Some(Reconnect {
+                url: url.to_string(),
+                durability,
+                name: standby.name,
+            }),
+            leading_pid: Some(pid),
+            suspect: false,
+            attempt: None,
         };
         store.create_or_check()?;
         store.statements = Some(store.prepare()?);
@@ -147,7 +130,7 @@ impl PgStore {
     }
 
     pub(super) fn open_read_only(url: &str) -> Result<PgStore, StoreError> {
-        let (mut client, path) = PgStore::connect(url, CONNECT_TIMEOUT)?;
+        let (mut client, path) = lead::connect(url, CONNECT_TIMEOUT, "tunefleet (read-only)")?;
         client
             .batch_execute("SET default_transaction_read_only = on")
             .map_err(|cause| StoreError::Postgres {
@@ -159,33 +142,48 @@ impl PgStore {
             path,
             statements: None,
             reconnect: None,
+            leading_pid: None,
+            suspect: false,
+            attempt: None,
         })
     }
 
-    /// A new session after the old one ended (server restarted, backend
-    /// terminated): it takes the lead again at once or not at all. Had
-    /// another master taken it meanwhile, writing on would interleave two
-    /// masters' commits: `LeadLost`.
-    fn reconnect(&mut self) -> Result<(), StoreError> {
-        let Some((url, durability)) = self.reconnect.clone() else {
-            return Ok(());
-        };
-        let (mut client, path) = PgStore::connect(&url, RECONNECT_TIMEOUT)?;
-        let err = |cause| StoreError::Postgres {
-            path: path.clone(),
-            cause,
-        };
-        let got: bool = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK])
-            .map_err(err)?
-            .get(0);
-        if !got {
-            return Err(StoreError::LeadLost { path });
+    fn disconnected(&self) -> StoreError {
+        StoreError::Disconnected {
+            path: self.path.clone(),
         }
-        set_durability(&mut client, durability).map_err(err)?;
-        self.client = client;
+    }
+
+    /// Starts opening a new session off the core thread (see
+    /// `lead::take_lead_again`); `probe` collects it.
+    fn start_attempt(&mut self, again: Reconnect) {
+        let (tx, rx) = mpsc::channel();
+        let previous = self.leading_pid;
+        let spawned = std::thread::Builder::new()
+            .name("tunefleet-pg-reconnect".into())
+            .spawn(move || {
+                let lead =
+                    lead::take_lead_again(&again.url, again.durability, &again.name, previous);
+                let _ = tx.send(lead);
+            });
+        match spawned {
+            Ok(_) => self.attempt = Some(rx),
+            Err(e) => tracing::warn!("cannot start a thread to reconnect to PostgreSQL: {e}"),
+        }
+    }
+
+    /// The new session leads: it replaces the old one, whose client is
+    /// dropped off this thread (closing it may wait on a dead socket).
+    fn install(&mut self, lead: Lead) -> Result<(), StoreError> {
+        let old = std::mem::replace(&mut self.client, lead.client);
+        let _ = std::thread::Builder::new()
+            .name("tunefleet-pg-close".into())
+            .spawn(move || drop(old));
+        self.leading_pid = Some(lead.pid);
+        self.suspect = false;
+        self.statements = None;
         self.statements = Some(self.prepare()?);
-        tracing::info!(state = %path, "reconnected to PostgreSQL; this master still leads");
+        tracing::info!(state = %self.path, "reconnected to PostgreSQL; this master still leads");
         Ok(())
     }
 
@@ -426,16 +424,6 @@ pub(super) fn last_write_of_each<'b, 'a>(jobs: &'b [JobWrite<'a>]) -> Vec<&'b Jo
     last
 }
 
-/// How long the first connection may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn set_durability(client: &mut Client, durability: Durability) -> Result<(), postgres::Error> {
-    if durability == Durability::Full {
-        client.batch_execute("SET synchronous_commit = on")?;
-    }
-    Ok(())
-}
-
 impl Backend for PgStore {
     fn path(&self) -> &str {
         &self.path
@@ -443,21 +431,50 @@ impl Backend for PgStore {
 
     fn unavailable(&mut self) -> Option<StoreError> {
         // The sync client notices a closed socket only while it waits for
-        // an answer: one round trip asks.
-        let gone = self.reconnect.is_some()
-            && (self.client.is_closed() || self.client.is_valid(RECONNECT_TIMEOUT).is_err());
-        gone.then(|| StoreError::Disconnected {
-            path: self.path.clone(),
-        })
+        // an answer: one round trip asks, within a deadline.
+        self.reconnect.as_ref()?;
+        if !self.session_lost() && self.client.is_valid(CHECK_TIMEOUT).is_ok() {
+            return None;
+        }
+        self.suspect = true;
+        Some(self.disconnected())
     }
 
+    fn session_lost(&self) -> bool {
+        self.suspect || self.client.is_closed()
+    }
+
+    /// A session that still answers is kept (the lead is on it); one that
+    /// ended, or does not answer, is replaced by a new one opened off this
+    /// thread, collected by a later probe: the core never waits for a
+    /// connection to a server that does not answer.
     fn probe(&mut self) -> Result<(), StoreError> {
-        // A session that still answers is kept (the lead is on it); one that
-        // ended, or does not answer, is replaced.
-        if self.client.is_closed() || self.client.simple_query("SELECT 1").is_err() {
-            self.reconnect()?;
+        let Some(again) = self.reconnect.clone() else {
+            return Ok(());
+        };
+        if self.attempt.is_none() {
+            if !self.session_lost() && self.client.is_valid(CHECK_TIMEOUT).is_ok() {
+                return Ok(());
+            }
+            self.suspect = true;
+            self.start_attempt(again);
         }
-        Ok(())
+        let Some(attempt) = &self.attempt else {
+            return Err(self.disconnected());
+        };
+        // A server that answers connects in milliseconds: most attempts
+        // are collected by the probe that started them.
+        match attempt.recv_timeout(ATTEMPT_GRACE) {
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(self.disconnected()),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                self.attempt = None;
+                Err(self.disconnected())
+            }
+            Ok(lead) => {
+                self.attempt = None;
+                self.install(lead?)
+            }
+        }
     }
 
     fn load_job_rows(&mut self) -> Result<Vec<JobRead>, StoreError> {

@@ -802,8 +802,10 @@ fn postgres_keeps_records_and_warm_starts_in_rows_of_their_own() {
     let location = StateLocation::Postgres(url);
     let standby = Standby {
         poll: std::time::Duration::from_millis(100),
+        name: "tunefleet test".into(),
     };
-    let open = || Store::open_leader(&location, Durability::Normal, standby, &mut || {}).unwrap();
+    let open =
+        || Store::open_leader(&location, Durability::Normal, standby.clone(), &mut |_| {}).unwrap();
     let mut run = model_run();
     let mut jobs = some_jobs();
     jobs[0].extras.warm_start = Some(Box::new(WarmStart {

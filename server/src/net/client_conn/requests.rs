@@ -58,17 +58,45 @@ impl Asked<'_> {
         &self,
         make: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Result<T, ServerMessage> {
-        self.state.core.ask(make).await.ok_or_else(|| {
-            if self.state.storage.is_failing() {
-                storage_unavailable(self.id, self.state)
-            } else {
-                error(
-                    Some(self.id),
-                    ErrorCode::Internal,
-                    "master is shutting down".into(),
+        self.state.core.ask(make).await.ok_or_else(|| self.gone())
+    }
+
+    /// A read's answer from the core; while the core waits on a silent
+    /// database, `stand_in`'s answer if it has one, else a refusal that
+    /// says why (`net::read`): a read is answered within a second.
+    async fn read<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+        stand_in: impl FnOnce(&crate::core::StorageStatus) -> Option<T>,
+    ) -> Result<T, ServerMessage> {
+        match crate::net::read(self.state, make).await {
+            crate::net::Read::Answer(answer) => Ok(answer),
+            crate::net::Read::Stuck(waited) => stand_in(&self.state.storage).ok_or_else(|| {
+                self.refuse(
+                    ErrorCode::StorageUnavailable,
+                    format!(
+                        "storage_unavailable: the master's state database has not answered \
+                         for {:.1} s (a slow server, or a network partition); try again, or \
+                         ask another master (`--server A,B`)",
+                        waited.as_secs_f64()
+                    ),
                 )
-            }
-        })
+            }),
+            crate::net::Read::Gone => Err(self.gone()),
+        }
+    }
+
+    /// The refusal a dropped reply means.
+    fn gone(&self) -> ServerMessage {
+        if self.state.storage.is_failing() {
+            storage_unavailable(self.id, self.state)
+        } else {
+            error(
+                Some(self.id),
+                ErrorCode::Internal,
+                "master is shutting down".into(),
+            )
+        }
     }
 
     fn refuse(&self, code: ErrorCode, message: String) -> ServerMessage {
@@ -120,9 +148,11 @@ async fn reply_body(command: ClientCommand, asked: &Asked<'_>) -> Result<ReplyBo
             ))
         }
         ClientCommand::Subscribe { .. } => ReplyBody::Subscribed,
-        ClientCommand::Status => {
-            ReplyBody::Status(asked.ask(|reply| Command::Status { reply }).await?)
-        }
+        ClientCommand::Status => ReplyBody::Status(
+            asked
+                .read(|reply| Command::Status { reply }, |s| s.stand_in_status())
+                .await?,
+        ),
         ClientCommand::Results { job_ids, archived } => results(job_ids, archived, asked).await?,
         ClientCommand::Submit {
             yaml,
@@ -170,7 +200,7 @@ async fn reply_body(command: ClientCommand, asked: &Asked<'_>) -> Result<ReplyBo
         }
         ClientCommand::Models { name } => {
             let models = asked
-                .ask(|reply| Command::Models { name, reply })
+                .read(|reply| Command::Models { name, reply }, |_| None)
                 .await?
                 .map_err(|e| model_error(id, e))?;
             ReplyBody::Models { models }
@@ -220,7 +250,9 @@ async fn reply_body(command: ClientCommand, asked: &Asked<'_>) -> Result<ReplyBo
             ReplyBody::Imported(report)
         }
         ClientCommand::ListTokens => ReplyBody::Tokens {
-            tokens: asked.ask(|reply| Command::ListTokens { reply }).await?,
+            tokens: asked
+                .read(|reply| Command::ListTokens { reply }, |_| None)
+                .await?,
         },
         ClientCommand::ModelArtifact { name, artifact } => {
             let run = name.clone();
@@ -260,7 +292,7 @@ async fn results(
 ) -> Result<ReplyBody, ServerMessage> {
     let whole_archive = archived && job_ids.is_none();
     let jobs = asked
-        .ask(|reply| Command::Results { job_ids, reply })
+        .read(|reply| Command::Results { job_ids, reply }, |_| None)
         .await?;
     if !whole_archive {
         return Ok(ReplyBody::Results {
