@@ -40,6 +40,7 @@ fn hello(worker_id: &str, target: &str) -> WorkerHello {
         tvm_version: None,
         secret: None,
         slots: None,
+        device: None,
     }
 }
 

@@ -11,6 +11,7 @@
 extern crate self as tunefleet_shared;
 
 pub mod cpus;
+pub mod device;
 pub mod export;
 pub mod fleet;
 pub mod import;

@@ -11,6 +11,9 @@
 //!   and the `sim` test backend.
 //! - [`backoff`]: reconnect delays.
 //! - [`affinity`]: `--cpus`, pinning the process to its own cores.
+//! - [`gpu`]: NVIDIA GPUs found with `nvidia-smi`, `--gpus`; [`devices`]:
+//!   the slots one process serves (a CUDA slot per GPU, the CPU), and
+//!   [`slots`] runs them together.
 
 // Unsafe code only where the worker calls C: pinning (`affinity`), and TVM
 // through tvm-ffi and dlopen (`backend::tvm`, `backend::verify`), each
@@ -23,7 +26,10 @@ pub mod affinity;
 pub mod backend;
 pub mod backoff;
 pub mod connection;
+pub mod devices;
+pub mod gpu;
 pub mod session;
+pub mod slots;
 
 #[cfg(test)]
 mod testutil;

@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tunefleet_shared::target::Target;
 use tunefleet_worker::affinity::{pin_current_process, CpuSet};
-use tunefleet_worker::{run_worker, Backend, Backoff, SimBackend, WorkerConfig};
+use tunefleet_worker::devices::{self, PlanOptions, Slot, TargetChoice};
+use tunefleet_worker::gpu::{self, Gpu, GpuSelection};
+use tunefleet_worker::slots::run_slots;
+use tunefleet_worker::{Backend, Backoff, SimBackend, WorkerConfig};
 
 // No `Debug`: it holds the join secret.
 /// Tunes jobs for a tunefleet master.
@@ -30,13 +33,27 @@ struct Cli {
     #[arg(long, value_name = "PEM", env = "TUNEFLEET_CA_CERT")]
     ca_cert: Option<PathBuf>,
 
-    /// What this machine compiles for: `auto` (the default: LLVM's name for
-    /// this host's CPU as `mcpu`, the cores this process may use as
-    /// `num-cores`), or a TVM target as JSON ('{"kind":"llvm","num-cores":2}')
+    /// What this machine compiles for: `auto` (the default: a CUDA slot per
+    /// NVIDIA GPU that `--gpus` picks, each with its `arch`; on a host
+    /// without one, the CPU: LLVM's name for it as `mcpu`, the cores this
+    /// process may use as `num-cores`), or a TVM target as JSON
+    /// ('{"kind":"llvm","num-cores":2}', '{"kind":"cuda"}': a slot per GPU)
     /// or as a legacy string ('llvm -num-cores=2'). A job's target attributes
     /// that it leaves open are filled from this one.
     #[arg(long, default_value = "auto", value_parser = parse_target_arg)]
     target: TargetArg,
+
+    /// NVIDIA GPUs to serve, by nvidia-smi's index (`0,2`), `all` (the
+    /// default: every GPU CUDA_VISIBLE_DEVICES lets this process use) or
+    /// `none` (the CPU only). Each GPU is a slot of its own on the master,
+    /// named NAME-gpuN, with a driver that sees that GPU alone.
+    #[arg(long, value_name = "LIST", value_parser = parse_gpus)]
+    gpus: Option<GpuSelection>,
+
+    /// Also serve llvm jobs on this host's CPU beside the GPU slots (off by
+    /// default: a CPU job measures on the cores the GPU slots build with).
+    #[arg(long)]
+    cpu_slot: bool,
 
     /// How to tune: `tvm` (TVM MetaSchedule; needs a build with the `tvm`
     /// feature) or `sim`, a fleet-testing tool that fakes results.
@@ -102,7 +119,8 @@ struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = tunefleet_worker::session::parse_duration)]
     heartbeat_timeout: Option<Duration>,
 
-    /// Exit after this many jobs have been reported and acknowledged (for tests).
+    /// Exit after this many jobs have been reported and acknowledged (for
+    /// tests; per slot when the worker serves several GPUs).
     #[arg(long)]
     max_jobs: Option<u64>,
 
@@ -125,6 +143,10 @@ struct Cli {
     supervised: bool,
 }
 
+fn parse_gpus(text: &str) -> Result<GpuSelection, String> {
+    GpuSelection::parse(text).map_err(|e| e.to_string())
+}
+
 fn parse_cpus(text: &str) -> Result<CpuSet, String> {
     CpuSet::parse(text).map_err(|e| e.to_string())
 }
@@ -139,25 +161,25 @@ enum BackendKind {
     Sim,
 }
 
-#[derive(Clone, Debug)]
-enum TargetArg {
-    Auto,
-    Given(Target),
-}
+type TargetArg = TargetChoice;
 
 fn parse_target_arg(text: &str) -> Result<TargetArg, String> {
     if text.trim() == "auto" {
-        return Ok(TargetArg::Auto);
+        return Ok(TargetChoice::Auto);
     }
     Target::parse(text)
-        .map(TargetArg::Given)
+        .map(TargetChoice::Given)
         .map_err(|e| e.to_string())
 }
 
-/// `--target auto`: `{"kind":"llvm","mcpu":HOST,"num-cores":N}`. Without a
-/// CPU name (sim backend, or LLVM says "generic") `mcpu` is left out.
+fn host_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `--target auto` on the CPU: `{"kind":"llvm","mcpu":HOST,"num-cores":N}`.
+/// Without a CPU name (sim backend, or LLVM says "generic") `mcpu` is left out.
 fn host_target(host_cpu: Option<&str>) -> Target {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = host_cores();
     let mut text = serde_json::json!({"kind": "llvm", "num-cores": cores});
     if let Some(cpu) = host_cpu {
         text["mcpu"] = serde_json::Value::String(cpu.to_string());
@@ -181,16 +203,50 @@ fn default_name() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// The backend, and the host CPU's LLVM name when the backend knows it.
-async fn make_backend(cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Option<String>)> {
+/// The backend the slots are made from: the sim backend is shared, the TVM
+/// backend gives each GPU slot one of its own (`TvmBackend::for_gpu`).
+enum BaseBackend {
+    Sim(Arc<SimBackend>),
+    #[cfg(feature = "tvm")]
+    Tvm(Arc<tunefleet_worker::backend::tvm::TvmBackend>),
+}
+
+impl BaseBackend {
+    /// The host CPU's LLVM name, when the backend knows it.
+    fn host_cpu(&self) -> Option<String> {
+        match self {
+            BaseBackend::Sim(_) => None,
+            #[cfg(feature = "tvm")]
+            BaseBackend::Tvm(tvm) => tvm.host_cpu().map(str::to_string),
+        }
+    }
+
+    /// The backend of one slot; `gpu_slots` share the host's cores for
+    /// building candidates.
+    fn for_slot(&self, slot: &Slot, gpu_slots: usize) -> Arc<dyn Backend> {
+        let _ = (slot, gpu_slots); // read by the TVM arms only
+        match self {
+            BaseBackend::Sim(sim) => sim.clone(),
+            #[cfg(feature = "tvm")]
+            BaseBackend::Tvm(tvm) if slot.gpu.is_some() => {
+                let builders = (host_cores() / gpu_slots.max(1)).max(2);
+                Arc::new(tvm.for_gpu(slot.env(), builders as u32))
+            }
+            #[cfg(feature = "tvm")]
+            BaseBackend::Tvm(tvm) => tvm.clone(),
+        }
+    }
+}
+
+async fn make_backend(cli: &Cli) -> anyhow::Result<BaseBackend> {
     match cli.backend {
-        BackendKind::Sim => Ok((Arc::new(SimBackend::new(cli.sim_seconds)), None)),
+        BackendKind::Sim => Ok(BaseBackend::Sim(Arc::new(SimBackend::new(cli.sim_seconds)))),
         BackendKind::Tvm => make_tvm_backend(cli).await,
     }
 }
 
 #[cfg(feature = "tvm")]
-async fn make_tvm_backend(cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Option<String>)> {
+async fn make_tvm_backend(cli: &Cli) -> anyhow::Result<BaseBackend> {
     use tunefleet_worker::backend::tvm::{DriverCommand, RpcTracker, TvmBackend, TvmConfig};
     let rpc = match (&cli.rpc_tracker, &cli.rpc_key) {
         (Some(tracker), Some(key)) => Some(
@@ -214,16 +270,60 @@ async fn make_tvm_backend(cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Option
     };
     // Probing the interpreter blocks for about a second.
     let backend = tokio::task::spawn_blocking(move || TvmBackend::new(config)).await??;
-    let host_cpu = backend.host_cpu().map(str::to_string);
-    Ok((Arc::new(backend), host_cpu))
+    Ok(BaseBackend::Tvm(Arc::new(backend)))
 }
 
 #[cfg(not(feature = "tvm"))]
-async fn make_tvm_backend(_cli: &Cli) -> anyhow::Result<(Arc<dyn Backend>, Option<String>)> {
+async fn make_tvm_backend(_cli: &Cli) -> anyhow::Result<BaseBackend> {
     bail!(
         "this worker was built without the `tvm` feature; rebuild with --features tvm \
          (or pass --backend sim for fleet tests)"
     )
+}
+
+/// The GPUs `--gpus` and `CUDA_VISIBLE_DEVICES` give this worker, and why
+/// there are none when there are none. A failing `nvidia-smi` is an error
+/// only when GPUs were asked for (`--gpus`, a cuda `--target`).
+async fn find_gpus(cli: &Cli) -> anyhow::Result<(Vec<Gpu>, String)> {
+    let selection = cli.gpus.clone().unwrap_or_default();
+    let asked = cli.gpus.as_ref().is_some_and(|g| *g != GpuSelection::None)
+        || matches!(&cli.target, TargetChoice::Given(t) if t.kind() == "cuda");
+    let wanted =
+        selection != GpuSelection::None && (asked || matches!(cli.target, TargetChoice::Auto));
+    if !wanted {
+        return Ok((Vec::new(), "--gpus none".into()));
+    }
+    let all = match gpu::detect().await {
+        Ok(all) => all,
+        Err(e) if asked => bail!("cannot list this host's GPUs: {e}"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list NVIDIA GPUs; serving the CPU");
+            return Ok((Vec::new(), e.to_string()));
+        }
+    };
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let chosen = gpu::select(&all, &selection, visible.as_deref())?;
+    let why = if all.is_empty() {
+        "nvidia-smi lists none, or is not installed".to_string()
+    } else {
+        format!("CUDA_VISIBLE_DEVICES={}", visible.unwrap_or_default())
+    };
+    Ok((chosen, why))
+}
+
+/// Before a TVM worker registers a GPU slot: can its Python compile and
+/// run CUDA? (Says what to install when it cannot.)
+async fn check_cuda(base: &BaseBackend, slots: &[Slot]) -> anyhow::Result<()> {
+    #[cfg(feature = "tvm")]
+    if let (BaseBackend::Tvm(tvm), Some(slot)) = (base, slots.iter().find(|s| s.gpu.is_some())) {
+        let (tvm, env) = (tvm.clone(), slot.env());
+        let probe = tokio::task::spawn_blocking(move || tvm.probe_cuda(&env)).await??;
+        if let Some(probe) = probe {
+            tracing::info!(devices = ?probe.devices, toolkit = ?probe.toolkit, "TVM can compile and run CUDA here");
+        }
+    }
+    let _ = (base, slots);
+    Ok(())
 }
 
 /// Completes on SIGINT or SIGTERM, or when a supervisor closes our stdin.
@@ -301,6 +401,39 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    check_flags(&cli)?;
+    let base = make_backend(&cli).await?;
+    let (gpus, no_gpu_why) = find_gpus(&cli).await?;
+    let host = (
+        host_target(base.host_cpu().as_deref()),
+        devices::host_cpu_device(host_cores()),
+    );
+    let options = PlanOptions {
+        cpu_slot: cli.cpu_slot,
+        gpus_given: cli.gpus.is_some(),
+        needs_device: cli.backend == BackendKind::Tvm,
+    };
+    let slots = devices::plan(&cli.target, &gpus, host, &options, &no_gpu_why)?;
+    check_cuda(&base, &slots).await?;
+    let name = cli.name.clone().unwrap_or_else(default_name);
+    let gpu_slots = slots.iter().filter(|s| s.gpu.is_some()).count();
+    let mut configs = Vec::new();
+    for slot in &slots {
+        let slot_name = slot.name(&name, slots.len());
+        tracing::info!(name = %slot_name, target = %slot.target, device = %slot.device, "serving this slot");
+        configs.push(slot_config(
+            &cli,
+            slot,
+            slot_name,
+            base.for_slot(slot, gpu_slots),
+        ));
+    }
+    let stats = run_slots(configs, shutdown_signal(cli.supervised)).await?;
+    tracing::info!(?stats, "worker stopped");
+    Ok(())
+}
+
+fn check_flags(cli: &Cli) -> anyhow::Result<()> {
     if cli.backoff_initial_ms == 0 {
         bail!("--backoff-initial-ms must be at least 1");
     }
@@ -323,19 +456,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cli.slots
         );
     }
-    let (backend, host_cpu) = make_backend(&cli).await?;
-    let target = match &cli.target {
-        TargetArg::Given(target) => target.clone(),
-        TargetArg::Auto => {
-            let target = host_target(host_cpu.as_deref());
-            tracing::info!(%target, "target detected from this host (--target auto)");
-            target
-        }
-    };
-    let config = WorkerConfig {
+    Ok(())
+}
+
+fn slot_config(cli: &Cli, slot: &Slot, name: String, backend: Arc<dyn Backend>) -> WorkerConfig {
+    WorkerConfig {
         server: cli.server.clone(),
-        target,
-        name: cli.name.clone().unwrap_or_else(default_name),
+        target: slot.target.clone(),
+        name,
         backend,
         secret: cli.worker_secret.clone(),
         backoff: Backoff {
@@ -347,8 +475,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         ca_cert: cli.ca_cert.clone().filter(|p| !p.as_os_str().is_empty()),
         slots: cli.slots,
         heartbeat_timeout: cli.heartbeat_timeout,
-    };
-    let stats = run_worker(config, shutdown_signal(cli.supervised)).await?;
-    tracing::info!(?stats, "worker stopped");
-    Ok(())
+        device: Some(slot.device.clone()),
+    }
 }

@@ -45,6 +45,7 @@ impl Scheduler {
             current_job: None,
             jobs_done: 0,
             connected_at: now,
+            device: hello.device.clone(),
         };
         self.sessions.insert(
             session,

@@ -64,6 +64,7 @@ fn some_worker(name: &str, connected_at: u64) -> WorkerView {
         current_job: Some("00000000000000aa".into()),
         jobs_done: 3,
         connected_at: Millis(connected_at),
+        device: None,
     }
 }
 

@@ -34,5 +34,6 @@ pub fn hello(name: &str, target: &str) -> WorkerHello {
         tvm_version: None,
         secret: None,
         slots: None,
+        device: None,
     }
 }

@@ -16,6 +16,7 @@ fn worker(session: &str, current: Option<&str>) -> WorkerView {
         current_job: current.map(str::to_owned),
         jobs_done: 0,
         connected_at: Millis(0),
+        device: None,
     }
 }
 

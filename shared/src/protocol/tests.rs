@@ -71,6 +71,7 @@ fn debug_output_never_shows_secrets() {
         tvm_version: None,
         secret: Some("join-secret-1".into()),
         slots: None,
+        device: None,
     };
     let texts = [
         format!("{hello:?}"),

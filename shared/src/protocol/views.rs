@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{JobId, JobState, Millis, TuningRecord};
+use crate::device::Device;
 use crate::model::ModelView;
 use crate::target::Target;
 use crate::workload::Workload;
@@ -93,6 +94,10 @@ pub struct WorkerView {
     pub current_job: Option<JobId>,
     pub jobs_done: u64,
     pub connected_at: Millis,
+    /// What it tunes on (`register`'s `device`): a GPU's name and memory,
+    /// or the host's CPU. Absent for workers of earlier releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<Device>,
 }
 
 /// What changes in a worker after it joined: the job it holds and how many

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{redact, ErrorCode, JobId, Lease, REDACTED};
+use crate::device::Device;
 use crate::model::{TunerSettings, WarmStart};
 use crate::target::Target;
 use crate::workload::Workload;
@@ -67,6 +68,11 @@ pub struct WorkerHello {
     /// `request_job` a one-job worker sends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slots: Option<u32>,
+    /// The hardware this registration tunes on (a GPU, or the host's CPU),
+    /// shown to subscribers in the worker's view. Absent from workers of
+    /// earlier releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<Device>,
 }
 
 /// Most jobs one worker connection may hold at once (`register`'s `slots`).
@@ -183,6 +189,7 @@ impl std::fmt::Debug for WorkerHello {
             .field("tvm_version", &self.tvm_version)
             .field("secret", &redact(&self.secret))
             .field("slots", &self.slots)
+            .field("device", &self.device)
             .finish()
     }
 }

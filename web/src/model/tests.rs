@@ -46,6 +46,7 @@ fn worker(session: &str, connected_at: Millis) -> WorkerView {
         current_job: None,
         jobs_done: 0,
         connected_at,
+        device: None,
     }
 }
 

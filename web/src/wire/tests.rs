@@ -20,6 +20,7 @@ fn worker() -> WorkerView {
         current_job: Some("00000000000000aa".into()),
         jobs_done: 3,
         connected_at: Millis(5),
+        device: None,
     }
 }
 

@@ -60,7 +60,9 @@ use tunefleet_shared::model::{base64, ModelStage};
 use tunefleet_shared::protocol::JobResult;
 use tunefleet_shared::workload::Op;
 
+mod cuda;
 mod driver_output;
+mod gpu_check;
 mod live;
 mod process;
 mod setup;
@@ -81,6 +83,7 @@ pub const STDERR_TAIL_LINES: usize = 50;
 /// (`pip install ./python`), run as `python -m`.
 pub const DRIVER_MODULE: &str = "tunefleet._driver";
 /// The Python interpreter, relative to the repository root.
+pub use cuda::CudaProbe;
 pub use tunefleet_client::repo_files::VENV_PYTHON_RELATIVE_PATH;
 /// How long `python -c "import tvm"` may take at start-up.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -185,6 +188,10 @@ pub struct TvmConfig {
     pub max_workers: u32,
     /// Verification and timing; `reduction_len` is filled in per workload.
     pub verify: VerifyOptions,
+    /// Set in the driver's environment: a GPU slot's `CUDA_VISIBLE_DEVICES`
+    /// (its own GPU, by UUID), so that the driver, its builders and its
+    /// runners see that GPU alone, as device 0.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for TvmConfig {
@@ -198,6 +205,7 @@ impl Default for TvmConfig {
             trials_per_round: 8,
             max_workers: 2,
             verify: VerifyOptions::default(),
+            env: Vec::new(),
         }
     }
 }
@@ -215,6 +223,12 @@ pub enum TvmSetupError {
     DriverMissing(PathBuf),
     #[error("invalid TVM backend setting: {0}")]
     Invalid(String),
+    #[error("this host has NVIDIA GPUs, but TVM cannot use them from {}: missing {missing} — {install}; or pass --gpus none to serve the CPU only", python.display())]
+    NoCuda {
+        python: PathBuf,
+        missing: String,
+        install: String,
+    },
 }
 
 /// See the module docs.
@@ -326,6 +340,7 @@ impl TvmBackend {
             "number": tuner.number,
             "repeat": tuner.repeat,
             "check_kernel": !job.model_round,
+            "reduction_len": reduction_len(&job.workload),
             "rpc": self.config.rpc.as_ref().map(|rpc| serde_json::json!({
                 "tracker_host": rpc.host,
                 "tracker_port": rpc.port,
@@ -350,6 +365,11 @@ impl TvmBackend {
         let driver_result: DriverResult = serde_json::from_value(outcome?).map_err(|e| {
             TuneError::Failed(format!("tuning driver failed: malformed result event: {e}"))
         })?;
+        if job.workload.target.kind() == "cuda" && !job.model_round {
+            // Checked and timed by the driver on the GPU (`gpu_check.rs`).
+            drop(work);
+            return self.cuda_job_result(&job, driver_result, started);
+        }
         let (Some(tuned_lib), Some(reference_lib)) = (
             driver_result.tuned_lib.clone(),
             driver_result.reference_lib.clone(),
@@ -476,7 +496,12 @@ impl TvmBackend {
                     let (status, _) = old.retire().await;
                     tracing::info!(%status, "replacing the tuning driver");
                 }
-                LiveDriver::spawn(&self.python, &self.driver, &self.work_root()?)?
+                LiveDriver::spawn(
+                    &self.python,
+                    &self.driver,
+                    &self.work_root()?,
+                    &self.config.env,
+                )?
             }
         };
         let request = serde_json::json!({

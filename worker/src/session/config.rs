@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::backoff::Backoff;
+use tunefleet_shared::device::Device;
 use tunefleet_shared::protocol::MAX_WORKER_SLOTS;
 use tunefleet_shared::target::Target;
 
@@ -41,6 +42,9 @@ pub struct WorkerConfig {
     /// connection. `None`: the master's `--heartbeat-timeout`, which it sends
     /// in `registered` (an older master that does not: no limit).
     pub heartbeat_timeout: Option<Duration>,
+    /// What this registration tunes on, shown by the master (`register`'s
+    /// `device`): a GPU slot's card, or the host's CPU.
+    pub device: Option<Device>,
 }
 
 impl WorkerConfig {
@@ -63,6 +67,7 @@ impl WorkerConfig {
             ca_cert: None,
             slots: 1,
             heartbeat_timeout: None,
+            device: None,
         }
     }
 }
@@ -81,6 +86,7 @@ impl fmt::Debug for WorkerConfig {
             .field("ca_cert", &self.ca_cert)
             .field("slots", &self.slots)
             .field("heartbeat_timeout", &self.heartbeat_timeout)
+            .field("device", &self.device)
             .finish()
     }
 }

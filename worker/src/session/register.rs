@@ -36,6 +36,7 @@ impl Worker {
             secret: self.config.secret.clone(),
             // Absent for one: what a master from before slots expects.
             slots: (self.config.slots > 1).then_some(self.config.slots),
+            device: self.config.device.clone(),
         }
     }
 

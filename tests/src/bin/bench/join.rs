@@ -53,6 +53,7 @@ pub(crate) fn run(mut it: impl Iterator<Item = String>) -> anyhow::Result<()> {
             tvm_version: None,
             secret: None,
             slots: None,
+            device: None,
         })
         .collect();
     let expected = open.min(jobs);

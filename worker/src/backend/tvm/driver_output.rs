@@ -67,6 +67,10 @@ pub(super) struct DriverResult {
     /// start-up is used then.
     #[serde(default)]
     pub(super) tvm_runtime_lib: Option<PathBuf>,
+    /// A CUDA kernel's check, done by the driver on its GPU
+    /// (`gpu_check.rs`); absent for CPU kernels and a model's rounds.
+    #[serde(default)]
+    pub(super) gpu_check: Option<serde_json::Value>,
 }
 
 pub(super) fn default_entry() -> String {

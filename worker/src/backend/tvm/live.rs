@@ -68,9 +68,11 @@ impl LiveDriver {
         python: &Path,
         driver: &DriverCommand,
         work_root: &Path,
+        env: &[(String, String)],
     ) -> Result<Self, TuneError> {
         let mut command = tokio::process::Command::new(python);
         command
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .args(driver.args())
             .arg("--work-root")
             .arg(work_root)
