@@ -21,5 +21,17 @@ Modules, by concern:
   and timed; `timing`: how models are timed (onnxruntime in a process of
   its own).
 
+- `cuda`: what TVM's CUDA support needs from the machine (set up here, at
+  import, before any driver imports TVM), the worker's probe, and a CUDA
+  kernel checked and timed on the GPU.
+
 README.md beside this file documents the protocol and every job field.
 """
+
+from . import cuda as _cuda
+
+# Before TVM is imported by any driver (every entry point imports this
+# package first): TVM loads its CUDA runtime at `import tvm`, and only if
+# libcudart can be found then. Cheap, and a no-op on a machine without
+# CUDA (cuda.py says what it sets and why).
+_cuda.prepare()

@@ -38,7 +38,7 @@ import time
 import traceback
 
 from ..errors import shorten
-from . import measure
+from . import cuda, measure
 from .protocol import JobError, driver_main, exit_fast, int_field, summarise_error
 from .workloads import build_workload, valid_mean
 
@@ -304,10 +304,15 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
         raise JobError(f"no valid measurement in {measured} trials{detail}")
     # `check_kernel: false` (a model's round): the whole model is compared
     # with onnxruntime when it is compiled, so the two libraries the worker
-    # would check this kernel with are not built (seconds a round).
-    tuned_path = ref_path = None
+    # would check this kernel with are not built (seconds a round). A CUDA
+    # kernel is checked and timed here, on the GPU (cuda.check_kernel): the
+    # worker's own check runs CPU kernels only.
+    tuned_path = ref_path = gpu_check = None
     if job.get("check_kernel", True) is not False:
-        tuned_path, ref_path = _libraries(tvm, ms, db, built, work_dir)
+        if cuda.is_cuda(built.target_json):
+            gpu_check = _gpu_check(ms, db, built, work_dir, job)
+        else:
+            tuned_path, ref_path = _libraries(tvm, ms, db, built, work_dir)
     return {
         "event": "result",
         "best_latency_s": scored[0][0],
@@ -325,7 +330,20 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
         "tvm_runtime_lib": runtime_lib(tvm),
         "warm_start_records": n_warm,
         "warm_start_ignored": warm_ignored,
+        "gpu_check": gpu_check,
     }
+
+
+def _gpu_check(ms, db, built, work_dir: str, job: dict) -> dict:
+    """The best schedule checked against TVM's default GPU schedule and
+    both timed, on this driver's GPU (`reduction_len`: the worker's, for
+    the tolerance)."""
+    sch = ms.tir_integration.compile_tir(db, built.mod, built.target)
+    if sch is None:
+        raise JobError("the database holds no applicable record for the tuned workload")
+    reduction_len = job.get("reduction_len")
+    reduction_len = reduction_len if isinstance(reduction_len, int) and reduction_len > 0 else None
+    return cuda.check_kernel(built, sch.mod, work_dir, reduction_len)
 
 
 def runtime_lib(tvm) -> str | None:

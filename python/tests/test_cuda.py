@@ -1,0 +1,196 @@
+"""CUDA in the drivers (tunefleet/_driver/cuda.py), with and without a GPU.
+
+Without a GPU (CI): the tolerance rule and the comparison a CUDA kernel is
+checked by, and, where NVRTC and CUDA's headers are installed
+(`scripts/setup-tvm.sh --cuda`, which scripts/test.sh runs), CUDA code
+built for sm_90 from the very modules a tuning job builds: TVM's default
+GPU schedule of an fp16 matmul, and MetaSchedule candidates of its search
+space (tensor cores included), each compiled by NVRTC and its source and
+cubin checked. With a GPU (scripts/gpu-check.sh), a short tuning job on
+the GPU, checked and timed there. Each test that cannot run here says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from tunefleet._driver import cuda
+
+H200_TARGET = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
+               "max_shared_memory_per_block": 49152, "thread_warp_size": 32}
+
+
+def _nvrtc_or_skip():
+    lacking = cuda.missing()
+    if lacking:
+        pytest.skip("NVRTC cannot compile here (missing: " + "; ".join(lacking) + "): " + cuda.INSTALL_HINT)
+
+
+def _gpu_or_skip():
+    import tvm
+
+    if not tvm.cuda(0).exist:
+        pytest.skip("no CUDA GPU visible to TVM here (scripts/gpu-check.sh runs this on a GPU machine)")
+
+
+def _matmul(n: int, dtype: str = "float16", target=None) -> dict:
+    return {"name": f"mm{n}", "op": "matmul", "shape": {"m": n, "n": n, "k": n}, "dtype": dtype,
+            "target": target or H200_TARGET, "trials": 8}
+
+
+# --------------------------------------------------------------------------
+# The check's rule
+# --------------------------------------------------------------------------
+
+
+def test_the_tolerance_grows_with_the_reduction_and_the_dtype_roundoff():
+    assert cuda.tolerance("int32", 4096) is None
+    assert cuda.tolerance("float32", 1) == pytest.approx(1e-5)
+    fp32 = cuda.tolerance("float32", 4096)
+    fp16 = cuda.tolerance("float16", 4096)
+    assert fp32 == pytest.approx(1e-5)  # the floor: 2 * 2**-24 * 64 is below it
+    assert fp16 == pytest.approx(2 * 2 ** -11 * 64)
+    # Never so loose that a wrong kernel (relative error ~1) passes.
+    assert cuda.tolerance("bfloat16", 1 << 20) == 0.2
+
+
+class _T:
+    def __init__(self, a):
+        self.a = np.asarray(a)
+
+    def numpy(self):
+        return self.a
+
+
+def test_rounding_noise_passes_and_wrong_or_unwritten_elements_fail():
+    rng = np.random.default_rng(0)
+    k = 4096
+    ref = rng.standard_normal((64, 64)) * np.sqrt(k) / 3
+    # Two fp16 accumulations of the same products differ by about eps*sqrt(K).
+    noisy = ref * (1 + rng.standard_normal(ref.shape) * 2 ** -11 * np.sqrt(k) / 4)
+    ok = cuda._compare(np, _T(noisy.astype("float16")), _T(ref.astype("float16")), "float16", k)
+    assert ok["ok"], ok
+    wrong = ref.copy()
+    wrong[:8] = rng.standard_normal((8, 64)) * np.sqrt(k) / 3  # one tile computed wrongly
+    bad = cuda._compare(np, _T(wrong), _T(ref), "float16", k)
+    assert not bad["ok"] and bad["rel_error"] > bad["allowed"], bad
+    unwritten = ref.copy()
+    unwritten[3, 5] = np.nan  # the poison the check fills outputs with
+    bad = cuda._compare(np, _T(unwritten), _T(ref), "float32", k)
+    assert not bad["ok"] and bad["non_finite_mismatch"], bad
+    ints = cuda._compare(np, _T(np.array([1, 2, 3])), _T(np.array([1, 2, 4])), "int32", 1)
+    assert not ints["ok"] and ints["mismatches"] == 1
+
+
+def test_targets_and_cubins_are_recognised():
+    assert cuda.is_cuda(H200_TARGET) and cuda.is_cuda(json.dumps(H200_TARGET))
+    assert not cuda.is_cuda({"kind": "llvm"}) and not cuda.is_cuda("llvm -num-cores 2")
+    header = bytearray(64)
+    header[:5] = b"\x7fELF\x02"
+    struct.pack_into("<I", header, 0x30, 0x6005A04)  # NVRTC 13's e_flags for sm_90
+    assert cuda.cubin_sm(bytes(header)) == 90
+    assert cuda.cubin_sm(b"not an elf") is None
+
+
+def test_the_probe_names_what_is_missing_and_how_to_install_it():
+    out = cuda.probe(need_gpu=True)
+    assert set(out) >= {"ok", "missing", "install", "devices", "toolkit"}
+    if not out["ok"]:
+        assert out["missing"] and "setup-tvm.sh --cuda" in out["install"]
+    for name in cuda.PIP_PACKAGES:
+        assert name in cuda.INSTALL_HINT
+
+
+# --------------------------------------------------------------------------
+# Compiled for sm_90 without a GPU (NVRTC)
+# --------------------------------------------------------------------------
+
+
+def test_the_default_gpu_schedule_of_a_job_compiles_to_an_sm_90_cubin():
+    _nvrtc_or_skip()
+    import tvm
+
+    from tunefleet._driver.workloads import build_workload
+
+    built = build_workload(_matmul(256))
+    ex = tvm.compile(cuda.default_schedule(built.mod, built.target), target=built.target)
+    source = cuda.device_source(ex)
+    assert "__global__" in source and "threadIdx.x" in source and "half" in source
+    cubin = cuda.nvrtc_compile(source, "sm_90")
+    assert cuda.cubin_sm(cubin) == 90
+
+
+def _candidates(built, wanted: int, tries: int = 400):
+    """Schedules sampled from MetaSchedule's search space for the job's
+    target (as its evolutionary search starts), kept when every
+    postprocessor (VerifyGPUCode among them) accepts them."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    ctx = ms.TuneContext(mod=built.mod, target=built.target, space_generator="post-order-apply",
+                         search_strategy="evolutionary", task_name="main", num_threads=1)
+    spaces = ctx.space_generator.generate_design_space(built.mod)
+    found = []
+    for seed in range(tries):
+        trace = spaces[seed % len(spaces)].trace.simplified(remove_postproc=True)
+        sch = Schedule(built.mod, seed=seed + 1)
+        Trace(trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+        if all(p.apply(sch) for p in ctx.space_generator.postprocs):
+            found.append(sch)
+            if len(found) == wanted:
+                break
+    return found
+
+
+def test_metaschedule_candidates_for_sm_90_build_with_nvrtc_tensor_cores_included():
+    _nvrtc_or_skip()
+    import tvm
+
+    from tunefleet._driver.workloads import build_workload
+
+    built = build_workload(_matmul(512))
+    found = _candidates(built, 3)
+    assert found, "no candidate passed MetaSchedule's GPU checks"
+    sources = []
+    for sch in found:
+        source = cuda.device_source(tvm.compile(sch.mod, target=built.target))
+        assert "__global__" in source and ("blockIdx.x" in source or "threadIdx.x" in source)
+        assert cuda.cubin_sm(cuda.nvrtc_compile(source, "sm_90")) == 90
+        sources.append(source)
+    assert any("wmma" in s or "mma" in s for s in sources), "no tensor-core candidate among those sampled"
+
+
+# --------------------------------------------------------------------------
+# On a GPU
+# --------------------------------------------------------------------------
+
+
+def test_a_tuning_job_on_the_gpu_is_checked_and_timed_there(tmp_path):
+    _gpu_or_skip()
+    import time
+
+    from tunefleet._driver import protocol, tune
+
+    class Proto:
+        def __init__(self):
+            self.lines = []
+
+        def emit(self, obj, lock_timeout=-1):
+            self.lines.append(obj)
+
+    job = {"workload": _matmul(1024, target={"kind": "cuda"}), "nbest": 3, "num_trials_per_iter": 8,
+           "max_workers": max(2, os.cpu_count() or 2), "reduction_len": 1024, "trials": 16}
+    import tvm
+
+    dev = tvm.cuda(0)
+    job["workload"]["target"] = {"kind": "cuda", "arch": "sm_" + dev.compute_version.replace(".", "")}
+    result = tune.run_job(job, str(tmp_path), Proto(), time.monotonic())
+    check = result["gpu_check"]
+    assert check["verified"], check
+    assert check["tuned_latency_s"] > 0 and check["untuned_latency_s"] > 0
+    assert result["tuned_lib"] is None and protocol.JobError  # checked here, not by the worker
