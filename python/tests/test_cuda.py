@@ -194,3 +194,61 @@ def test_a_tuning_job_on_the_gpu_is_checked_and_timed_there(tmp_path):
     assert check["verified"], check
     assert check["tuned_latency_s"] > 0 and check["untuned_latency_s"] > 0
     assert result["tuned_lib"] is None and protocol.JobError  # checked here, not by the worker
+
+
+# --------------------------------------------------------------------------
+# A whole model for a GPU (no GPU needed to extract and build)
+# --------------------------------------------------------------------------
+
+
+def _squeezenet_job(mode: str, **extra) -> dict:
+    import onnx
+
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_squeezenet.onnx")
+    return {"mode": mode, "model_path": path, "input_shapes": {}, "seed": 0, "prepack": False,
+            "target": H200_TARGET, **extra}
+
+
+class _Proto:
+    def __init__(self):
+        self.lines = []
+
+    def emit(self, obj, lock_timeout=-1):
+        self.lines.append(obj)
+
+
+def test_a_gpu_run_extracts_its_tasks_without_a_gpu_and_refuses_cpu_levers(tmp_path):
+    import time
+
+    from tunefleet._driver import model
+    from tunefleet._driver.protocol import JobError
+
+    result = model.run_job(_squeezenet_job("extract"), str(tmp_path), _Proto(), time.monotonic())
+    assert result["target"]["kind"] == "cuda" and result["target"]["arch"] == "sm_90"
+    assert len(result["tasks"]) == result["functions"] > 20
+    assert any(t["trivial"] for t in result["tasks"]) and not all(t["trivial"] for t in result["tasks"])
+    with pytest.raises(JobError, match="CPU levers"):
+        model.run_job(_squeezenet_job("extract", prepack=True), str(tmp_path), _Proto(), time.monotonic())
+
+
+def test_every_function_of_a_gpu_model_is_a_cuda_kernel_nvrtc_compiles_for_sm_90():
+    """What a GPU worker's compile builds: no record applied, so every
+    function is on TVM's default GPU schedule (dlight), and none is left to
+    the CPU. ONNX weight names such as `fire2/squeeze1x1_w_0` become C
+    identifiers first (NVRTC refuses them as they are)."""
+    _nvrtc_or_skip()
+    import re
+
+    import tvm
+
+    from tunefleet._driver import cuda_model, prepare
+
+    prep = prepare.prepare_model(_squeezenet_job("compile"))
+    mod = cuda_model.c_identifiers(prep.mod)
+    source = cuda.device_source(tvm.compile(mod, target=prep.target))
+    kernels = set(re.findall(r"__global__ void __launch_bounds__\(\d+\) (\w+)_kernel", source))
+    functions = {gv.name_hint for gv, f in prep.mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    # FuseTIR may merge a function's name (`fused_fused_...`); every one is a kernel.
+    assert all(any(k.endswith(name) for k in kernels) for name in functions), functions - kernels
+    assert not re.search(r"\w/\w+_ptr", source), "a parameter named like an ONNX path"
+    assert cuda.cubin_sm(cuda.nvrtc_compile(source, "sm_90")) == 90

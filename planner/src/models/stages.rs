@@ -250,6 +250,13 @@ pub(super) fn compile_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> b
         "tolerance": get("tolerance").cloned().unwrap_or(Value::Null),
         "functions": get("functions").cloned().unwrap_or(Value::Null),
         "library_bytes": get("library_bytes").cloned().unwrap_or(Value::Null),
+        // Which onnxruntime ran beside the model (a GPU run: its CUDA
+        // provider where installed; the CPU driver says nothing, and uses
+        // the CPU provider) and on which device TVM's ran.
+        "onnxruntime_provider": get("onnxruntime_provider")
+            .cloned()
+            .unwrap_or_else(|| Value::from("CPUExecutionProvider")),
+        "device": get("device").cloned().unwrap_or(Value::Null),
     });
     if !run.verified {
         fail(

@@ -286,11 +286,20 @@ def default_schedule(mod, target):
 
 
 def device_source(executable) -> str:
-    """The CUDA source of a compiled module (its device part)."""
-    for sub in executable.mod.imports:
-        if sub.kind == "cuda":
-            return sub.inspect_source()
-    raise ValueError("the module has no CUDA part")
+    """The CUDA source of a compiled module (a kernel's, or a Relax VM's:
+    its device part is imported by the host part)."""
+    found = []
+
+    def walk(module):
+        for sub in module.imports:
+            if sub.kind == "cuda":
+                found.append(sub.inspect_source())
+            walk(sub)
+
+    walk(getattr(executable, "mod", executable))
+    if not found:
+        raise ValueError("the module has no CUDA part")
+    return "\n".join(found)
 
 
 # --------------------------------------------------------------------------

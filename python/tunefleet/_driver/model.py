@@ -84,7 +84,10 @@ from __future__ import annotations
 import time
 
 from .. import relax as relax_prep
+from . import cuda_model
 from .compile import run_compile
+from .cuda import is_cuda
+from .cuda_model import refuse_cpu_options
 from .prepare import prepare_model, target_num_cores
 from .protocol import JobError, driver_main, exit_fast
 from .timing import random_inputs
@@ -138,8 +141,13 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
         raise JobError(f"job field `mode` must be \"extract\" or \"compile\", got {mode!r}")
     prepare_tvm_for_target(job.get("target"))
     proto.emit({"event": "started", "tvm_version": tvm.__version__, "mode": mode})
+    if is_cuda(job.get("target")):  # a GPU's stages: cuda_model.py
+        refuse_cpu_options(job)
     prep = prepare_model(job)
     proto.emit({"event": "progress", "stage": "model_prepared", "elapsed_s": round(time.monotonic() - t0, 3)})
+    if is_cuda(prep.target_json):
+        return (cuda_model.run_extract(job, prep, proto, t0) if mode == "extract"
+                else cuda_model.run_compile(job, prep, work_dir, proto, t0))
     if mode == "extract":
         return run_extract(job, prep, proto, t0)
     return run_compile(job, prep, work_dir, proto, t0)
