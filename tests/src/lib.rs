@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tunefleet_server::client::Client;
 
 pub mod chaos;
+pub mod netns;
 pub mod raw;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";

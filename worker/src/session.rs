@@ -90,6 +90,7 @@ pub async fn run_worker(
         url = %urls.join(","), %worker_id, name = %config.name, backend = config.backend.name(),
         target = %config.target, "starting worker"
     );
+    let silence_limit = config.heartbeat_timeout;
     let mut worker = Worker {
         config,
         urls,
@@ -98,6 +99,7 @@ pub async fn run_worker(
         worker_id,
         running: Vec::new(),
         pending: Vec::new(),
+        silence_limit,
         stats: WorkerStats::default(),
     };
     tokio::pin!(shutdown);
@@ -117,6 +119,8 @@ struct Worker {
     running: Vec<RunningJob>,
     /// Finished jobs waiting for the master's `ack`, oldest first.
     pending: Vec<Report>,
+    /// The silence limit of the last session (see `register`).
+    silence_limit: Option<std::time::Duration>,
     stats: WorkerStats,
 }
 

@@ -60,7 +60,7 @@ pub(super) const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How long a store call may last before reads stop waiting for the core
 /// (see the module docs): a commit of thousands of jobs takes a few hundred
 /// ms; a database that went silent takes seconds to fail a call.
-pub const STAND_IN_AFTER: Duration = Duration::from_millis(750);
+pub const STAND_IN_AFTER: Duration = Duration::from_millis(500);
 
 /// How the core thread ended.
 #[derive(Debug)]
@@ -270,7 +270,6 @@ impl Core {
         self.counters.commits_failed += 1;
         self.store.forget_failed();
         if !e.is_transient() {
-            error!("cannot commit state: {e}");
             return self.give_up(e);
         }
         let refused = batch.replies.len();
@@ -318,8 +317,8 @@ impl Core {
     /// ends, and `serve` waits as its standby), or anything else (the
     /// process stops, exit 70, so that nothing unsaved is acknowledged).
     fn give_up(&mut self, e: StoreError) {
+        error!("{e}");
         if let StoreError::LeadLost { .. } = e {
-            error!("{e}");
             self.storage.fail(StorageProblem {
                 reason: format!("the {e}"),
                 since: now_ms(),
@@ -414,7 +413,6 @@ impl Core {
         let reload = outage.reload_pending;
         if let Err(e) = self.store.probe() {
             if !e.is_transient() {
-                error!("{e}");
                 self.give_up(e);
             }
             return;

@@ -41,7 +41,7 @@ impl CallClock {
 
     /// Marks a call as running until the guard is dropped. An inner guard
     /// (a call inside a call) keeps the outer one's start.
-    pub(super) fn start_owned(self: Arc<Self>) -> InCall {
+    pub(crate) fn start_owned(self: Arc<Self>) -> InCall {
         let now = epoch().elapsed().as_micros() as u64 + 1;
         let outer = self
             .began
@@ -52,7 +52,7 @@ impl CallClock {
 }
 
 /// See [`CallClock::start_owned`].
-pub(super) struct InCall {
+pub(crate) struct InCall {
     clock: Arc<CallClock>,
     /// Another guard is out: that one clears the clock.
     outer: bool,

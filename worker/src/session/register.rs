@@ -16,6 +16,8 @@ use crate::connection::{CloseInfo, Connection, ConnectionError};
 
 /// Limit for opening the socket, and then for the `registered` answer.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The least time given to opening a socket, whatever the silence limit.
+const MIN_OPEN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why connecting or registering did not give a session.
 pub(super) enum Attempt {
@@ -40,9 +42,19 @@ impl Worker {
         }
     }
 
+    /// How long opening a socket may take: no longer than the silence
+    /// that ends a session (a master cut off drops the SYN as silently),
+    /// once a master said what that is, so that a worker with several URLs
+    /// is not held by one that cannot answer.
+    fn open_timeout(&self) -> Duration {
+        self.silence_limit.map_or(HANDSHAKE_TIMEOUT, |limit| {
+            limit.clamp(MIN_OPEN_TIMEOUT, HANDSHAKE_TIMEOUT)
+        })
+    }
+
     pub(super) async fn connect_and_register(&mut self) -> Result<(Connection, String), Attempt> {
         let mut conn = match tokio::time::timeout(
-            HANDSHAKE_TIMEOUT,
+            self.open_timeout(),
             Connection::connect(&self.urls[self.current], self.tls.as_ref()),
         )
         .await
@@ -73,6 +85,7 @@ impl Worker {
                         .or(heartbeat_timeout_ms.map(Duration::from_millis));
                     if let Some(limit) = silence {
                         conn.set_silence_limit(limit);
+                        self.silence_limit = Some(limit);
                     }
                     info!(
                         %session, matching_jobs,

@@ -100,3 +100,39 @@ fn a_probe_that_fails_keeps_the_master_degraded() {
     run(&mut core, Command::Metrics { reply });
     assert_eq!(answer.blocking_recv().expect("metrics").storage_degraded, 1);
 }
+
+/// A store call that does not return (a database gone silent): after
+/// `STAND_IN_AFTER`, reads get the figures the core left between batches,
+/// marked degraded, and `/healthz` would say why; once the call returns,
+/// nothing stands in.
+#[test]
+fn a_stuck_store_call_lets_reads_answer_from_the_stand_in() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&dir.path().join("fleet.db"), Durability::Normal).expect("open");
+    let (events, _) = tokio::sync::broadcast::channel(16);
+    let mut core = Core::start(SchedulerConfig::default(), store, events).expect("start");
+    assert_eq!(submit(&mut core, 3, 1).expect("taken").new_jobs.len(), 3);
+    core.keep_stand_in();
+    let storage = core.storage.clone();
+    assert!(storage.stand_in_status().is_none(), "no call is stuck");
+    {
+        let _stuck = core.store.call_clock().start_owned();
+        std::thread::sleep(super::STAND_IN_AFTER + Duration::from_millis(50));
+        let status = storage.stand_in_status().expect("a stand-in");
+        assert_eq!(status.jobs.total, 3);
+        assert_eq!(status.storage, StorageHealth::Degraded);
+        let reason = status.storage_problem.expect("why").reason;
+        assert!(reason.contains("has not answered"), "{reason}");
+        assert_eq!(
+            storage
+                .stand_in_metrics()
+                .expect("metrics")
+                .storage_degraded,
+            1
+        );
+        assert!(storage.unhealthy().is_some());
+        assert!(!storage.is_failing(), "changes are not refused: they wait");
+    }
+    assert!(storage.stand_in_status().is_none());
+    assert!(storage.unhealthy().is_none());
+}
