@@ -92,8 +92,6 @@ def main() -> int:
         except Exception:  # noqa: BLE001
             flops.append(None)
     # The fleet's rule for what is worth tuning (its share of the untuned model's time).
-    import tunefleet.relax as relax_prep
-
     rows = relax_prep.task_rows(prep.mod, prep.target, args=relax_prep.random_args(prep.mod))
     trivial = {r["name"] for r in rows if r["trivial"]}
     chosen = [t for t in extracted if t.task_name not in trivial]
@@ -102,10 +100,6 @@ def main() -> int:
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         chosen, args.work_dir, strategy="evolutionary", num_threads=prep.num_cores, seed=0
     )
-    # The builder's processes cannot import the driver: ship cpu_build by value.
-    import cloudpickle
-
-    cloudpickle.register_pickle_by_value(tt)
     builder = ms.builder.LocalBuilder(max_workers=prep.num_cores, f_build=measure.cpu_build)
     runner = ms.runner.LocalRunner()
     t_tune = time.monotonic()

@@ -207,10 +207,51 @@ def test_compile_no_records():
     assert os.path.isabs(r["library"]) and os.path.getsize(r["library"]) == r["library_bytes"] > 0
     # The docstring's load_and_run, in a fresh process, with other weights than the driver's.
     p = subprocess.run([PYTHON, "-c", LOAD_AND_RUN], input=json.dumps(r), capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, env=_plain_env())
     assert p.returncode == 0, p.stderr[-3000:]
+    # The tuned latency is the library's, run as its user runs it, and
+    # onnxruntime ran on the same threads.
+    assert r["threads"]["tuned_timed_as"].startswith("the library"), r["threads"]
+    assert r["threads"]["tvm"] == r["threads"]["onnxruntime"] == len(os.sched_getaffinity(0)), r["threads"]
     print(f"ok compile (applied 0 of {r['functions']}, verified, max err {r['max_abs_err']:.2g}, "
           f"fresh-process load_and_run {p.stdout.strip()})", flush=True)
+
+
+# README's snippet (load_module, VirtualMachine), then TVM's own count of
+# the threads its pool runs on.
+THREADS_OF_LIBRARY = r"""
+import json, os, sys
+import tvm, tvm_ffi
+from tvm import relax
+vm = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu())
+print(json.dumps({"threads": int(tvm_ffi.get_global_func("runtime.NumThreads")()),
+                  "cpus": len(os.sched_getaffinity(0))}))
+"""
+
+
+def _plain_env() -> dict:
+    """The environment a user's process has: no thread setting of TVM's."""
+    return {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+
+
+def test_a_library_runs_on_every_cpu_its_process_may_use():
+    """TVM alone would use half the hardware threads on x86 (it assumes
+    hyper-threading): one of two here. A library the compile writes takes
+    every CPU of its process's affinity, and a user's own setting wins."""
+    r = _result(*run_driver(_job("compile", tasks=[]), "compile_threads"))
+    plain = subprocess.run([PYTHON, "-c", THREADS_OF_LIBRARY, r["library"]], capture_output=True, text=True,
+                           timeout=120, env=_plain_env())
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    seen = json.loads(plain.stdout)
+    assert seen["threads"] == seen["cpus"] == len(os.sched_getaffinity(0)), seen
+    if seen["cpus"] < 2:
+        return  # nothing more to tell apart on one CPU
+    one_cpu = subprocess.run(["taskset", "-c", "0", PYTHON, "-c", THREADS_OF_LIBRARY, r["library"]],
+                             capture_output=True, text=True, timeout=120, env=_plain_env())
+    assert one_cpu.returncode == 0 and json.loads(one_cpu.stdout)["threads"] == 1, one_cpu.stdout + one_cpu.stderr
+    own = subprocess.run([PYTHON, "-c", THREADS_OF_LIBRARY, r["library"]], capture_output=True, text=True,
+                         timeout=120, env={**_plain_env(), "TVM_NUM_THREADS": "1"})
+    assert own.returncode == 0 and json.loads(own.stdout)["threads"] == 1, own.stdout + own.stderr
 
 
 def test_errors():
@@ -362,3 +403,74 @@ def test_canonicalize_for_layout():
     run = lambda m: ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]  # noqa: E731
     np.testing.assert_allclose(run(model.SerializeToString()), run(before), rtol=1e-6)
     print("ok canonicalize_for_layout", flush=True)
+
+
+def _concat_model() -> bytes:
+    """Two convolutions of one input, concatenated on channels (a SqueezeNet
+    fire module's shape), then a Relu."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 3, 1, 1)).astype("float32"), "w1"),
+             numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32"), "w3")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Conv", ["x", "w3"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "fire", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_recipe_2_lowers_a_concatenation_as_copies_tuned_and_compiled():
+    """Recipe 2: the concatenation is one copy block per input (vectorizable
+    channels-last), a round of it tunes, and the model compiled with that
+    record gives onnxruntime's outputs."""
+    mode = {"prepack": True, "layout": "NHWC", "recipe": 2}
+    ex = _result(*run_driver(_job("extract", model=_concat_model(), input_shapes={}, **mode), "concat_extract"))
+    concat = next(t for t in ex["tasks"] if "concatenate" in t["name"])
+    assert 'T.sblock("copy0")' in concat["tvmscript"] and 'T.sblock("copy1")' in concat["tvmscript"], \
+        concat["tvmscript"]
+    assert "if_then_else" not in concat["tvmscript"]
+    wl = {"name": concat["name"], "op": "tvmscript", "tvmscript": concat["tvmscript"], "target": TARGET, "trials": 2}
+    job = {"workload": wl, "nbest": 4, "seed": 0, "num_trials_per_iter": 2, "max_workers": 2, "rpc": None,
+           "check_kernel": False}
+    r = _result(*run_driver(job, "concat_round", module=TUNE, timeout=600))
+    tasks = [{"name": concat["name"], "workload": r["workload"], "records": [x["record"] for x in r["records"]]}]
+    c = _result(*run_driver(_job("compile", model=_concat_model(), input_shapes={}, tasks=tasks, **mode),
+                            "concat_compile"))
+    assert c["verified"] is True and c["applied"] >= 1 and c["tasks_matched"] == 1, c
+    assert c["recipe"] == 2 and c["layout"] == "NHWC", c
+    # Recipe 1 (runs submitted before recipes) keeps TVM's own lowering.
+    old = _result(*run_driver(_job("extract", model=_concat_model(), input_shapes={}, prepack=True, layout="NHWC"),
+                              "concat_recipe1"))
+    old_concat = next(t for t in old["tasks"] if "concatenate" in t["name"])
+    assert "if_then_else" in old_concat["tvmscript"] and "copy0" not in old_concat["tvmscript"]
+
+
+def _mask_model() -> bytes:
+    """Conv, then a Dropout whose mask is an output: TVM's ConvertLayout
+    cannot carry NHWC through that tuple."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype("float32"), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Dropout", ["c"], ["y", "m"])]
+    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8]),
+                               helper.make_tensor_value_info("m", TensorProto.BOOL, [1, 8, 8, 8])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_auto_layout_falls_back_to_nchw_and_says_why():
+    asked = {"prepack": True, "layout": "NHWC", "recipe": 2}
+    r = _result(*run_driver(_job("extract", model=_mask_model(), input_shapes={}, auto_layout=True, **asked),
+                            "mask_auto"))
+    assert r["layout"] == "NCHW" and "NHWC could not be used" in r["layout_note"], r["layout_note"]
+    events, _, rc = run_driver(_job("extract", model=_mask_model(), input_shapes={}, **asked), "mask_named")
+    assert "lowering the model failed" in _error(events, rc)
+    ok = _result(*run_driver(_job("extract", input_shapes={"x": [1, 3, 16, 16]}, auto_layout=True, **asked),
+                             "tiny_auto"))
+    assert ok["layout"] == "NHWC" and ok["layout_note"] is None

@@ -176,7 +176,8 @@ class AsyncFleet:
     async def submit_model(self, path: str | os.PathLike, *, name: str | None = None, trials: int | None = None,
                            trials_per_round: int | None = None, target: dict | str | None = None,
                            input_shapes: dict | None = None, tuner: dict | None = None,
-                           seed: int = 0, prepack: bool = False, layout: str = "NCHW") -> AsyncModelRun:
+                           seed: int = 0, prepack: bool | None = None,
+                           layout: str | None = None) -> AsyncModelRun:
         """Starts a whole-model run of an ONNX file; returns at once.
 
         Float weights over 64 elements are stripped before upload, as the CLI
@@ -185,11 +186,14 @@ class AsyncFleet:
         without it the file is sent as it is, within the master's 8 MiB
         limit. `run.upload_note` says which happened.
 
-        `prepack=True` tunes for pre-packed weights (the weights compiled in,
-        their layout chosen by MetaSchedule): build the model with
-        `tunefleet compile`; such a run has no weights-as-arguments library.
-        `layout="NHWC"` (with `prepack=True`) tunes the convolutions
-        channels-last."""
+        With neither `prepack` nor `layout` the run gets the best mode, as
+        `tunefleet submit` does without flags: pre-packed weights (compiled
+        in, their layout chosen by MetaSchedule: build the model with
+        `tunefleet compile`), convolutions channels-last (NHWC), and NCHW
+        for a model the conversion cannot carry (`results().mode` says).
+        `prepack=False` tunes with the weights as arguments (NCHW; the run
+        has an `export --format library` that takes your weights);
+        `prepack=True` alone keeps NCHW; `layout` names the layout."""
         path = os.fspath(path)
         try:
             with open(path, "rb") as f:
@@ -201,13 +205,7 @@ class AsyncFleet:
             name = os.path.splitext(os.path.basename(path))[0]
         model = {"name": name, "source": {"onnx_b64": base64.b64encode(stripped).decode("ascii"),
                                           "input_shapes": _shapes(input_shapes), "seed": int(seed)}}
-        if prepack:
-            model["source"]["prepack"] = True
-        layout = str(layout).upper()
-        if layout not in ("NCHW", "NHWC"):
-            raise TunefleetError(f"layout must be NCHW or NHWC, got {layout!r}")
-        if layout != "NCHW":
-            model["source"]["layout"] = layout
+        model["source"].update(_mode(prepack, layout))
         _model_settings(model, trials, trials_per_round, target, tuner)
         run = await self._submit_model(model)
         run.upload_note = note
@@ -516,6 +514,26 @@ def _read_yaml(workloads, filename):
     if not isinstance(workloads, str):
         raise TunefleetError("submit takes a workload file's path or its YAML text")
     return workloads, filename or "upload.yaml"
+
+
+#: Lowering recipe of new ONNX runs (the master's `LATEST_RECIPE`,
+#: shared/src/model.rs; `tunefleet.relax.LATEST_RECIPE` on the TVM side).
+_RECIPE = 2
+
+
+def _mode(prepack: bool | None, layout: str | None) -> dict:
+    """The `source` fields of a mode (`ModelMode::from_flags` in
+    shared/src/model.rs): none asked for is the best mode."""
+    if prepack is None and layout is None:
+        return {"prepack": True, "layout": "NHWC", "auto_layout": True, "recipe": _RECIPE}
+    layout = str(layout or "NCHW").upper()
+    if layout not in ("NCHW", "NHWC"):
+        raise TunefleetError(f"layout must be NCHW or NHWC, got {layout!r}")
+    prepack = True if prepack is None else bool(prepack)
+    if layout != "NCHW" and not prepack:
+        raise TunefleetError(f"layout {layout} needs prepack=True: the weights' transposes fold away "
+                             "only when they are constants")
+    return {"prepack": prepack, "layout": layout, "recipe": _RECIPE}
 
 
 def _shapes(input_shapes):

@@ -105,7 +105,7 @@ class Fleet:
     def submit_model(self, path: str | os.PathLike, *, name: str | None = None, trials: int | None = None,
                      trials_per_round: int | None = None, target: dict | str | None = None,
                      input_shapes: dict | None = None, tuner: dict | None = None, seed: int = 0,
-                     prepack: bool = False, layout: str = "NCHW") -> ModelRun:
+                     prepack: bool | None = None, layout: str | None = None) -> ModelRun:
         """Starts a whole-model run of an ONNX file; returns at once."""
         return ModelRun(self, self._run(self.aio.submit_model(
             path, name=name, trials=trials, trials_per_round=trials_per_round, target=target,

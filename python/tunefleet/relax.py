@@ -57,12 +57,106 @@ def make_target(target):
         raise TunefleetError(f"TVM rejects target {json.dumps(t)}: {shorten(err)}") from err
 
 
-def fusion_sequence():
-    """The pass sequence, as one tvm.transform.Sequential."""
-    tvm = require_tvm("preparing a Relax module")
+#: Versions of how operators are lowered, a run's `recipe`. A task's
+#: records are keyed by the exact PrimFunc its run's preparation made, so a
+#: run is compiled with the recipe it was extracted with, and a change to
+#: lowering is a new recipe, never an edit of an old one.
+#: 1: TVM's own legalization of every operator.
+#: 2: concatenations lowered as one copy loop per input (`concat_as_copies`).
+RECIPES = (1, 2)
+LATEST_RECIPE = 2
+
+
+def check_recipe(recipe) -> int:
+    if recipe not in RECIPES:
+        raise TunefleetError(f"recipe must be one of {', '.join(map(str, RECIPES))}, got {recipe!r}")
+    return recipe
+
+
+def _pass(name: str, recipe: int):
     from tvm import relax
 
-    return tvm.transform.Sequential([getattr(relax.transform, p)() for p in FUSION_PASSES])
+    if name == "LegalizeOps" and check_recipe(recipe) >= 2:
+        return relax.transform.LegalizeOps({"relax.concat": concat_as_copies})
+    return getattr(relax.transform, name)()
+
+
+def fusion_sequence(recipe: int = 1):
+    """The pass sequence, as one tvm.transform.Sequential."""
+    tvm = require_tvm("preparing a Relax module")
+    return tvm.transform.Sequential([_pass(p, recipe) for p in FUSION_PASSES])
+
+
+def _tensor_dims(shape) -> list | None:
+    """A static shape as ints, or None."""
+    values = [getattr(d, "value", None) for d in shape]
+    return values if all(isinstance(v, int) for v in values) else None
+
+
+def _copies_func(shapes: list, axis: int, dtype: str):
+    """The PrimFunc of a concatenation as one copy block per input, each
+    writing its input into its slice of the output."""
+    tvm = require_tvm("lowering a concatenation")
+    rank = len(shapes[0])
+    out = list(shapes[0])
+    out[axis] = sum(shape[axis] for shape in shapes)
+
+    def dims(shape):
+        return ", ".join(f"T.int64({d})" for d in shape)
+
+    loops = ", ".join(f"i{k}" for k in range(rank))
+    iters = ", ".join(f"v{k}" for k in range(rank))
+    params = [f'a{i}: T.Buffer(({dims(shape)}), "{dtype}")' for i, shape in enumerate(shapes)]
+    lines = [f'@T.prim_func(private=True, s_tir=True)\ndef concatenate({", ".join(params)}, '
+             f'out: T.Buffer(({dims(out)}), "{dtype}")):',
+             '    T.func_attr({"tirx.noalias": True})']
+    offset = 0
+    for i, shape in enumerate(shapes):
+        dst = ", ".join(f"v{k} + T.int64({offset})" if k == axis else f"v{k}" for k in range(rank))
+        lines += [f"    for {loops} in T.grid({dims(shape)}):",
+                  f'        with T.sblock("copy{i}"):',
+                  f'            {iters} = T.axis.remap("{"S" * rank}", [{loops}])',
+                  f"            out[{dst}] = a{i}[{iters}]"]
+        offset += shape[axis]
+    return tvm.script.from_source("\n".join(lines) + "\n")
+
+
+def _tuple_fields(bb, expr) -> list:
+    """The tensors of a concatenation's tuple argument (bound through vars)."""
+    from tvm import relax
+
+    count = len(expr.ty.fields)
+    while isinstance(expr, relax.Var):
+        binding = bb.lookup_binding(expr)
+        if not isinstance(binding, (relax.Tuple, relax.Var)):
+            break
+        expr = binding
+    if isinstance(expr, relax.Tuple):
+        return list(expr.fields)
+    return [bb.emit(relax.TupleGetItem(expr, i)) for i in range(count)]
+
+
+def concat_as_copies(bb, call):
+    """`relax.concat` lowered as one copy loop per input (recipe 2).
+
+    TVM's own lowering (`topi.concatenate`) is one loop over the output with
+    a chain of `if_then_else` per element choosing the input; in
+    channels-last the choice changes along the vectorized channel axis, so
+    the loop stays scalar: SqueezeNet's four concatenations took 22% of the
+    tuned model, where onnxruntime copies in a fifth of the time. A copy per
+    input reads and writes consecutive elements, and `generic_schedule`
+    (or a tuning round) vectorizes it. A concatenation without static
+    shapes or with a flattening axis keeps TVM's lowering."""
+    from tvm import relax
+    from tvm.relax.transform.legalize_ops import manipulate
+
+    fields = _tuple_fields(bb, call.args[0])
+    shapes = [_tensor_dims(f.ty.shape) if isinstance(f.ty, relax.TensorType) else None for f in fields]
+    if call.attrs.axis is None or any(s is None for s in shapes) or len({len(s) for s in shapes}) != 1:
+        return manipulate._concat(bb, call)
+    axis = int(call.attrs.axis) % len(shapes[0])
+    gv = bb.add_func(_copies_func(shapes, axis, str(fields[0].ty.dtype)), "concatenate")
+    return relax.call_tir(gv, relax.Tuple(fields), call.ty)
 
 
 #: Weight pre-packing runs TVM's own CPU order (`static_shape_tuning_pipeline`
@@ -94,14 +188,14 @@ def check_layout(layout: str) -> str:
     return layout
 
 
-def prepack_sequence(layout: str = "NCHW"):
+def prepack_sequence(layout: str = "NCHW", recipe: int = 1):
     """PREPACK_PASSES then AttachAttrLayoutFreeBuffers, as one Sequential:
     every PrimFunc that reads a weight (a Relax constant) gets
     `layout_free_buffers`, the first half of weight pre-packing, so that
     MetaSchedule's RewriteLayout may pick those buffers' layout. The
     attribute is part of each task's workload: extraction and compile must
-    both run this, with the same `layout` (see LAYOUTS). Call under a
-    target."""
+    both run this, with the same `layout` (see LAYOUTS) and `recipe` (see
+    RECIPES). Call under a target."""
     tvm = require_tvm("weight pre-packing")
     from tvm import relax
 
@@ -109,7 +203,7 @@ def prepack_sequence(layout: str = "NCHW"):
     if check_layout(layout) == "NHWC":
         passes += [relax.transform.FoldConstant(),
                    relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})]
-    passes += [getattr(relax.transform, p)() for p in PREPACK_PASSES]
+    passes += [_pass(p, recipe) for p in PREPACK_PASSES]
     return tvm.transform.Sequential(passes + [relax.transform.AttachAttrLayoutFreeBuffers()])
 
 
@@ -401,22 +495,7 @@ def extraction_for_upload(mod, target=None) -> dict:
 GENERIC_PARALLEL_MIN = 64
 
 
-def generic_schedule(func):
-    """A cheap parallel schedule for a function no record covers (the
-    trivial tasks, and any task still without a record): TVM's default
-    schedule runs it on one thread, and after tuning such functions are a
-    large share of the model (ResNet-50 after 320 trials: 37%, where they
-    were 3% of the untuned time). Every block's leading spatial loops become
-    one parallel loop: all of them for an elementwise block, for a reduction
-    only the outer ones up to GENERIC_PARALLEL_MIN iterations (fusing its
-    inner loops too cost SqueezeNet's poolings more than threads gave).
-    Returns the scheduled function, or None when there is nothing to
-    parallelize. Measured in docs/benchmarks.md (ResNet-50 -14%, SqueezeNet
-    unchanged)."""
-    tvm = require_tvm("a generic schedule")
-    from tvm import s_tir
-
-    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+def _walk_blocks(sch) -> list:
     blocks = []
 
     def walk(rv):
@@ -425,29 +504,84 @@ def generic_schedule(func):
             walk(b)
 
     walk(sch.get_sblock("root"))
-    done = 0
-    for b in blocks:
-        loops = sch.get_loops(b)
-        kinds = [int(iv.iter_type) for iv in sch.get(b).iter_vars]  # 0 spatial, 2 reduction
-        # Legalized operators nest one loop per block iterator, in order; skip anything else.
-        if not loops or len(kinds) != len(loops):
-            continue
-        lead = 0
-        while lead < len(kinds) and kinds[lead] == 0:
-            lead += 1
-        elementwise = lead == len(kinds)
-        take, extent = 0, 1
-        while take < lead and (elementwise or extent < GENERIC_PARALLEL_MIN):
-            ext = sch.get(loops[take]).extent
-            if not hasattr(ext, "value"):
-                break  # a symbolic extent: leave it
-            extent *= int(ext.value)
-            take += 1
-        if take == 0 or extent < 2:
-            continue
+    return blocks
+
+
+def _contiguous_innermost(block) -> bool:
+    """Whether every buffer the block touches is indexed, in its last
+    dimension, by the block's last iterator (plus a constant): a loop over
+    that iterator reads and writes consecutive elements (a copy into a
+    concatenation's slice, an elementwise op), so it can be one vector op."""
+    tvm = require_tvm("a generic schedule")
+    last = block.iter_vars[-1].var
+    for region in list(block.reads) + list(block.writes):
+        index = region.region[-1].min
+        if isinstance(index, tvm.tirx.Add) and isinstance(index.b, tvm.tirx.IntImm):
+            index = index.a
+        if not index.same_as(last):
+            return False
+    return True
+
+
+def _constant_extents(sch, loops) -> list | None:
+    extents = [sch.get(loop).extent for loop in loops]
+    if not all(hasattr(e, "value") for e in extents):
+        return None  # a symbolic extent: leave the block
+    return [int(e.value) for e in extents]
+
+
+def _schedule_block(sch, b) -> bool:
+    """One block of `generic_schedule`; whether it was changed."""
+    loops = sch.get_loops(b)
+    block = sch.get(b)
+    kinds = [int(iv.iter_type) for iv in block.iter_vars]  # 0 spatial, 2 reduction
+    # Legalized operators nest one loop per block iterator, in order; skip anything else.
+    if not loops or len(kinds) != len(loops):
+        return False
+    extents = _constant_extents(sch, loops)
+    if extents is None:
+        return False
+    lead = next((i for i, k in enumerate(kinds) if k != 0), len(kinds))
+    elementwise = lead == len(kinds)
+    vector = elementwise and len(loops) >= 2 and extents[-1] >= GENERIC_VECTOR_MIN and _contiguous_innermost(block)
+    if vector:
+        lead -= 1
+    take, extent = 0, 1
+    while take < lead and (elementwise or extent < GENERIC_PARALLEL_MIN):
+        extent *= extents[take]
+        take += 1
+    if vector:
+        sch.vectorize(loops[-1])
+    if take and extent >= 2:
         sch.parallel(sch.fuse(*loops[:take]) if take > 1 else loops[0])
-        done += 1
-    return sch.mod["main"] if done else None
+    return vector or (take > 0 and extent >= 2)
+
+
+#: An elementwise block's innermost loop becomes a vector op when it runs
+#: over at least this many consecutive elements (see _contiguous_innermost).
+GENERIC_VECTOR_MIN = 4
+
+
+def generic_schedule(func):
+    """A cheap parallel schedule for a function no record covers (the
+    trivial tasks, and any task still without a record): TVM's default
+    schedule runs it on one thread, and after tuning such functions are a
+    large share of the model (ResNet-50 after 320 trials: 37%, where they
+    were 3% of the untuned time). Every block's leading spatial loops become
+    one parallel loop: all of them for an elementwise block, for a reduction
+    only the outer ones up to GENERIC_PARALLEL_MIN iterations (fusing its
+    inner loops too cost SqueezeNet's poolings more than threads gave). An
+    elementwise block whose innermost loop walks consecutive elements of
+    every buffer keeps that loop out of the fusion and vectorizes it (a
+    channels-last concatenation's copies: fused into one scalar loop they
+    cost 20-27 ms each on SqueezeNet). Returns the scheduled function, or
+    None when there is nothing to do. Measured in docs/benchmarks.md."""
+    tvm = require_tvm("a generic schedule")
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    done = [_schedule_block(sch, b) for b in _walk_blocks(sch)]
+    return sch.mod["main"] if any(done) else None
 
 
 def apply_database(mod, db, target, generic=True):

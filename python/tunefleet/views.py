@@ -197,6 +197,8 @@ class ModelRunView(_View):
     io: Any = None
     tuner: dict = field(default_factory=dict)
     verification: Any = None
+    # How the run is tuned: {"layout", "prepack", "recipe", "auto", "note"?}.
+    mode: dict = field(default_factory=dict)
     created_at: int = 0
     updated_at: int = 0
     finished_at: int | None = None

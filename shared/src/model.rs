@@ -161,6 +161,98 @@ pub struct ModelSource {
     /// existed.
     #[serde(default, skip_serializing_if = "DataLayout::is_default")]
     pub layout: DataLayout,
+    /// With a layout other than NCHW: a model the layout conversion cannot
+    /// carry is tuned in NCHW instead of failing its extraction (the
+    /// default mode asks for NHWC on every model). Absent (false) in runs
+    /// submitted before it existed, and when a user named the layout.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_layout: bool,
+    /// How operators are lowered (`tunefleet.relax.RECIPES`): 1, TVM's own
+    /// legalization (every run before recipes were named, so absent means
+    /// 1: [`ModelSource::recipe`]); 2, concatenations as one copy loop per
+    /// input. A run is compiled with the recipe it was extracted with: its
+    /// records are keyed by the PrimFuncs it made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<u32>,
+}
+
+/// The newest lowering recipe: what new ONNX submissions ask for.
+pub const LATEST_RECIPE: u32 = 2;
+
+impl ModelSource {
+    /// The run's lowering recipe (absent: 1).
+    pub fn recipe(&self) -> u32 {
+        self.recipe.unwrap_or(1)
+    }
+
+    /// A model to tune in `mode`.
+    pub fn new(
+        onnx_b64: String,
+        input_shapes: BTreeMap<String, Vec<i64>>,
+        mode: ModelMode,
+    ) -> ModelSource {
+        ModelSource {
+            onnx_b64,
+            input_shapes,
+            seed: 0,
+            prepack: mode.prepack,
+            layout: mode.layout,
+            auto_layout: mode.auto_layout,
+            recipe: Some(LATEST_RECIPE),
+        }
+    }
+
+    /// The master's check of what a client sent.
+    pub fn check(&self) -> Result<(), String> {
+        self.layout.check(self.prepack)?;
+        if !(1..=LATEST_RECIPE).contains(&self.recipe()) {
+            return Err(format!(
+                "recipe must be 1 to {LATEST_RECIPE}, got {}",
+                self.recipe()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How a model is tuned: the weights' handling and the convolutions' layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelMode {
+    pub prepack: bool,
+    pub layout: DataLayout,
+    pub auto_layout: bool,
+}
+
+impl ModelMode {
+    /// What measures fastest (docs/benchmarks.md), and what a submission
+    /// that names no mode gets: weights pre-packed, convolutions
+    /// channels-last, NCHW where a model cannot be converted.
+    pub const BEST: ModelMode = ModelMode {
+        prepack: true,
+        layout: DataLayout::Nhwc,
+        auto_layout: true,
+    };
+
+    /// The mode a user's flags force (`--prepack`, `--no-prepack`,
+    /// `--layout`), or [`ModelMode::BEST`] when none is given. `--prepack`
+    /// alone keeps the model's NCHW; a layout alone pre-packs (NHWC needs
+    /// it); a named layout is never swapped for another.
+    pub fn from_flags(
+        prepack: Option<bool>,
+        layout: Option<DataLayout>,
+    ) -> Result<ModelMode, String> {
+        if prepack.is_none() && layout.is_none() {
+            return Ok(ModelMode::BEST);
+        }
+        let prepack = prepack.unwrap_or(true);
+        let layout = layout.unwrap_or_default();
+        layout.check(prepack)?;
+        Ok(ModelMode {
+            prepack,
+            layout,
+            auto_layout: false,
+        })
+    }
 }
 
 /// The data layout of a model's convolutions while it is tuned and
@@ -398,9 +490,31 @@ pub struct ModelView {
     /// The data layout the run was tuned in ([`ModelSource::layout`]).
     #[serde(default)]
     pub layout: DataLayout,
+    /// How the run is tuned, and why, in one place (`results --model
+    /// --format json`'s `mode`).
+    #[serde(default)]
+    pub mode: ModeView,
     pub created_at: Millis,
     pub updated_at: Millis,
     pub finished_at: Option<Millis>,
+}
+
+/// A run's mode as users see it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ModeView {
+    /// The layout the run's tasks were extracted in (after a fallback, the
+    /// one it fell back to).
+    pub layout: DataLayout,
+    pub prepack: bool,
+    /// How operators are lowered ([`ModelSource::recipe`]).
+    pub recipe: u32,
+    /// The mode was chosen by the farm (none was asked for).
+    pub auto: bool,
+    /// Why the layout is not the one asked for, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// `tunefleet submit MODEL.onnx`: what the client sends.

@@ -31,6 +31,7 @@ pub fn model_view(name: &str, state: crate::model::ModelState) -> crate::model::
         verification: serde_json::Value::Null,
         prepack: false,
         layout: Default::default(),
+        mode: Default::default(),
         created_at: Millis(1),
         updated_at: Millis(1),
         finished_at: None,

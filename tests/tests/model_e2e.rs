@@ -146,6 +146,8 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
                     seed: 0,
                     prepack: false,
                     layout: Default::default(),
+                    auto_layout: false,
+                    recipe: None,
                 },
                 trials: Some(10),
                 trials_per_round: None,
@@ -274,6 +276,102 @@ async fn a_prepacked_run_ends_verified_without_shipping_its_library() {
     );
 }
 
+/// Writes two small ONNX models with the venv's onnx: `conv.onnx`
+/// (Conv → Relu) and `mask.onnx`, whose Dropout's mask is a graph output:
+/// TVM's `ConvertLayout` cannot carry NHWC through that tuple, so its
+/// extraction must fall back to NCHW.
+#[cfg(feature = "tvm")]
+fn write_mode_models(python: &Path, dir: &Path) {
+    let script = r#"
+import sys, numpy as np
+from onnx import TensorProto, helper, numpy_helper, save
+w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype("float32"), "w")
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])
+conv = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])
+for name, tail, outs in (
+    ("conv", [helper.make_node("Relu", ["c"], ["y"])], [y]),
+    ("mask", [helper.make_node("Dropout", ["c"], ["y", "m"])],
+     [y, helper.make_tensor_value_info("m", TensorProto.BOOL, [1, 8, 16, 16])]),
+):
+    g = helper.make_graph([conv] + tail, name, [x], outs, [w])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), f"{sys.argv[1]}/{name}.onnx")
+"#;
+    let out = std::process::Command::new(python)
+        .args(["-c", script])
+        .arg(dir)
+        .output()
+        .expect("run the venv's python");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// Without `--prepack`, `--no-prepack` or `--layout`, `submit` gives the
+/// best mode: weights pre-packed, convolutions channels-last, lowering
+/// recipe 2, chosen by the farm; a model NHWC cannot carry falls back to
+/// NCHW on its own, and `results` says so and why.
+#[cfg(feature = "tvm")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_mode_is_the_best_and_falls_back_on_its_own() {
+    let python = repo_root().join(".venv/bin/python");
+    if light_models().is_none() {
+        eprintln!("SKIPPED: no TVM venv (scripts/setup-tvm.sh)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_mode_models(&python, dir.path());
+    let master = Master::start(dir.path(), &[]);
+    let _worker = tvm_worker(&master, dir.path(), "tvm-mode", &python, &[]);
+    for name in ["conv", "mask"] {
+        let model = dir.path().join(format!("{name}.onnx"));
+        let out = master.cli(&[
+            "submit",
+            model.to_str().unwrap(),
+            "--name",
+            name,
+            "--trials",
+            "2",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let extracted = |name: &'static str| {
+        let master = &master;
+        async move {
+            eventually(
+                Duration::from_secs(300),
+                "the extraction to end",
+                || async {
+                    let out = master.cli(&["results", "--model", name, "--format", "json"]);
+                    let view: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+                    (view["state"] != "extracting").then_some(view)
+                },
+            )
+            .await
+        }
+    };
+    let conv = extracted("conv").await;
+    assert_ne!(conv["state"], "failed", "{conv:#}");
+    assert_eq!(conv["mode"]["layout"], "NHWC", "{:#}", conv["mode"]);
+    assert_eq!(conv["mode"]["prepack"], true);
+    assert_eq!(conv["mode"]["auto"], true);
+    assert_eq!(conv["mode"]["recipe"], 2);
+    assert!(conv["mode"]["note"].is_null());
+    let mask = extracted("mask").await;
+    assert_ne!(mask["state"], "failed", "{mask:#}");
+    assert_eq!(mask["mode"]["layout"], "NCHW", "{:#}", mask["mode"]);
+    assert_eq!(
+        mask["layout"], "NCHW",
+        "compile uses the layout it fell back to"
+    );
+    let note = mask["mode"]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("NHWC could not be used"), "{note}");
+    let table = text(&master.cli(&["results", "--model", "mask"]).stdout);
+    assert!(
+        table
+            .contains("mode NCHW, weights pre-packed (chosen by the farm); NHWC could not be used"),
+        "{table}"
+    );
+}
+
 /// A run of tasks its client extracted (the Python package's `tune_module`),
 /// sent with the Rust client: no extract job, rounds on a sim worker at once,
 /// `done` without a compile job, and it survives a master restart (the empty
@@ -300,6 +398,8 @@ async fn client_extracted_tasks_are_tuned_without_extract_or_compile() {
             input_shapes: Default::default(),
             prepack: false,
             layout: Default::default(),
+            auto_layout: false,
+            recipe: None,
             seed: 0,
         },
         trials: Some(8),
@@ -379,6 +479,9 @@ fn tvm_worker(master: &Master, dir: &Path, name: &str, python: &Path, extra: &[&
 
 /// `tunefleet submit MODEL --wait` with 2 trials per round, bounded by
 /// `timeout_s` so that a hung run fails the test instead of the CI job.
+/// `--no-prepack`: the weights as arguments, the mode whose `export
+/// --format library` README's model snippet runs (the default mode's own
+/// test is `the_default_mode_is_the_best_and_falls_back_on_its_own`).
 #[cfg(feature = "tvm")]
 fn submit_model_and_wait(
     master: &Master,
@@ -397,6 +500,7 @@ fn submit_model_and_wait(
             name,
         ])
         .args(["--trials", trials, "--trials-per-round", "2", "--wait"])
+        .arg("--no-prepack")
         .args(["--server", &master.url()])
         .env("TUNEFLEET_TOKEN", ADMIN_TOKEN)
         .output()

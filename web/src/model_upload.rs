@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use tunefleet_shared::model::{
-    check_model_name, ModelSource, ModelSubmission, TunerSettings, DEFAULT_MODEL_TRIALS,
+    check_model_name, ModelMode, ModelSource, ModelSubmission, TunerSettings, DEFAULT_MODEL_TRIALS,
 };
 use tunefleet_shared::onnx::{self, OnnxError};
 pub use web_check::model_file::{human_bytes, load, InputRow, LoadedModel};
@@ -247,13 +247,12 @@ pub fn shape_message(e: &OnnxError) -> String {
 pub fn submission(model: &LoadedModel, checked: &Checked) -> ModelSubmission {
     ModelSubmission {
         name: checked.name.clone(),
-        source: ModelSource {
-            onnx_b64: model.stripped_b64.clone(),
-            input_shapes: checked.input_shapes.clone(),
-            seed: 0,
-            prepack: false,
-            layout: Default::default(),
-        },
+        // The best mode, as the CLI's `submit` gives without flags.
+        source: ModelSource::new(
+            model.stripped_b64.clone(),
+            checked.input_shapes.clone(),
+            ModelMode::BEST,
+        ),
         trials: Some(checked.trials),
         trials_per_round: None,
         target: None,

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 use tunefleet_shared::model::{
-    check_model_name, EstimatePoint, ModelLatencies, ModelSource, ModelStage, ModelState,
+    check_model_name, EstimatePoint, ModeView, ModelLatencies, ModelSource, ModelStage, ModelState,
     ModelSubmission, ModelTaskView, ModelView, TunerSettings, DEFAULT_MODEL_TRIALS,
     DEFAULT_TRIALS_PER_ROUND,
 };
@@ -70,6 +70,8 @@ pub struct Task {
     pub flops: Option<f64>,
     /// Share of the untuned model's time (timed once at extraction).
     pub untuned_share: Option<f64>,
+    /// Its functions' time in that run: what it costs before it is tuned.
+    pub untuned_time_s: Option<f64>,
     pub trivial: bool,
     pub dead: bool,
     pub rounds: Vec<Round>,
@@ -118,6 +120,16 @@ impl Task {
     fn live(&self) -> bool {
         !self.trivial && !self.dead
     }
+    /// What the task costs in the model as it stands: weight × its best,
+    /// its untuned time before it has one, and never more than that (so a
+    /// run's estimate only falls). None when neither is known.
+    fn cost_s(&self) -> Option<f64> {
+        let tuned = self.best().map(|b| f64::from(self.weight) * b);
+        match (tuned, self.untuned_time_s) {
+            (Some(t), Some(u)) => Some(t.min(u)),
+            (tuned, untuned) => tuned.or(untuned),
+        }
+    }
     /// The kept records MetaSchedule's database can hold (`[workload,
     /// trace, run_secs, args]`), best first: what warm starts, the compile
     /// job and the exported database are made of.
@@ -154,6 +166,9 @@ pub struct ModelRun {
     pub functions_tuned: Option<u32>,
     pub error: Option<String>,
     pub curve: Vec<EstimatePoint>,
+    /// Why the run is tuned in another layout than it asked for (an
+    /// `auto_layout` run its extraction could not convert).
+    pub layout_note: Option<String>,
     pub created_at: Millis,
     pub updated_at: Millis,
     pub finished_at: Option<Millis>,
@@ -185,14 +200,25 @@ impl ModelRun {
         self.tasks.iter().map(Task::in_flight).sum()
     }
 
-    /// Σ weight × best over the tasks that have a best.
+    /// The whole model's latency as it stands: Σ of every task's
+    /// [`Task::cost_s`], once each task has one (its untuned time, timed at
+    /// extraction, or a best); it only falls as rounds end. A run whose
+    /// extraction timed nothing (older workers) sums the tasks with a best.
     fn estimated_latency_s(&self) -> Option<f64> {
+        if let Some(whole) = self.tasks.iter().map(Task::cost_s).sum::<Option<f64>>() {
+            return (!self.tasks.is_empty()).then_some(whole);
+        }
         let tuned: Vec<f64> = self
             .tasks
             .iter()
             .filter_map(|t| t.best().map(|b| f64::from(t.weight) * b))
             .collect();
         (!tuned.is_empty()).then(|| tuned.iter().sum())
+    }
+
+    /// Whether the estimate covers the whole model (every task has a cost).
+    fn whole_estimate(&self) -> bool {
+        !self.tasks.is_empty() && self.tasks.iter().all(|t| t.cost_s().is_some())
     }
 
     pub fn view(&self) -> ModelView {
@@ -216,10 +242,8 @@ impl ModelRun {
                     weight: t.weight,
                     trials: t.trials(),
                     best_latency_s: t.best(),
-                    share: match (t.best(), estimate) {
-                        (Some(b), Some(total)) if total > 0.0 => {
-                            Some(f64::from(t.weight) * b / total)
-                        }
+                    share: match (t.cost_s(), estimate) {
+                        (Some(cost), Some(total)) if total > 0.0 => Some(cost / total),
                         _ => None,
                     },
                     flops: t.flops,
@@ -244,6 +268,13 @@ impl ModelRun {
             verification: self.verification.clone(),
             prepack: self.source.prepack,
             layout: self.source.layout,
+            mode: ModeView {
+                layout: self.source.layout,
+                prepack: self.source.prepack,
+                recipe: self.source.recipe(),
+                auto: self.source.auto_layout,
+                note: self.layout_note.clone(),
+            },
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,
@@ -394,10 +425,7 @@ impl ModelRuns {
             )));
         }
         check_tuner(&tuner).map_err(ModelError::BadSettings)?;
-        source
-            .layout
-            .check(source.prepack)
-            .map_err(ModelError::BadSettings)?;
+        source.check().map_err(ModelError::BadSettings)?;
         let requested_target = target.unwrap_or(default_target);
         let extract = Workload {
             name: format!("{name}/extract"),
@@ -454,6 +482,7 @@ impl ModelRuns {
             functions_tuned: None,
             error: None,
             curve: Vec::new(),
+            layout_note: None,
             created_at: now,
             updated_at: now,
             finished_at: None,

@@ -5,7 +5,8 @@
 
 use serde_json::Value;
 use tunefleet_shared::model::{
-    CompileTask, EstimatePoint, ModelLatencies, ModelStage, ModelState, TunerSettings, WarmStart,
+    CompileTask, DataLayout, EstimatePoint, ModelLatencies, ModelStage, ModelState, TunerSettings,
+    WarmStart,
 };
 use tunefleet_shared::protocol::{JobState, JobView, Millis};
 use tunefleet_shared::target::Target;
@@ -87,9 +88,28 @@ pub(super) fn extract_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> b
     });
     run.tasks = parsed;
     run.target = Some(target);
+    adopt_layout(run, &meta.extra);
     run.state = ModelState::Tuning;
     run.updated_at = now;
+    record_estimate(run, now);
     true
+}
+
+/// The layout the extraction actually used becomes the run's: an
+/// `auto_layout` run a model could not be converted for is tuned, and
+/// compiled, in NCHW, and says why.
+fn adopt_layout(run: &mut ModelRun, extra: &Value) {
+    let used = extra
+        .get("layout")
+        .and_then(Value::as_str)
+        .and_then(|l| DataLayout::parse(l).ok());
+    if let Some(layout) = used.filter(|l| *l != run.source.layout && run.source.auto_layout) {
+        run.source.layout = layout;
+    }
+    run.layout_note = extra
+        .get("layout_note")
+        .and_then(Value::as_str)
+        .map(str::to_string);
 }
 
 /// The tasks of an extraction (an extract job's `extra.tasks`, or the tasks
@@ -122,6 +142,11 @@ pub(super) fn parse_tasks(
                 .and_then(Value::as_f64)
                 .zip(untuned_total)
                 .map(|(t, total)| t / total),
+            untuned_time_s: untuned_total.and(
+                t.get("untuned_time_s")
+                    .and_then(Value::as_f64)
+                    .filter(|t| t.is_finite() && *t >= 0.0),
+            ),
             trivial: t.get("trivial").and_then(Value::as_bool).unwrap_or(false),
             dead: false,
             rounds: Vec::new(),
@@ -137,6 +162,58 @@ pub(super) fn parse_tasks(
     }
     Ok(parsed)
 }
+
+/// A point on the estimated-latency curve. With every task's untuned time
+/// known the estimate is the whole model's from extraction on, and only
+/// falls; without (older workers) the curve starts once every live task
+/// has a best: before that the sum grows with each task measured, which
+/// reads as the model getting slower.
+fn record_estimate(run: &mut ModelRun, now: Millis) {
+    let complete =
+        run.whole_estimate() || run.tasks.iter().all(|t| !t.live() || t.best().is_some());
+    let Some(estimate) = run.estimated_latency_s().filter(|_| complete) else {
+        return;
+    };
+    let trials = run.trials_done();
+    run.curve.push(EstimatePoint {
+        trials,
+        at: now,
+        estimated_latency_s: estimate,
+    });
+    if run.curve.len() > MAX_CURVE_POINTS {
+        // Thin the middle, keep the first and the last points.
+        let last = run.curve.len() - 1;
+        let mut i = 0;
+        run.curve.retain(|_| {
+            i += 1;
+            i == 1 || i % 2 == 0 || i - 1 == last
+        });
+    }
+}
+
+/// Once every live task has been measured, a task judged trivial by the
+/// untuned model is judged again by the model as it now stands: tuning
+/// shrinks the convolutions far more than a pooling or a copy, so a task
+/// that was 0.4% of the untuned time can be 5% of the tuned model, on a
+/// generic schedule. One costing more than [`TRIVIAL_SHARE_OF_ESTIMATE`]
+/// of the estimate (by its untuned time: an upper bound) becomes live and
+/// gets rounds like the others.
+fn rejudge_trivial(run: &mut ModelRun) {
+    let Some(estimate) = run.estimated_latency_s().filter(|_| run.whole_estimate()) else {
+        return;
+    };
+    for task in run.tasks.iter_mut().filter(|t| t.trivial && !t.dead) {
+        if task
+            .untuned_time_s
+            .is_some_and(|u| u > TRIVIAL_SHARE_OF_ESTIMATE * estimate)
+        {
+            task.trivial = false;
+        }
+    }
+}
+
+/// See [`rejudge_trivial`]: "a few percent" of the tuned model.
+pub(super) const TRIVIAL_SHARE_OF_ESTIMATE: f64 = 0.02;
 
 /// A round ended: merge its records, extend the task's history.
 pub(super) fn round_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> bool {
@@ -193,26 +270,10 @@ pub(super) fn round_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> boo
             task.dead = true;
         }
     }
-    // The curve starts once every live task has a best: before that the sum
-    // grows with each task measured, which reads as the model getting slower.
-    let complete = run.tasks.iter().all(|t| !t.live() || t.best().is_some());
-    if let (true, Some(estimate)) = (complete, run.estimated_latency_s()) {
-        let trials = run.trials_done();
-        run.curve.push(EstimatePoint {
-            trials,
-            at: now,
-            estimated_latency_s: estimate,
-        });
-        if run.curve.len() > MAX_CURVE_POINTS {
-            // Thin the middle, keep the first and the last points.
-            let last = run.curve.len() - 1;
-            let mut i = 0;
-            run.curve.retain(|_| {
-                i += 1;
-                i == 1 || i % 2 == 0 || i - 1 == last
-            });
-        }
+    if run.tasks.iter().all(|t| !t.live() || t.best().is_some()) {
+        rejudge_trivial(run);
     }
+    record_estimate(run, now);
     run.updated_at = now;
     true
 }

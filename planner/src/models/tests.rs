@@ -14,6 +14,8 @@ fn submission(name: &str, trials: u32, per_round: u32) -> ModelSubmission {
             seed: 0,
             prepack: false,
             layout: Default::default(),
+            auto_layout: false,
+            recipe: None,
         },
         trials: Some(trials),
         trials_per_round: Some(per_round),
@@ -597,4 +599,171 @@ fn extracted_tasks_are_checked() {
         .contains("extracted.tasks[0].tvmscript must be TVMScript"));
     s.extracted.as_mut().unwrap().tasks.clear();
     assert!(s.check_upload().unwrap_err().contains("1 to 10000 tasks"));
+}
+
+/// An extraction whose worker timed every function: (name, weight,
+/// trivial, untuned seconds), and the untuned total.
+fn extracted_timed(tasks: &[(&str, u32, bool, f64)]) -> Value {
+    let rows: Vec<Value> = tasks
+        .iter()
+        .map(|(name, weight, trivial, untuned)| {
+            serde_json::json!({
+                "name": name, "weight": weight, "trivial": trivial, "untuned_time_s": untuned,
+                "tvmscript": format!("@T.prim_func\ndef {name}(): pass\n"),
+            })
+        })
+        .collect();
+    let total: f64 = tasks.iter().map(|t| t.3).sum();
+    serde_json::json!({"tasks": rows, "untuned_estimate_s": total, "inputs": [], "params": [], "outputs": []})
+}
+
+/// Ends every round the plan holds with `latency` per trial; the next plan.
+fn end_rounds(runs: &mut ModelRuns, plan: Plan, latency: impl Fn(&str) -> f64, at: u64) -> Plan {
+    let one_worker = |_: &Target| 1;
+    let mut next = Plan::default();
+    for (round, _) in plan.jobs {
+        let l = latency(&round.name);
+        let records: Vec<f64> = (0..round.trials).map(|i| l + f64::from(i) * 1e-6).collect();
+        let p = runs.job_ended(
+            &done(&round, Value::Null, &records),
+            Millis(at),
+            &one_worker,
+        );
+        next.jobs.extend(p.jobs);
+    }
+    next
+}
+
+#[test]
+fn the_estimate_is_the_whole_model_from_extraction_on_and_only_falls() {
+    let one_worker = |_: &Target| 1;
+    let mut runs = ModelRuns::default();
+    let plan = runs
+        .submit(submission("sq", 24, 2), Target::of_kind("llvm"), Millis(1))
+        .unwrap();
+    let extract = plan.jobs[0].0.clone();
+    // Untuned: conv 20 ms (2 calls), dense 6 ms, pool 1 ms (trivial).
+    let extra = extracted_timed(&[
+        ("conv", 2, false, 20e-3),
+        ("pool", 1, true, 1e-3),
+        ("dense", 1, false, 6e-3),
+    ]);
+    let mut plan = runs.job_ended(&done(&extract, extra, &[]), Millis(2), &one_worker);
+    let first = runs.get("sq").unwrap().view();
+    let estimate = first.estimated_latency_s.unwrap();
+    assert!(
+        (estimate - 27e-3).abs() < 1e-12,
+        "every task at its untuned time: {estimate}"
+    );
+    assert_eq!(first.curve.len(), 1, "the curve starts at extraction");
+    assert_eq!(first.curve[0].trials, 0);
+    // conv improves round after round; dense's first round (7 ms a call) is
+    // slower than its untuned time and must not raise the estimate.
+    let mut at = 3;
+    while !plan.jobs.is_empty() && !names(&plan).contains(&"sq/compile".to_string()) {
+        let round = at;
+        plan = end_rounds(
+            &mut runs,
+            plan,
+            |name| {
+                if name.contains("conv") {
+                    8e-3 / f64::from(round as u32)
+                } else {
+                    7e-3
+                }
+            },
+            at,
+        );
+        at += 1;
+    }
+    let view = runs.get("sq").unwrap().view();
+    let curve: Vec<f64> = view.curve.iter().map(|p| p.estimated_latency_s).collect();
+    assert!(curve.len() >= 4, "{curve:?}");
+    assert!(
+        curve.windows(2).all(|w| w[1] <= w[0]),
+        "only falls: {curve:?}"
+    );
+    assert!(curve.last().unwrap() < &20e-3, "{curve:?}");
+    // Shares are of the whole model, so they add up to one.
+    let shares: f64 = view.tasks.iter().filter_map(|t| t.share).sum();
+    assert!((shares - 1.0).abs() < 1e-9, "{shares}");
+}
+
+#[test]
+fn a_trivial_task_that_the_tuned_model_leaves_large_gets_rounds() {
+    let one_worker = |_: &Target| 1;
+    let mut runs = ModelRuns::default();
+    let plan = runs
+        .submit(submission("sq", 40, 4), Target::of_kind("llvm"), Millis(1))
+        .unwrap();
+    let extract = plan.jobs[0].0.clone();
+    // Untuned: the convolution is 99.5% of the time, the concatenation
+    // 0.3% (trivial), the reshape 0.001% (trivial).
+    let extra = extracted_timed(&[
+        ("conv", 1, false, 99.5e-3),
+        ("concat", 1, true, 0.3e-3),
+        ("reshape", 1, true, 1e-6),
+    ]);
+    let plan = runs.job_ended(&done(&extract, extra, &[]), Millis(2), &one_worker);
+    assert_eq!(names(&plan), ["sq/conv/r1"]);
+    // Tuned, the convolution takes 5 ms: the concatenation is now 6% of the model.
+    let plan = end_rounds(&mut runs, plan, |_| 5e-3, 3);
+    let run = runs.get("sq").unwrap();
+    let concat = run.tasks.iter().find(|t| t.name == "concat").unwrap();
+    assert!(!concat.trivial, "judged again by the tuned model");
+    assert!(
+        run.tasks
+            .iter()
+            .find(|t| t.name == "reshape")
+            .unwrap()
+            .trivial
+    );
+    assert!(
+        names(&plan).contains(&"sq/concat/r1".to_string()),
+        "{:?}",
+        names(&plan)
+    );
+}
+
+#[test]
+fn an_auto_layout_run_takes_the_layout_its_extraction_used() {
+    let one_worker = |_: &Target| 1;
+    let mut runs = ModelRuns::default();
+    let mut sub = submission("sq", 10, 2);
+    sub.source = ModelSource::new(
+        "AAAA".into(),
+        Default::default(),
+        tunefleet_shared::model::ModelMode::BEST,
+    );
+    let plan = runs
+        .submit(sub, Target::of_kind("llvm"), Millis(1))
+        .unwrap();
+    let extract = plan.jobs[0].0.clone();
+    let mut extra = extracted(&[("conv", 1, false)]);
+    extra["layout"] = "NCHW".into();
+    extra["layout_note"] = "NHWC could not be used, so the run is tuned in NCHW: boom".into();
+    runs.job_ended(&done(&extract, extra, &[]), Millis(2), &one_worker);
+    let view = runs.get("sq").unwrap().view();
+    assert_eq!(view.mode.layout, DataLayout::Nchw);
+    assert_eq!(
+        view.layout,
+        DataLayout::Nchw,
+        "compile and `tunefleet compile` use it"
+    );
+    assert!(view.mode.prepack && view.mode.auto && view.mode.recipe == 2);
+    assert!(view.mode.note.as_deref().unwrap().contains("boom"));
+    // A run that named its layout keeps it (its extraction fails instead).
+    let mut named = submission("named", 10, 2);
+    named.source.prepack = true;
+    named.source.layout = DataLayout::Nhwc;
+    let plan = runs
+        .submit(named, Target::of_kind("llvm"), Millis(3))
+        .unwrap();
+    let mut extra = extracted(&[("conv", 1, false)]);
+    extra["layout"] = "NCHW".into();
+    runs.job_ended(&done(&plan.jobs[0].0, extra, &[]), Millis(4), &one_worker);
+    assert_eq!(
+        runs.get("named").unwrap().view().mode.layout,
+        DataLayout::Nhwc
+    );
 }

@@ -16,7 +16,11 @@ each a function below:
    inputs (a mismatch fails the job; `compare` holds the tolerance);
 6. profile: where the tuned model's time goes, and which functions run on
    a schedule no record gave (`_default_schedule`);
-7. time untuned TVM, tuned TVM and onnxruntime (timing.py).
+7. time untuned TVM, tuned TVM and onnxruntime (timing.py): the tuned
+   model, when a library was written, as its user runs it (loaded in a
+   fresh process), and onnxruntime on the threads that library ran on.
+
+A library written here carries its own thread default (`THREADS_ADDON`).
 """
 
 from __future__ import annotations
@@ -31,10 +35,37 @@ from .. import relax as relax_prep
 from ..errors import shorten
 from . import prepare as prep_opts
 from .protocol import JobError, int_field
-from .timing import as_list, median_time, onnxruntime_session, random_inputs, time_onnxruntime
+from .timing import as_list, median_time, onnxruntime_session, random_inputs, time_library, time_onnxruntime
 
 RTOL = 1e-3
 ATOL = 1e-4
+
+#: Linked into every library written here. TVM's runtime sizes its thread
+#: pool, when it first runs a parallel loop, as half the hardware threads on
+#: x86 unless TVM_NUM_THREADS (or OMP_NUM_THREADS) says otherwise: it
+#: assumes hyper-threading. On a 2-vCPU machine a library loaded as README
+#: loads it then ran on one thread (135 ms where two gave 64-71 ms). This
+#: constructor runs when the library is loaded and, unless the user set one
+#: of those variables, gives TVM every CPU the process may use. A process
+#: that already ran TVM's thread pool before loading the library keeps its
+#: pool (`runtime.config_threadpool` changes it).
+THREADS_ADDON = r"""
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+__attribute__((constructor)) static void tunefleet_default_threads(void) {
+  if (getenv("TVM_NUM_THREADS") != NULL || getenv("OMP_NUM_THREADS") != NULL) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return;
+  int n = CPU_COUNT(&set);
+  if (n < 1) return;
+  char text[16];
+  snprintf(text, sizeof(text), "%d", n);
+  setenv("TVM_NUM_THREADS", text, 0);
+}
+"""
 
 
 # --------------------------------------------------------------------------
@@ -149,10 +180,14 @@ def _library_path(job: dict, work_dir: str) -> str | None:
     return path
 
 
-def _export(ex, path: str) -> None:
+def _export(ex, path: str, work_dir: str) -> None:
+    """The library, with `THREADS_ADDON` linked in, written atomically."""
+    addon = os.path.join(work_dir, "tunefleet_threads.cc")
+    with open(addon, "w", encoding="utf-8") as f:
+        f.write(THREADS_ADDON)
     tmp = path + ".tmp.so"
     try:
-        ex.export_library(tmp)
+        ex.export_library(tmp, addons=[addon])
         os.replace(tmp, path)
     except OSError as err:
         raise JobError(f"cannot write the library {path}: {err.strerror or err}") from err
@@ -254,6 +289,25 @@ def _default_schedule(tuned_ex, tuned_mod, args: list, generic: set) -> list:
     return sorted(rows, key=lambda f: -f["time_s"])
 
 
+def _time_models(prep, vms: tuple, args: list, lib_path: str | None, feeds: dict, repeat: int,
+                 work_dir: str, onnx_bytes: bytes) -> tuple:
+    """(latency_s, threads): untuned and tuned TVM, and onnxruntime on the
+    threads the tuned model ran on. The tuned model is the written library
+    in a fresh process when there is one (what its user gets), else the
+    module built here (a worker's pre-packed compile writes none)."""
+    tuned_vm, untuned_vm = vms
+    latency = {"untuned": median_time(lambda: untuned_vm["main"](*args), repeat)}
+    if lib_path:
+        timed = time_library(lib_path, [a.numpy() for a in args], repeat, work_dir)
+        latency["tuned"], threads = timed["median_s"], timed["threads"]
+        timed_as = "the library, loaded in a fresh process as README's snippet loads it"
+    else:
+        latency["tuned"], threads = median_time(lambda: tuned_vm["main"](*args), repeat), prep.num_cores
+        timed_as = "the module built in the compile process"
+    latency["onnxruntime"] = time_onnxruntime(onnx_bytes, feeds, threads, repeat, work_dir)
+    return latency, {"tvm": threads, "onnxruntime": threads, "tuned_timed_as": timed_as}
+
+
 def _host_cpu() -> str | None:
     """LLVM's name for this machine's CPU (what `mcpu` must be for the code to run well)."""
     import tvm
@@ -293,7 +347,7 @@ def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
     tuned_ex = _timed(prep, "build_tuned_s", lambda: _compile(tuned_mod, prep.target, "tuned"))
     lib_path = _library_path(job, work_dir)
     if lib_path:
-        _timed(prep, "export_s", lambda: _export(tuned_ex, lib_path))
+        _timed(prep, "export_s", lambda: _export(tuned_ex, lib_path, work_dir))
     untuned_ex = _timed(prep, "build_untuned_s", lambda: _compile(prep.mod, prep.target, "untuned"))
     proto.emit({"event": "progress", "stage": "built", "elapsed_s": round(time.monotonic() - t0, 3)})
 
@@ -308,11 +362,8 @@ def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
 
     generic = set(stats["generic_names"])
     default_schedule = _timed(prep, "profile_s", lambda: _default_schedule(tuned_ex, tuned_mod, args, generic))
-    t = time.monotonic()
-    latency = {"untuned": median_time(lambda: untuned_vm["main"](*args), repeat),
-               "tuned": median_time(lambda: tuned_vm["main"](*args), repeat),
-               "onnxruntime": time_onnxruntime(onnx_bytes, feeds, prep.num_cores, repeat, work_dir)}
-    prep.timings["timing_s"] = round(time.monotonic() - t, 3)
+    latency, threads = _timed(prep, "timing_s", lambda: _time_models(
+        prep, (tuned_vm, untuned_vm), args, lib_path, feeds, repeat, work_dir, onnx_bytes))
 
     return {
         "event": "result",
@@ -332,9 +383,11 @@ def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
                       "rule": "|tvm - onnxruntime| <= atol + rtol*|onnxruntime|, "
                               "atol = 1e-4 * max|onnxruntime output| (per output)"},
         "latency_s": latency,
+        "threads": threads,
         "weights": prep_opts.weights_mode(job),
         "prepack": prep_opts.prepack(job),
-        "layout": prep_opts.layout(job),
+        "layout": prep.layout,
+        "recipe": prep_opts.recipe(job),
         # Kernels whose weights the compile re-laid out for them (pre-packing).
         "prepacked": prepacked,
         "default_schedule": default_schedule,

@@ -37,7 +37,9 @@ mode=extract result::
      "inputs":[{"name","shape","dtype"}], "params":[{"name","shape","dtype"}],
      "outputs":[{"name","shape","dtype"}],
      "tasks":[{"name","weight","tvmscript","flops","trivial","workload"}],
-     "untuned_estimate_s": null, "functions": <PrimFuncs in the fused module>}
+     "untuned_estimate_s": null, "functions": <PrimFuncs in the fused module>,
+     "layout": "NHWC", "layout_note": null}   (the layout used, and why it is
+                                               not the one asked for: auto_layout)
 
 `tvmscript` is accepted by `workloads.build_workload({"op": "tvmscript",
 ...})` and builds exactly the extracted task's module (checked for every task
@@ -54,6 +56,8 @@ mode=compile result::
      "verified": true, "max_abs_err": x, "untuned_max_abs_err": y,
      "tolerance": {"rtol": 1e-3, "atol": a, "rule": "..."},
      "latency_s": {"untuned": s, "tuned": s, "onnxruntime": s}, "repeat": r,
+     "threads": {"tvm": n, "onnxruntime": n, "tuned_timed_as": "..."},
+     "layout": "NHWC", "recipe": 2,
      "library": "/abs/model.so", "library_bytes": n,   (null: prepack with random weights)
      "inputs": [...], "params": [...], "outputs": [...]}
 
@@ -122,6 +126,10 @@ def run_extract(job: dict, prep, proto, t0: float) -> dict:
         "params": prep.params,
         "outputs": prep.outputs,
         "functions": sum(1 for _, f in prep.mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)),
+        # The layout the tasks were extracted in (the run's, from now on),
+        # and why it is not the one asked for, if it is not.
+        "layout": prep.layout,
+        "layout_note": prep.layout_note,
         "tasks": rows,
         "untuned_estimate_s": untuned or None,
         "timings": prep.timings,

@@ -5,7 +5,7 @@ the user's machine) and the benchmarks all start here, and must: a task's
 records are keyed by the exact PrimFunc this preparation produces, so a
 record tuned from one stage's module applies to another's only when both
 ran these steps with the same options (`seed`, `weights`, `prepack`,
-`layout`):
+`layout`, `recipe`):
 
 1. decode the ONNX file (`model_b64` or `model_path`);
 2. materialize it (materialize.py: weights, constants, input shapes);
@@ -13,7 +13,10 @@ ran these steps with the same options (`seed`, `weights`, `prepack`,
    inputs (a worker's job) or bound as constants (`weights: bound`, or
    `prepack`);
 4. the package's pass sequence (`tunefleet.relax`: fusion, or pre-packing
-   with its layout).
+   with its layout), lowering operators as the run's `recipe` says.
+
+With `auto_layout` (the default mode's runs) a layout the model cannot be
+converted to falls back to NCHW, and the Prepared says why (`layout_note`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ class Prepared:
     param_values: list  # numpy arrays, same order
     outputs: list  # [{"name","shape","dtype"}]
     num_cores: int
+    layout: str = "NCHW"  # the layout the module was prepared in
+    layout_note: str | None = None  # why it is not the one asked for
     timings: dict = field(default_factory=dict)
 
 
@@ -91,6 +96,26 @@ def layout(job: dict) -> str:
     if value != "NCHW" and not prepack(job):
         raise JobError(f"job field `layout` {value!r} needs `prepack: true` (the weights' transposes fold "
                        "away only when they are constants)")
+    return value
+
+
+def recipe(job: dict) -> int:
+    """`recipe`: how operators are lowered (tunefleet.relax.RECIPES).
+    Absent: 1, what every run before recipes were named was extracted with."""
+    value = job.get("recipe", 1)
+    if isinstance(value, bool) or value not in relax_prep.RECIPES:
+        raise JobError(f"job field `recipe` must be one of {', '.join(map(str, relax_prep.RECIPES))}, "
+                       f"got {value!r}")
+    return value
+
+
+def auto_layout(job: dict) -> bool:
+    """`auto_layout: true`: a model the layout conversion cannot carry is
+    prepared in NCHW instead of failing (the default mode asks for NHWC on
+    every model; a run that names its layout gets that layout or an error)."""
+    value = job.get("auto_layout", False)
+    if not isinstance(value, bool):
+        raise JobError(f"job field `auto_layout` must be true or false, got {value!r}")
     return value
 
 
@@ -191,7 +216,10 @@ def _check_signature(main, inputs: list, weight_names: list, param_values: list)
 
 def _lower(mod, target, job: dict):
     """Step 4: the package's passes, as the job's options ask."""
-    seq = relax_prep.prepack_sequence(layout(job)) if prepack(job) else relax_prep.fusion_sequence()
+    if prepack(job):
+        seq = relax_prep.prepack_sequence(layout(job), recipe(job))
+    else:
+        seq = relax_prep.fusion_sequence(recipe(job))
     try:
         with target:
             return seq(mod)
@@ -236,7 +264,21 @@ def _for_layout(model, job: dict):
 
 
 def prepare_model(job: dict) -> Prepared:
-    """Decode + materialize + Relax + passes; identical for extract and compile."""
+    """Decode + materialize + Relax + passes; identical for extract and
+    compile. With `auto_layout`, a layout that fails falls back to NCHW."""
+    try:
+        return _prepare(job)
+    except JobError as err:
+        if not (auto_layout(job) and layout(job) != "NCHW"):
+            raise
+        note = f"{layout(job)} could not be used, so the run is tuned in NCHW: {shorten(str(err), 300)}"
+        print(f"tunefleet: {note}", file=sys.stderr)
+    prep = _prepare(dict(job, layout="NCHW"))
+    prep.layout_note = note
+    return prep
+
+
+def _prepare(job: dict) -> Prepared:
     timings = {}
     t = time.monotonic()
     target_json = _target_json(job.get("target"))
@@ -262,4 +304,4 @@ def prepare_model(job: dict) -> Prepared:
     timings["fuse_s"] = round(time.monotonic() - t, 3)
     return Prepared(onnx_model=model, mod=mod, target=target, target_json=target_json, inputs=inputs,
                     params=params_info, param_values=param_values, outputs=_outputs(mod, model),
-                    num_cores=target_num_cores(target_json), timings=timings)
+                    num_cores=target_num_cores(target_json), layout=layout(job), timings=timings)

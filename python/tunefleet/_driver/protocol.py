@@ -46,6 +46,13 @@ class JobError(TunefleetError):
     """A failure with a message meant for the user."""
 
 
+#: TVM's thread settings as the driver's caller gave them, captured before
+#: the driver sets its own (TVM_NUM_THREADS = the target's cores, for
+#: tuning): a compiled library is timed in a child with these, as its user
+#: will run it (timing.time_library).
+CALLER_THREAD_ENV = {k: os.environ.get(k) for k in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+
+
 class Protocol:
     """Writes protocol lines to the saved real stdout; everything else that
     targets fd 1 lands on stderr."""

@@ -5,21 +5,29 @@ Two rules, both learnt the hard way (docs/benchmarks.md):
   onnxruntime's both spin between calls and slow each other down (timed
   after TVM in one process, onnxruntime's SqueezeNet read 3-7 ms where it
   runs in 1.6 ms alone, and TVM read 10x slow when they alternated), so
-  onnxruntime runs in a child: `python -m tunefleet._driver.timing DIR
-  THREADS REPEAT`;
+  onnxruntime runs in a child: `python -m tunefleet._driver.timing
+  onnxruntime DIR THREADS REPEAT`;
+- a library that will be handed to a user is timed as the user runs it:
+  loaded in a fresh process with README's snippet and the caller's own
+  thread settings, not the driver's (`python -m tunefleet._driver.timing
+  library LIB DIR REPEAT`). TVM's runtime alone would use half the
+  hardware threads on x86 (it assumes hyper-threading); the library
+  carries its own default (compile.THREADS_ADDON), and this is where that
+  is measured;
 - a median over at least a second of calls, not a handful: one burst of the
   host's other work moves a short median.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 
 from ..errors import shorten
-from .protocol import JobError
+from .protocol import CALLER_THREAD_ENV, JobError
 
 
 def random_inputs(inputs: list, seed: int) -> list:
@@ -86,41 +94,100 @@ def onnxruntime_session(model, threads: int):
     return ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
 
 
+def _save_feeds(d: str, feeds: dict) -> None:
+    import numpy as np
+
+    os.makedirs(d, exist_ok=True)
+    np.savez(os.path.join(d, "feeds.npz"), **feeds)
+
+
+def _load_feeds(d: str) -> dict:
+    import numpy as np
+
+    with np.load(os.path.join(d, "feeds.npz")) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _child(args: list, env: dict | None, what: str) -> dict:
+    """Runs `python -m tunefleet._driver.timing ARGS...`; its last stdout line (JSON)."""
+    cmd = [sys.executable, "-m", "tunefleet._driver.timing", *args]
+    try:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900, env=env)
+    except subprocess.TimeoutExpired as err:
+        raise JobError(f"timing {what} took over 15 minutes") from err
+    if p.returncode != 0:
+        raise JobError(f"timing {what} failed: {shorten(p.stderr[-2000:])}")
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError) as err:
+        raise JobError(f"timing {what} printed no time: {shorten(p.stdout)}") from err
+
+
 def time_onnxruntime(onnx_bytes: bytes, feeds: dict, threads: int, repeat: int, work_dir: str) -> float:
     """onnxruntime's median time for the model `onnx_bytes` on `feeds`, in a
     process of its own (see the module docs)."""
-    import numpy as np
-
     d = os.path.join(work_dir, "onnxruntime-timing")
-    os.makedirs(d, exist_ok=True)
+    _save_feeds(d, feeds)
     with open(os.path.join(d, "model.onnx"), "wb") as f:
         f.write(onnx_bytes)
-    np.savez(os.path.join(d, "feeds.npz"), **feeds)
-    cmd = [sys.executable, "-m", __spec__.name, d, str(threads), str(repeat)]
-    try:
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired as err:
-        raise JobError("timing onnxruntime took over 15 minutes") from err
-    if p.returncode != 0:
-        raise JobError(f"timing onnxruntime failed: {shorten(p.stderr[-2000:])}")
-    try:
-        return float(p.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError) as err:
-        raise JobError(f"timing onnxruntime printed no time: {shorten(p.stdout)}") from err
+    return _child(["onnxruntime", d, str(threads), str(repeat)], None, "onnxruntime")["median_s"]
 
 
-def _time_onnxruntime_main(d: str, threads: int, repeat: int) -> int:
-    """The child of `time_onnxruntime`: prints the median, in seconds."""
-    import numpy as np
+def caller_env() -> dict:
+    """This process's environment with TVM's thread settings as the
+    driver's caller gave them (see protocol.CALLER_THREAD_ENV)."""
+    env = dict(os.environ)
+    for key, value in CALLER_THREAD_ENV.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
 
+
+def time_library(lib_path: str, inputs: list, repeat: int, work_dir: str) -> dict:
+    """The library's median time on `inputs` (arrays, in `main`'s order)
+    and the threads TVM ran it on, loaded in a fresh process as README's
+    snippet loads it, with the caller's thread settings:
+    `{"median_s", "threads"}`."""
+    d = os.path.join(work_dir, "library-timing")
+    _save_feeds(d, {f"arg{i}": x for i, x in enumerate(inputs)})
+    return _child(["library", lib_path, d, str(repeat)], caller_env(), "the compiled library")
+
+
+def _onnxruntime_main(d: str, threads: int, repeat: int) -> dict:
+    """The child of `time_onnxruntime`."""
     sess = onnxruntime_session(os.path.join(d, "model.onnx"), threads)
-    with np.load(os.path.join(d, "feeds.npz")) as z:
-        feeds = {k: z[k] for k in z.files}
-    print(repr(median_time(lambda: sess.run(None, feeds), repeat)))
+    feeds = _load_feeds(d)
+    return {"median_s": median_time(lambda: sess.run(None, feeds), repeat), "threads": threads}
+
+
+def _library_main(lib_path: str, d: str, repeat: int) -> dict:
+    """The child of `time_library`: README's snippet, then the clock."""
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+
+    feeds = _load_feeds(d)
+    args = [tvm.runtime.tensor(feeds[f"arg{i}"]) for i in range(len(feeds))]
+    vm = relax.VirtualMachine(tvm.runtime.load_module(lib_path), tvm.cpu())
+    median = median_time(lambda: vm["main"](*args), repeat)
+    return {"median_s": median, "threads": int(tvm_ffi.get_global_func("runtime.NumThreads")())}
+
+
+def _main(argv: list) -> int:
+    usage = ("usage: python -m tunefleet._driver.timing onnxruntime DIR THREADS REPEAT\n"
+             "       python -m tunefleet._driver.timing library LIB DIR REPEAT")
+    if len(argv) != 4 or argv[0] not in ("onnxruntime", "library"):
+        print(usage, file=sys.stderr)
+        return 2
+    if argv[0] == "onnxruntime":
+        out = _onnxruntime_main(argv[1], int(argv[2]), int(argv[3]))
+    else:
+        out = _library_main(argv[1], argv[2], int(argv[3]))
+    print(json.dumps(out))
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        sys.exit("usage: python -m tunefleet._driver.timing DIR THREADS REPEAT")
-    sys.exit(_time_onnxruntime_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    sys.exit(_main(sys.argv[1:]))

@@ -176,6 +176,8 @@ fn driver_job(view: &ModelView, model: &Path, db_dir: &Path, out: &Path, repeat:
         // The run's tasks were extracted this way: every record applies.
         "prepack": view.prepack,
         "layout": view.layout,
+        // A master from before recipes sends no mode (recipe 0): its runs are recipe 1.
+        "recipe": view.mode.recipe.max(1),
         "database_dir": db_dir,
         "out": out,
         "repeat": repeat.max(1),

@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tunefleet_shared::export::format_latency;
 use tunefleet_shared::model::{
-    base64, DataLayout, ModelArtifactKind, ModelSource, ModelSubmission, ModelView, TunerSettings,
-    MAX_MODEL_BYTES, STRIP_MIN_ELEMENTS,
+    base64, DataLayout, ModelArtifactKind, ModelMode, ModelSource, ModelSubmission, ModelView,
+    TunerSettings, MAX_MODEL_BYTES, STRIP_MIN_ELEMENTS,
 };
 use tunefleet_shared::onnx;
 use tunefleet_shared::protocol::{ClientCommand, ReplyBody};
@@ -68,14 +68,21 @@ pub struct ModelFlags {
     pub repeat: Option<u32>,
     /// Pre-pack the weights: tune kernels that may choose the weights'
     /// layout, folded into the real weights by `tunefleet compile` (the run
-    /// then has no `export --format library`).
-    #[arg(long)]
+    /// then has no `export --format library`). Part of the default mode;
+    /// alone it keeps the model's NCHW layout.
+    #[arg(long, conflicts_with = "no_prepack")]
     pub prepack: bool,
+    /// Weights as arguments of the compiled model, NCHW: the mode with an
+    /// `export --format library` that takes your weights at run time.
+    #[arg(long)]
+    pub no_prepack: bool,
     /// Data layout to tune the convolutions in: NCHW (the model's own) or
-    /// NHWC (channels innermost, what the CPU's vector units want; needs
-    /// --prepack, since the weights' transposes fold into the constants).
-    #[arg(long, value_name = "NCHW|NHWC", value_parser = DataLayout::parse, default_value = "NCHW")]
-    pub layout: DataLayout,
+    /// NHWC (channels innermost, what the CPU's vector units want; it
+    /// pre-packs, since the weights' transposes fold into the constants).
+    /// Without --prepack, --no-prepack and --layout a run gets the best
+    /// mode: pre-packed, NHWC, and NCHW for a model NHWC cannot carry.
+    #[arg(long, value_name = "NCHW|NHWC", value_parser = DataLayout::parse)]
+    pub layout: Option<DataLayout>,
 }
 
 impl ModelFlags {
@@ -96,7 +103,8 @@ impl ModelFlags {
             ("--number", self.number.is_some()),
             ("--repeat", self.repeat.is_some()),
             ("--prepack", self.prepack),
-            ("--layout", !self.layout.is_default()),
+            ("--no-prepack", self.no_prepack),
+            ("--layout", self.layout.is_some()),
         ] {
             if given {
                 set.push(flag);
@@ -123,9 +131,12 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
             onnx::parse_input_shape(arg).map_err(|e| anyhow::anyhow!("--input-shape: {e}"))?;
         shapes.insert(name, dims);
     }
-    flags
-        .layout
-        .check(flags.prepack)
+    let forced = match (flags.prepack, flags.no_prepack) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    };
+    let mode = ModelMode::from_flags(forced, flags.layout)
         .map_err(|e| anyhow::anyhow!("--layout: {e}"))?;
     onnx::check_ops(&summary).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     onnx::check_inputs(&summary, &shapes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
@@ -165,13 +176,7 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
         .map_err(|e| anyhow::anyhow!("--target: {e}"))?;
     let submission = ModelSubmission {
         name,
-        source: ModelSource {
-            onnx_b64: base64::encode(&stripped),
-            input_shapes: shapes,
-            seed: 0,
-            prepack: flags.prepack,
-            layout: flags.layout,
-        },
+        source: ModelSource::new(base64::encode(&stripped), shapes, mode),
         trials: flags.trials,
         trials_per_round: flags.trials_per_round,
         target,
@@ -291,6 +296,28 @@ pub async fn view_on(
     }
 }
 
+/// `NHWC, weights pre-packed (chosen by the farm)`, and the fallback's reason.
+fn mode_text(mode: &tunefleet_shared::model::ModeView) -> String {
+    let mut text = format!(
+        "{}, weights {}{}",
+        mode.layout.as_str(),
+        if mode.prepack {
+            "pre-packed"
+        } else {
+            "as arguments"
+        },
+        if mode.auto {
+            " (chosen by the farm)"
+        } else {
+            ""
+        },
+    );
+    if let Some(note) = &mode.note {
+        text.push_str(&format!("; {note}"));
+    }
+    text
+}
+
 /// `results --model NAME --format json`: the run's view as one object.
 pub fn to_json(view: &ModelView) -> anyhow::Result<String> {
     Ok(format!("{}\n", serde_json::to_string_pretty(view)?))
@@ -300,10 +327,11 @@ pub fn to_json(view: &ModelView) -> anyhow::Result<String> {
 pub fn to_table(view: &ModelView) -> String {
     let lat = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_latency);
     let mut out = format!(
-        "model {}  {}  target {}\ntrials {}/{}  estimated {}",
+        "model {}  {}  target {}\nmode {}\ntrials {}/{}  estimated {}",
         view.name,
         view.state,
         view.target.canonical_json(),
+        mode_text(&view.mode),
         view.trials_done,
         view.trials_total,
         lat(view.estimated_latency_s),

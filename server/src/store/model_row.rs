@@ -45,6 +45,8 @@ pub(super) struct ModelRowOut<'a> {
     functions_tuned: Option<u32>,
     error: &'a Option<String>,
     curve: &'a [EstimatePoint],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    layout_note: &'a Option<String>,
     created_at: Millis,
     updated_at: Millis,
     finished_at: Option<Millis>,
@@ -58,6 +60,8 @@ struct TaskRowOut<'a> {
     flops: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     untuned_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    untuned_time_s: Option<f64>,
     trivial: bool,
     dead: bool,
     rounds: Vec<RoundRow>,
@@ -99,6 +103,8 @@ pub(super) struct ModelRowIn {
     functions_tuned: Option<u32>,
     error: Option<String>,
     curve: Vec<EstimatePoint>,
+    #[serde(default)]
+    layout_note: Option<String>,
     created_at: Millis,
     updated_at: Millis,
     finished_at: Option<Millis>,
@@ -112,6 +118,8 @@ struct TaskRowIn {
     flops: Option<f64>,
     #[serde(default)]
     untuned_share: Option<f64>,
+    #[serde(default)]
+    untuned_time_s: Option<f64>,
     trivial: bool,
     dead: bool,
     rounds: Vec<RoundRow>,
@@ -146,6 +154,7 @@ impl<'a> ModelRowOut<'a> {
             functions_tuned,
             error,
             curve,
+            layout_note,
             created_at,
             updated_at,
             finished_at,
@@ -171,6 +180,7 @@ impl<'a> ModelRowOut<'a> {
             functions_tuned: *functions_tuned,
             error,
             curve,
+            layout_note,
             created_at: *created_at,
             updated_at: *updated_at,
             finished_at: *finished_at,
@@ -186,6 +196,7 @@ impl<'a> TaskRowOut<'a> {
             tvmscript,
             flops,
             untuned_share,
+            untuned_time_s,
             trivial,
             dead,
             rounds,
@@ -200,6 +211,7 @@ impl<'a> TaskRowOut<'a> {
             tvmscript,
             flops: *flops,
             untuned_share: *untuned_share,
+            untuned_time_s: *untuned_time_s,
             trivial: *trivial,
             dead: *dead,
             rounds: rounds.iter().map(RoundRow::of).collect(),
@@ -254,6 +266,7 @@ impl TaskRowIn {
             tvmscript: self.tvmscript,
             flops: self.flops,
             untuned_share: self.untuned_share,
+            untuned_time_s: self.untuned_time_s,
             trivial: self.trivial,
             dead: self.dead,
             rounds: self.rounds.into_iter().map(RoundRow::into_round).collect(),
@@ -292,6 +305,7 @@ impl ModelRowIn {
             functions_tuned: self.functions_tuned,
             error: self.error,
             curve: self.curve,
+            layout_note: self.layout_note,
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,

@@ -544,19 +544,13 @@ fn a_refused_token_waits_for_the_user() {
 
 #[test]
 fn a_model_submit_is_a_submit_with_its_own_reply() {
-    use tunefleet_shared::model::{ModelSource, ModelSubmission, TunerSettings};
+    use tunefleet_shared::model::{ModelMode, ModelSource, ModelSubmission, TunerSettings};
     let mut session = Session::new();
     connect(&mut session, Some("t"), "admin");
     session.received(&snapshot_frame(1, vec![]));
     let model = ModelSubmission {
         name: "sq".into(),
-        source: ModelSource {
-            onnx_b64: "AAAA".into(),
-            input_shapes: Default::default(),
-            seed: 0,
-            prepack: false,
-            layout: Default::default(),
-        },
+        source: ModelSource::new("AAAA".into(), Default::default(), ModelMode::BEST),
         trials: Some(64),
         trials_per_round: None,
         target: None,

@@ -573,6 +573,8 @@ impl TvmBackend {
             "seed": source.seed,
             "prepack": source.prepack,
             "layout": source.layout,
+            "auto_layout": source.auto_layout,
+            "recipe": source.recipe(),
             "target": job.workload.target,
             "tasks": tasks,
         });
