@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 echo "== setting up the TVM venv (with the tunefleet package, python/, installed in it)"
 # Before any test: the worker's tests run its drivers (`python -m
 # tunefleet._driver`) from the installed package, as pytest imports it.
-scripts/setup-tvm.sh
+scripts/setup-tvm.sh --cuda   # NVRTC and CUDA headers: sm_90 code is built and checked without a GPU (python/tests/test_cuda.py)
 export PATH="$PWD/.venv/bin:$PATH"   # tvm-ffi's build script needs tvm-ffi-config
 
 echo "== building the web dashboard (web/dist, used by the browser tests)"
