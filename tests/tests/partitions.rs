@@ -200,12 +200,16 @@ fn an_idle_and_a_busy_worker_come_back_after_a_partition() {
         lab.host("wb", 21, &[Net::Front]),
         lab.host("wh", 22, &[Net::Front]),
     );
+    // Per namespace: only the master's host gives up early.
     let sysctl = m
-        .command("sysctl")
-        .args(["-q", "-w", "net.ipv4.tcp_orphan_retries=1"])
+        .command("sh")
+        .args(["-c", "echo 1 > /proc/sys/net/ipv4/tcp_orphan_retries"])
         .status()
-        .expect("sysctl");
-    assert!(sysctl.success(), "sysctl in the master's namespace");
+        .expect("sh");
+    assert!(
+        sysctl.success(),
+        "tcp_orphan_retries in the master's namespace"
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("fleet.db").display().to_string();
     let master = serve(&m, dir.path(), "master", &state);
