@@ -176,6 +176,8 @@ async fn handshake_then_request_with_interleaved_events() {
             server_version: "0.1.0".into(),
             storage: Default::default(),
             storage_problem: None,
+            devices: Vec::new(),
+            unserved: Vec::new(),
         };
         send(
             &mut ws,

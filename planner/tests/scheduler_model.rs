@@ -406,6 +406,8 @@ fn job_timeout_recycles_a_quiet_job_and_cancels_the_worker() {
 
 #[test]
 fn workers_only_get_jobs_their_target_serves_and_mismatches_are_refused() {
+    // A mismatch is a worker of the jobs' kind that none of them can use;
+    // a worker of another kind (a GPU beside CPU jobs) waits for its own.
     let mut s = Scheduler::new(CONFIG);
     let mut out = Vec::new();
     let ids = s.submit(workloads(2, 2), Millis(0), &mut out).0; // ids[0] pinned to mcpu a
@@ -417,14 +419,34 @@ fn workers_only_get_jobs_their_target_serves_and_mismatches_are_refused() {
         ids[1],
         "plain llvm worker skips the pinned job"
     );
-    assert!(s
-        .worker_joined(
+    assert_eq!(
+        s.worker_joined(
             SessionId(2),
-            &hello("gpu", r#"{"kind":"cuda"}"#),
+            &hello("gpu", r#"{"kind":"cuda","arch":"sm_90"}"#),
+            Millis(0),
+            &mut out
+        ),
+        Ok(0)
+    );
+    let mut cuda = workloads(1, 0);
+    cuda[0].target = Target::parse(r#"{"kind":"cuda","arch":"sm_90"}"#).unwrap();
+    s.submit(cuda, Millis(0), &mut out);
+    assert!(
+        s.worker_joined(
+            SessionId(4),
+            &hello("ampere", r#"{"kind":"cuda","arch":"sm_80"}"#),
             Millis(0),
             &mut out
         )
-        .is_err());
+        .is_err(),
+        "a GPU the CUDA jobs do not want is a mismatch"
+    );
+    let pinned = Target::parse(r#"{"kind":"llvm","mcpu":"a"}"#).unwrap();
+    assert_eq!(
+        s.unserved(),
+        vec![(&pinned, 1)],
+        "the sm_90 job has its worker, the mcpu=a job has none yet"
+    );
     let matching = s
         .worker_joined(
             SessionId(3),
@@ -434,6 +456,7 @@ fn workers_only_get_jobs_their_target_serves_and_mismatches_are_refused() {
         )
         .unwrap();
     assert_eq!(matching, 2);
+    assert!(s.unserved().is_empty());
 }
 
 #[test]

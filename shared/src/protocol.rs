@@ -29,8 +29,9 @@ mod views;
 mod worker;
 
 pub use client::{
-    check_token_name, ClientCommand, ClientRequest, ReplyBody, Role, SecretText, ServerMessage,
-    StatusReport, StorageHealth, StorageProblem, SubmitReport, TokenInfo,
+    check_token_name, ClientCommand, ClientRequest, DeviceGroup, ReplyBody, Role, SecretText,
+    ServerMessage, StatusReport, StorageHealth, StorageProblem, SubmitReport, TokenInfo,
+    UnservedTarget,
 };
 pub use views::{
     record_progress_point, FleetEvent, FleetSnapshot, JobAction, JobChange, JobChangeOf, JobCounts,

@@ -361,6 +361,18 @@ impl Scheduler {
             .map(|(key, (_, count))| (key.as_str(), *count))
     }
 
+    /// Targets of open jobs that no connected worker serves, with how many
+    /// jobs each (they can only be queued): what `status` says is waiting
+    /// for a worker. O(open targets × workers): both are small.
+    pub fn unserved(&self) -> Vec<(&Target, usize)> {
+        self.open
+            .0
+            .values()
+            .filter(|(target, _)| !self.sessions.values().any(|s| s.view.target.serves(target)))
+            .map(|(target, count)| (target, *count))
+            .collect()
+    }
+
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
     }

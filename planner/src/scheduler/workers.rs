@@ -11,8 +11,11 @@ use super::{
 };
 
 impl Scheduler {
-    /// A worker registered. Refused when open jobs exist and none can run on
-    /// its target (a silent mismatch would leave the worker idle forever).
+    /// A worker registered. Refused when open jobs of its target's kind
+    /// exist and none can run on it (a silent mismatch, an `mcpu` or an
+    /// `arch` the jobs do not want, would leave it idle forever). A worker
+    /// of a kind no open job has is not a mismatch: in a fleet of CPU and
+    /// GPU workers it waits for jobs of its kind.
     pub fn worker_joined(
         &mut self,
         session: SessionId,
@@ -27,9 +30,18 @@ impl Scheduler {
             .filter(|(target, _)| hello.target.serves(target))
             .map(|(_, count)| count)
             .sum();
-        if !self.open.0.is_empty() && matching == 0 {
-            // Keys are canonical texts, sorted: the first five, as before.
-            let wanted: Vec<&str> = self.open.0.keys().take(5).map(String::as_str).collect();
+        let kind = hello.target.kind();
+        let same_kind = || self.open.0.values().any(|(t, _)| t.kind() == kind);
+        if matching == 0 && same_kind() {
+            // Keys are canonical texts, sorted: the first five of its kind.
+            let wanted: Vec<&str> = self
+                .open
+                .0
+                .iter()
+                .filter(|(_, (t, _))| t.kind() == kind)
+                .take(5)
+                .map(|(key, _)| key.as_str())
+                .collect();
             return Err(JoinRefusal::NoMatchingJobs {
                 worker: hello.target.canonical_json(),
                 wanted: wanted.join(", "),

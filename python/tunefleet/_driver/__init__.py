@@ -21,17 +21,18 @@ Modules, by concern:
   and timed; `timing`: how models are timed (onnxruntime in a process of
   its own).
 
-- `cuda`: what TVM's CUDA support needs from the machine (set up here, at
-  import, before any driver imports TVM), the worker's probe, and a CUDA
-  kernel checked and timed on the GPU.
+- `cuda`: what TVM's CUDA support needs from the machine (`cuda_env`, set
+  up here, at import, before any driver imports TVM), the worker's probe,
+  and a CUDA kernel checked and timed on the GPU; `cuda_model`: a model's
+  stages on a GPU.
 
 README.md beside this file documents the protocol and every job field.
 """
 
-from . import cuda as _cuda
+from . import cuda_env as _cuda_env
 
 # Before TVM is imported by any driver (every entry point imports this
 # package first): TVM loads its CUDA runtime at `import tvm`, and only if
 # libcudart can be found then. Cheap, and a no-op on a machine without
 # CUDA (cuda.py says what it sets and why).
-_cuda.prepare()
+_cuda_env.prepare()

@@ -3,10 +3,13 @@
 //! `--json` prints the master's [`StatusReport`] unchanged, as pretty JSON;
 //! scripts rely on `jobs.{total,queued,running,done,failed,cancelled}` and
 //! `workers` being integers, and on `"storage": "ok"` or `"degraded"`, so the shape is the protocol's and nothing is
-//! added or renamed here. Without `--json`, a three-line human summary.
+//! added or renamed here (`devices`: the workers by device, `unserved`: open
+//! jobs no connected worker serves). Without `--json`, a short human
+//! summary: the counts, a line per kind of device, a line per target
+//! nobody serves.
 
 use super::{emit, plural, ConnectArgs};
-use tunefleet_shared::protocol::{StatusReport, StorageHealth};
+use tunefleet_shared::protocol::{DeviceGroup, StatusReport, StorageHealth};
 
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
@@ -50,6 +53,16 @@ pub fn human(report: &StatusReport, url: &str) -> String {
         "master:  {url} (tunefleet {})\nworkers: {} ({} busy)\n{jobs}\n",
         report.server_version, report.workers, report.workers_busy
     );
+    for group in &report.devices {
+        text.push_str(&format!("  {}\n", device_line(group)));
+    }
+    for wait in &report.unserved {
+        text.push_str(&format!(
+            "waiting: {} for {}: no connected worker serves that target\n",
+            plural(wait.jobs, "job", "jobs"),
+            wait.target
+        ));
+    }
     if report.storage == StorageHealth::Degraded {
         let why = report
             .storage_problem
@@ -60,6 +73,22 @@ pub fn human(report: &StatusReport, url: &str) -> String {
         ));
     }
     text
+}
+
+/// `8 × NVIDIA H200, 140 GiB (cuda sm_90), 6 busy`.
+fn device_line(group: &DeviceGroup) -> String {
+    let device = group
+        .device
+        .as_ref()
+        .map_or_else(|| "device not reported".to_string(), ToString::to_string);
+    let target = match &group.arch {
+        Some(arch) => format!("{} {arch}", group.target_kind),
+        None => group.target_kind.clone(),
+    };
+    format!(
+        "{} × {device} ({target}), {} busy",
+        group.workers, group.busy
+    )
 }
 
 #[cfg(test)]

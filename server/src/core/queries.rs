@@ -3,11 +3,62 @@
 use std::sync::Arc;
 
 use tunefleet_shared::protocol::{
-    JobCounts, JobId, JobState, JobView, StatusReport, StorageHealth,
+    DeviceGroup, JobCounts, JobId, JobState, JobView, StatusReport, StorageHealth, UnservedTarget,
+    WorkerView,
 };
 
 use super::Core;
 use crate::metrics::FleetMetrics;
+
+/// The connected workers grouped by device and target kind (`status`'s
+/// `devices`), in a stable order: most workers first, then by name.
+fn device_groups(workers: &[&WorkerView]) -> Vec<DeviceGroup> {
+    let mut groups: Vec<DeviceGroup> = Vec::new();
+    for w in workers {
+        let kind = w.target.kind().to_string();
+        let arch = w
+            .target
+            .attrs()
+            .get("arch")
+            .and_then(|a| a.as_str())
+            .map(str::to_string);
+        // The same card model, not the same card: indices and UUIDs differ.
+        let device = w.device.clone().map(|mut d| {
+            d.index = None;
+            d.uuid = None;
+            d
+        });
+        let busy = usize::from(w.current_job.is_some());
+        match groups
+            .iter_mut()
+            .find(|g| g.device == device && g.target_kind == kind && g.arch == arch)
+        {
+            Some(group) => {
+                group.workers += 1;
+                group.busy += busy;
+            }
+            None => groups.push(DeviceGroup {
+                device,
+                target_kind: kind,
+                arch,
+                workers: 1,
+                busy,
+            }),
+        }
+    }
+    groups.sort_by(|a, b| {
+        let name = |g: &DeviceGroup| {
+            g.device
+                .as_ref()
+                .map(|d| d.name.clone())
+                .unwrap_or_default()
+        };
+        b.workers
+            .cmp(&a.workers)
+            .then_with(|| name(a).cmp(&name(b)))
+    });
+    groups
+}
 
 impl Core {
     pub(super) fn status(&self) -> StatusReport {
@@ -28,6 +79,16 @@ impl Core {
                 StorageHealth::Ok
             },
             storage_problem: self.storage.problem().filter(|_| self.degraded()),
+            devices: device_groups(&workers),
+            unserved: self
+                .scheduler
+                .unserved()
+                .into_iter()
+                .map(|(target, jobs)| UnservedTarget {
+                    target: target.clone(),
+                    jobs,
+                })
+                .collect(),
         }
     }
 

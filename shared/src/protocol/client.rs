@@ -4,8 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::{redact, ErrorCode, FleetEvent, FleetSnapshot, JobCounts, JobId, JobView, Millis};
+use crate::device::Device;
 use crate::import::{ImportReport, ImportedWorkload, WorkloadKey};
 use crate::model::{ArtifactFile, ModelArtifactKind, ModelSubmission, ModelView};
+use crate::target::Target;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
@@ -373,6 +375,42 @@ pub struct StatusReport {
     /// since when; absent while it is `ok`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_problem: Option<StorageProblem>,
+    /// The connected workers by what they tune on: each kind of device
+    /// (a GPU model and its memory, a CPU) and target kind, with how many
+    /// workers and how many are busy. Absent from older masters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceGroup>,
+    /// Open jobs whose target no connected worker serves: they wait in the
+    /// queue for one (a CUDA job on a farm of CPU workers). Absent when
+    /// every open job has a worker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unserved: Vec<UnservedTarget>,
+}
+
+/// [`StatusReport::devices`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct DeviceGroup {
+    /// None: workers that did not say (earlier releases).
+    #[serde(default)]
+    pub device: Option<Device>,
+    /// The workers' target kind (`cuda`, `llvm`) and `arch`, if any.
+    pub target_kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    pub workers: usize,
+    pub busy: usize,
+}
+
+/// [`StatusReport::unserved`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "tree", derive(crate::tree::FromTree))]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct UnservedTarget {
+    pub target: Target,
+    /// Open jobs for it (all queued: none can be running).
+    pub jobs: usize,
 }
 
 /// [`StatusReport::storage`].

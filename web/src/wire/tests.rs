@@ -20,7 +20,13 @@ fn worker() -> WorkerView {
         current_job: Some("00000000000000aa".into()),
         jobs_done: 3,
         connected_at: Millis(5),
-        device: None,
+        device: Some(tunefleet_shared::device::Device {
+            kind: "gpu".into(),
+            name: "NVIDIA H200".into(),
+            memory_mib: Some(143_771),
+            index: Some(0),
+            uuid: Some("GPU-0".into()),
+        }),
     }
 }
 
@@ -96,6 +102,17 @@ fn messages() -> Vec<ServerMessage> {
                 server_version: "0.1.0".into(),
                 storage: Default::default(),
                 storage_problem: None,
+                devices: vec![tunefleet_shared::protocol::DeviceGroup {
+                    device: worker().device,
+                    target_kind: "cuda".into(),
+                    arch: Some("sm_90".into()),
+                    workers: 1,
+                    busy: 0,
+                }],
+                unserved: vec![tunefleet_shared::protocol::UnservedTarget {
+                    target: Target::of_kind("cuda"),
+                    jobs: 3,
+                }],
             }),
         ),
         reply(

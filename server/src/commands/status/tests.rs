@@ -18,7 +18,46 @@ fn report() -> StatusReport {
         server_version: "0.1.0".into(),
         storage: Default::default(),
         storage_problem: None,
+        devices: Vec::new(),
+        unserved: Vec::new(),
     }
+}
+
+#[test]
+fn devices_and_targets_nobody_serves_are_shown() {
+    use tunefleet_shared::device::Device;
+    use tunefleet_shared::protocol::{DeviceGroup, UnservedTarget};
+    use tunefleet_shared::target::Target;
+    let mut report = report();
+    report.devices = vec![DeviceGroup {
+        device: Some(Device {
+            kind: "gpu".into(),
+            name: "NVIDIA H200".into(),
+            memory_mib: Some(143_771),
+            index: None,
+            uuid: None,
+        }),
+        target_kind: "cuda".into(),
+        arch: Some("sm_90".into()),
+        workers: 8,
+        busy: 6,
+    }];
+    report.unserved = vec![UnservedTarget {
+        target: Target::parse(r#"{"kind":"llvm","mcpu":"znver4"}"#).unwrap(),
+        jobs: 2,
+    }];
+    let text = human(&report, "ws://h:1/ws/client");
+    assert!(
+        text.contains("  8 × NVIDIA H200, 140 GiB (cuda sm_90), 6 busy\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"waiting: 2 jobs for {"kind":"llvm","mcpu":"znver4"}: no connected worker serves that target"#),
+        "{text}"
+    );
+    let value = serde_json::to_value(&report).unwrap();
+    assert_eq!(value["devices"][0]["device"]["name"], "NVIDIA H200");
+    assert_eq!(value["unserved"][0]["jobs"], 2);
 }
 
 #[test]
