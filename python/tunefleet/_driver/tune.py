@@ -15,7 +15,8 @@ JOB.json::
      "cost_model": "xgb" | "random" | "mlp", "strategy": "evolutionary" |
      "replay-trace" | "replay-func", "builder_timeout_s": 30, "runner_timeout_s": 30,
      "check_kernel": true,
-     "warm_start": null | {"workload": [hash, b64], "records": [[trace, run_secs, target, args_info], ...]}}
+     "warm_start": null | {"workload": [hash, b64], "records": [[trace, run_secs, target, args_info], ...]},
+     "cost_model_share": null | {"path": null | "/abs/model.npz", "id": "...", "samples": N}}
 
 `warm_start` (optional) seeds the search with records of an earlier round of
 the same workload: they are written into work_dir's database before tuning
@@ -25,6 +26,11 @@ master has the others), while `best_latency_s` is the best overall, warm-start
 records included; `warm_start_records` says how many were loaded;
 `warm_start_ignored` (null or a reason) is set when the warm-start workload
 is not this job's module (its records are then unused).
+
+`cost_model_share` (optional; a model's rounds): the round starts its XGB
+cost model from the fleet's (`path`, cost_model.py's format) and the task's
+records, and the result's `cost_model` says whether it was used and where
+the model the round ends with is (`path`), for the worker to send back.
 
 `best_latency_s` in progress lines is null until a valid run was measured.
 """
@@ -38,7 +44,7 @@ import time
 import traceback
 
 from ..errors import shorten
-from . import cuda, measure
+from . import cost_model, cuda, measure
 from .protocol import JobError, driver_main, exit_fast, int_field, summarise_error
 from .workloads import build_workload, valid_mean
 
@@ -95,35 +101,6 @@ def _write_warm_start(ms, warm, built, work_dir: str) -> tuple[int, float | None
             f.write(json.dumps([0, rec], separators=(",", ":")) + "\n")
     means = [m for m in (valid_mean(r[1]) for r in recs) if m is not None]
     return len(recs), (min(means) if means else None), None
-
-
-#: A warm-started round's cost model predicts (instead of answering at
-#: random) once it has this many measurements, its warm start's included.
-#: MetaSchedule's default is 100: a round of 16 trials never got there, so
-#: every round's evolutionary search was steered by random scores, where
-#: `tune_tasks`' one cost model learns across the whole run.
-WARM_COST_MODEL_SAMPLES = 32
-
-
-def _warm_cost_model(ms, built, work_dir: str, num_cores: int):
-    """An XGB cost model trained on the records of the warm start (already in
-    work_dir's database), or None when there is nothing to train on or it
-    fails (the round then uses MetaSchedule's own, untrained)."""
-    try:
-        db = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
-        records = db.get_top_k(db.commit_workload(built.mod), 100_000)
-        if not records:
-            return None
-        context = ms.TuneContext(mod=built.mod, target=built.target, space_generator="post-order-apply",
-                                 search_strategy="evolutionary", task_name="main", num_threads=num_cores)
-        model = ms.cost_model.XGBModel(num_warmup_samples=WARM_COST_MODEL_SAMPLES, num_tuning_cores=num_cores)
-        model.update(context, [r.as_measure_candidate() for r in records],
-                     [ms.runner.RunnerResult(run_secs=r.run_secs, error_msg=None) for r in records])
-        return model
-    except Exception as err:  # noqa: BLE001  (a lever, never a reason to fail the round)
-        print(f"tunefleet: warm cost model not trained ({type(err).__name__}: {shorten(str(err), 300)})",
-              file=sys.stderr)
-        return None
 
 
 def _make_progress_callback(ms, proto, trials_total: int, state: dict):
@@ -197,10 +174,10 @@ def _fresh_work_dir(work_dir: str) -> None:
             os.remove(p)
 
 
-def _warm_start(ms, job: dict, built, work_dir: str, settings: dict) -> tuple:
-    """The job's warm start written into the database, and the cost model
-    trained on it (a model's rounds start from what the task's records
-    already say). Returns (records, best, reason ignored)."""
+def _warm_start(ms, job: dict, built, work_dir: str) -> tuple:
+    """The job's warm start written into the database (a model's rounds
+    start from what the task's records already say). Returns (records,
+    best, reason ignored)."""
     if job.get("warm_start") is None:
         return 0, None, None
     n_warm, warm_best, warm_ignored = _write_warm_start(ms, job["warm_start"], built, work_dir)
@@ -208,11 +185,6 @@ def _warm_start(ms, job: dict, built, work_dir: str, settings: dict) -> tuple:
         print(f"tunefleet: warning: {warm_ignored}", file=sys.stderr)
         return n_warm, warm_best, warm_ignored
     print(f"tunefleet: warm start: {n_warm} records (best {warm_best})", file=sys.stderr)
-    if settings["cost_model"] == "xgb" and n_warm:
-        model = _warm_cost_model(ms, built, work_dir, settings["max_workers"])
-        if model is not None:
-            settings["cost_model"] = model
-            print(f"tunefleet: cost model trained on {n_warm} warm-start records", file=sys.stderr)
     return n_warm, warm_best, warm_ignored
 
 
@@ -281,7 +253,9 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
     proto.emit({"event": "started", "tvm_version": tvm.__version__, "trials_total": settings["trials"]})
 
     _fresh_work_dir(work_dir)
-    n_warm, warm_best, warm_ignored = _warm_start(ms, job, built, work_dir, settings)
+    n_warm, warm_best, warm_ignored = _warm_start(ms, job, built, work_dir)
+    # The fleet's cost model and the task's records train the search's (cost_model.py).
+    shared = cost_model.prepare(ms, job, built, work_dir, settings, 0 if warm_ignored else n_warm)
     # `best` starts at the warm-start best: progress lines report the best overall.
     state = {"done": 0, "failed": 0, "best": warm_best, "first_error": None}
     callbacks = list(ms.measure_callback.MeasureCallback.create("default"))
@@ -331,6 +305,7 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
         "warm_start_records": n_warm,
         "warm_start_ignored": warm_ignored,
         "gpu_check": gpu_check,
+        "cost_model": cost_model.finish(shared, work_dir),
     }
 
 
