@@ -43,7 +43,6 @@ import sys
 import time
 import traceback
 
-from ..errors import shorten
 from . import cost_model, cuda, measure
 from .protocol import JobError, driver_main, exit_fast, int_field, summarise_error
 from .workloads import build_workload, valid_mean
