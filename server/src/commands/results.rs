@@ -116,6 +116,7 @@ pub fn to_table(jobs: &[JobView]) -> String {
         ("JOB_ID", Align::Left),
         ("NAME", Align::Left),
         ("OP", Align::Left),
+        ("TARGET", Align::Left),
         ("STATE", Align::Left),
         ("ATTEMPTS", Align::Right),
         ("WORKER", Align::Left),
@@ -130,6 +131,7 @@ pub fn to_table(jobs: &[JobView]) -> String {
                 job.job_id.clone(),
                 job.name.clone(),
                 job_op(job),
+                target_text(job),
                 job.state.to_string(),
                 job.attempts.to_string(),
                 job.worker.clone().unwrap_or_else(|| "-".into()),
@@ -144,6 +146,24 @@ pub fn to_table(jobs: &[JobView]) -> String {
         })
         .collect();
     render_table(&header, &rows)
+}
+
+/// The target a job ran for (its result's, which the worker completed), or
+/// asked for, in short: the kind and the attribute that tells machines
+/// apart (`cuda sm_90`, `llvm znver4`, `llvm`).
+pub fn target_text(job: &JobView) -> String {
+    let target = job
+        .result
+        .as_ref()
+        .and_then(|r| r.target.as_ref())
+        .unwrap_or(&job.workload.target);
+    let detail = ["arch", "mcpu"]
+        .iter()
+        .find_map(|key| target.attrs().get(*key).and_then(|v| v.as_str()));
+    match detail {
+        Some(detail) => format!("{} {detail}", target.kind()),
+        None => target.kind().to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -24,3 +24,27 @@ fn table_has_one_line_per_job() {
     assert!(lines[2].contains("0/16"), "{text}");
     assert_eq!(to_table(&[]), "no jobs\n");
 }
+
+#[test]
+fn the_table_says_what_each_job_ran_for() {
+    let mut jobs = jobs();
+    let text = to_table(&jobs);
+    assert!(text.lines().next().unwrap().contains("TARGET"), "{text}");
+    // A finished job shows the target its worker completed; an open one
+    // the target it asked for.
+    let gpu = tunefleet_shared::target::Target::parse(r#"{"kind":"cuda","arch":"sm_90"}"#).unwrap();
+    jobs[0].result = Some(tunefleet_shared::protocol::ResultMeta {
+        trials: 16,
+        wall_time_s: 1.0,
+        worker: "gpu-1".into(),
+        backend: "tvm".into(),
+        tvm_version: None,
+        gflops: None,
+        extra: serde_json::Value::Null,
+        target: Some(gpu),
+    });
+    jobs[1].workload.target = tunefleet_shared::target::Target::of_kind("cuda");
+    assert_eq!(target_text(&jobs[0]), "cuda sm_90");
+    assert_eq!(target_text(&jobs[1]), "cuda");
+    assert!(to_table(&jobs).contains("cuda sm_90"));
+}

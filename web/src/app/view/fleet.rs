@@ -295,6 +295,9 @@ fn worker_row(app: &App, w: &WorkerView, now: Millis, tz: i64) -> Html {
                 <div class="sub mono" title={format!("worker id {} · session {}", w.worker_id, w.session)}>
                     { format!("{} · {backend}", short_id(&w.session)) }</div>
                 <div class="sub target">{ target_summary(&w.target) }</div>
+                if let Some(device) = &w.device {
+                    <div class="sub device">{ device.to_string() }</div>
+                }
             </td>
             <td>
                 if busy {
@@ -488,6 +491,23 @@ pub(super) fn job_actions(app: &App, job: &JobView) -> Html {
     }
 }
 
+/// The job's worker, or, for a queued job whose target no connected worker
+/// serves (a CUDA job on a farm of CPUs), that it waits for one.
+fn worker_cell(app: &App, job: &JobView) -> Html {
+    if let Some(worker) = &job.worker {
+        return html! { { worker.clone() } };
+    }
+    let target = &job.workload.target;
+    let served = app.session.fleet.workers().iter().any(|w| w.target.serves(target));
+    if job.state == JobState::Queued && !served {
+        let title = format!("no connected worker serves {target}");
+        return html! {
+            <span class="sub bad unserved" {title}>{ format!("no {} worker", target.kind()) }</span>
+        };
+    }
+    html! { { "–" } }
+}
+
 fn job_row(app: &App, job: &JobView) -> Html {
     let selected = app.selected.as_deref() == Some(job.job_id.as_str());
     let id = job.job_id.clone();
@@ -517,7 +537,7 @@ fn job_row(app: &App, job: &JobView) -> Html {
             <td>{ job.workload.op_name() }</td>
             <td>{ state_badge(job.state) }{ warning }</td>
             <td class="num">{ job.attempts }</td>
-            <td class="worker">{ job.worker.as_deref().unwrap_or("–") }</td>
+            <td class="worker">{ worker_cell(app, job) }</td>
             <td><TrialsBar done={job.trials_done} total={job.trials_total}
                 state={job.state.as_str()} label_class="sub" /></td>
             <td class="num best">{ job.best_latency_s.map_or_else(|| "–".into(), format_latency) }</td>
