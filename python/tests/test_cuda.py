@@ -230,6 +230,11 @@ def test_a_gpu_run_extracts_its_tasks_without_a_gpu_and_refuses_cpu_levers(tmp_p
     assert any(t["trivial"] for t in result["tasks"]) and not all(t["trivial"] for t in result["tasks"])
     with pytest.raises(JobError, match="CPU levers"):
         model.run_job(_squeezenet_job("extract", prepack=True), str(tmp_path), _Proto(), time.monotonic())
+    # The default mode of a submission (pre-packed NHWC, for CPUs) becomes
+    # the GPU's: weights as arguments, NCHW, and the run is told why.
+    best = _squeezenet_job("extract", prepack=True, layout="NHWC", auto_layout=True)
+    result = model.run_job(best, str(tmp_path), _Proto(), time.monotonic())
+    assert result["layout"] == "NCHW" and "CPU levers" in result["layout_note"]
 
 
 def test_every_function_of_a_gpu_model_is_a_cuda_kernel_nvrtc_compiles_for_sm_90():

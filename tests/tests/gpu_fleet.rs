@@ -387,3 +387,49 @@ fn a_tvm_worker_without_a_usable_cuda_says_what_to_install() {
         assert!(log.contains("no NVIDIA GPU to run it on"), "{log}");
     }
 }
+
+/// The venv's `light_squeezenet.onnx` (the onnx wheel ships it), if any.
+fn squeezenet() -> Option<PathBuf> {
+    let lib = repo_root().join(".venv/lib");
+    std::fs::read_dir(lib).ok()?.flatten().find_map(|entry| {
+        let path = entry
+            .path()
+            .join("site-packages/onnx/backend/test/data/light/light_squeezenet.onnx");
+        path.is_file().then_some(path)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gpu_model_run_takes_its_weights_as_arguments_and_cpu_levers_are_refused() {
+    let Some(model) = squeezenet() else {
+        eprintln!("skipped: no .venv with the onnx wheel's light models (scripts/setup-tvm.sh)");
+        return;
+    };
+    let model = model.display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let master = Master::start(dir.path(), &[]);
+    let target = r#"{"kind":"cuda"}"#;
+    let out = master.cli(&[
+        "submit", &model, "--name", "sq", "--trials", "32", "--target", target,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = master.cli(&["results", "--model", "sq", "--format", "json"]);
+    let view: Value = serde_json::from_slice(&out.stdout).expect("results --model is JSON");
+    assert_eq!(view["target"]["kind"], "cuda", "{view}");
+    assert_eq!(view["prepack"], false, "{view}");
+    assert_eq!(view["layout"], "NCHW", "{view}");
+    for flags in [vec!["--prepack"], vec!["--layout", "NHWC"]] {
+        let mut args = vec!["submit", &model, "--name", "sq2", "--target", target];
+        args.extend(flags.iter().copied());
+        let out = master.cli(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("CPU levers"),
+            "{flags:?}: {stderr}"
+        );
+    }
+}

@@ -46,7 +46,23 @@ TOLERANCE = {"float32": (1e-3, 1e-3), "float16": (1e-2, 1e-2), "bfloat16": (2e-2
 CUDA_PROVIDER = "CUDAExecutionProvider"
 
 
+#: Why a GPU run is tuned with its weights as arguments, in NCHW.
+GPU_MODE_NOTE = "a GPU run takes the weights as arguments, in NCHW: pre-packing and NHWC are CPU levers"
+
+
 def refuse_cpu_options(job: dict) -> None:
+    """A GPU run's job in its mode (in place): the default mode of a
+    submission (`auto_layout`: pre-packed NHWC where it can, meant for
+    CPUs) becomes weights as arguments in NCHW; pre-packing or a layout
+    asked for by name is refused (`tunefleet submit` refuses them first)."""
+    if job.get("auto_layout"):
+        job.update(prepack=False, layout="NCHW", auto_layout=False)
+        job["gpu_mode_note"] = GPU_MODE_NOTE
+        return
+    if job.get("weights") == "bound":
+        # `tunefleet compile` of a GPU run: the run was extracted in this mode.
+        job.update(prepack=False, layout="NCHW")
+        return
     if prep_opts.prepack(job):
         raise JobError("--prepack (and --layout) are CPU levers: a GPU run takes the weights as "
                        "arguments; submit the model without them")
@@ -72,7 +88,7 @@ def run_extract(job: dict, prep, proto, t0: float) -> dict:
         "wall_time_s": round(time.monotonic() - t0, 3), "target": prep.target_json,
         "inputs": prep.inputs, "params": prep.params, "outputs": prep.outputs,
         "functions": sum(1 for _, f in prep.mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)),
-        "layout": prep.layout, "layout_note": prep.layout_note, "tasks": rows,
+        "layout": prep.layout, "layout_note": job.get("gpu_mode_note") or prep.layout_note, "tasks": rows,
         "untuned_estimate_s": None, "trivial_rule": "FLOPs (a GPU run's untuned model is not timed per function)",
         "timings": prep.timings,
     }

@@ -174,6 +174,11 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
         .map(Target::parse)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--target: {e}"))?;
+    let mode = gpu_mode(
+        target.as_ref(),
+        mode,
+        forced.is_some() || flags.layout.is_some(),
+    )?;
     let submission = ModelSubmission {
         name,
         source: ModelSource::new(base64::encode(&stripped), shapes, mode),
@@ -193,6 +198,23 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
         extracted: None,
     };
     Ok((submission, note))
+}
+
+/// A GPU run's mode: weights as arguments, NCHW. Pre-packing and NHWC are
+/// CPU levers (weight layouts for LLVM's vector units); asked for with a
+/// cuda target they are refused, and the default mode is this one.
+fn gpu_mode(target: Option<&Target>, mode: ModelMode, named: bool) -> anyhow::Result<ModelMode> {
+    if target.is_none_or(|t| t.kind() != "cuda") {
+        return Ok(mode);
+    }
+    if named && (mode.prepack || mode.layout != DataLayout::Nchw) {
+        bail!("--prepack and --layout are CPU levers; a GPU run takes the weights as arguments, in NCHW (pass --no-prepack or nothing)");
+    }
+    Ok(ModelMode {
+        prepack: false,
+        layout: DataLayout::Nchw,
+        auto_layout: false,
+    })
 }
 
 fn human_bytes(n: u64) -> String {
