@@ -90,9 +90,10 @@ impl ConnectArgs {
     /// callers that retry on [`ClientError::is_retryable`]).
     ///
     /// With several URLs (`ws://A,ws://B`: a leader and its standby), each is
-    /// tried in order and the first that completes the handshake is used; a
-    /// master that answers with a refusal (a bad token) ends the search, as
-    /// the standby would say the same. When none answers, the round is tried
+    /// tried in order and the first that completes the handshake and can
+    /// commit is used (a degraded one only when none can); a master that
+    /// answers with a refusal (a bad token) ends the search, as the standby
+    /// would say the same. When none answers, the round is tried
     /// again for up to [`FAILOVER_WAIT`]: between a leader's death and its
     /// standby binding the port (its poll interval, then loading the state)
     /// neither listens, and a command sent then should wait, not fail.
@@ -101,15 +102,28 @@ impl ConnectArgs {
         let deadline = tokio::time::Instant::now() + FAILOVER_WAIT;
         let mut last = None;
         loop {
+            let mut degraded = None;
             for url in &urls {
                 match Client::connect_with(url, self.token(), &self.options()).await {
-                    Ok(client) => return Ok(client),
+                    Ok(client) if urls.len() == 1 => return Ok(client),
+                    Ok(mut client) => match Self::can_commit(&mut client).await {
+                        true => return Ok(client),
+                        false => {
+                            tracing::debug!(%url, "master cannot commit (degraded), trying the next");
+                            degraded.get_or_insert(client);
+                        }
+                    },
                     Err(e) if e.is_retryable() && urls.len() > 1 => {
                         tracing::debug!(%url, "master not reachable, trying the next: {e}");
                         last = Some(e);
                     }
                     Err(e) => return Err(e),
                 }
+            }
+            // No master can commit: the first that answered still serves reads
+            // (and says why it refuses changes).
+            if let Some(client) = degraded {
+                return Ok(client);
             }
             if urls.len() < 2 || tokio::time::Instant::now() + FAILOVER_ROUND > deadline {
                 break;
@@ -120,6 +134,19 @@ impl ConnectArgs {
             url: self.server.clone(),
             reason: "no master URL given".into(),
         }))
+    }
+
+    /// With several URLs, whether a master that answered can commit: a
+    /// leader cut off from its database still answers (reads from memory,
+    /// `storage: degraded`) while its standby may already lead, and a
+    /// command that changes the fleet belongs with the one that can commit.
+    /// One `status` round trip, only when standbys are named.
+    async fn can_commit(client: &mut Client) -> bool {
+        match client.status().await {
+            Ok(report) => report.storage == tunefleet_shared::protocol::StorageHealth::Ok,
+            // A read refused or cut short: not a master to send changes to.
+            Err(_) => false,
+        }
     }
 
     /// The connection options given on the command line.
