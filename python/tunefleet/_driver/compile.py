@@ -40,6 +40,9 @@ from .timing import as_list, median_time, onnxruntime_session, random_inputs, ti
 RTOL = 1e-3
 ATOL = 1e-4
 
+#: Runs of the tuned model whose per-function median is its profile.
+PROFILE_RUNS = 7
+
 #: Linked into every library written here. TVM's runtime sizes its thread
 #: pool, when it first runs a parallel loop, as half the hardware threads on
 #: x86 unless TVM_NUM_THREADS (or OMP_NUM_THREADS) says otherwise: it
@@ -276,7 +279,9 @@ def _default_schedule(tuned_ex, tuned_mod, args: list, generic: set) -> list:
     kernels it splits, `..._prepacked`); scheduled = a record applied."""
     import tvm
 
-    spent = relax_prep.time_functions(tuned_ex, args)
+    # A median of runs: one run's share of a 2 ms function moves by half
+    # when the host's other work takes a thread away once.
+    spent = relax_prep.time_functions(tuned_ex, args, runs=PROFILE_RUNS)
     total = sum(spent.values()) or 1.0
     funcs = {gv.name_hint: f for gv, f in tuned_mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
 

@@ -300,6 +300,8 @@ fn report(view: &ModelView, result: &Value) -> Value {
         "prepack",
         "prepacked",
         "layout",
+        "recipe",
+        "threads",
         "generic_schedules",
     ] {
         report[key] = result[key].clone();
