@@ -5,6 +5,8 @@
 //! - [`models`]: the model planner (a model run's stages, its rounds, how
 //!   the budget is shared among tasks): finished jobs in, jobs to submit
 //!   out.
+//! - [`cost_models`]: the fleet's trained cost model per effective target
+//!   and TVM release: which a round starts from, which one to keep.
 //!
 //! Why a crate of its own: so that this code cannot reach tokio, SQLite, a
 //! clock or a logger even by accident (its dependencies are the shared
@@ -16,5 +18,6 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
+pub mod cost_models;
 pub mod models;
 pub mod scheduler;

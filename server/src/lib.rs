@@ -1,9 +1,10 @@
 //! The tunefleet master.
 //!
 //! Layers, from the inside out (see ARCHITECTURE.md):
-//! - [`scheduler`] and [`models`]: the job lifecycle and the model planner as
-//!   pure state machines (no I/O, no clock), in a crate of their own
-//!   (`tunefleet-planner`), re-exported here;
+//! - [`scheduler`], [`models`] and [`cost_models`]: the job lifecycle, the
+//!   model planner and the fleet's cost models as pure state machines (no
+//!   I/O, no clock), in a crate of their own (`tunefleet-planner`),
+//!   re-exported here;
 //! - [`store`]: SQLite persistence of what the scheduler decided;
 //! - [`core`]: the single thread that owns both and orders commit → publish → reply;
 //! - [`net`]: WebSocket endpoints that translate frames to core commands;
@@ -18,6 +19,7 @@
 pub use tunefleet_client as client;
 pub mod commands;
 pub mod core;
+pub use tunefleet_planner::cost_models;
 pub mod export_trace;
 pub mod launch;
 pub mod local_workers;

@@ -284,6 +284,7 @@ async fn try_open_core(
     let mut core = opening.await.context("the start-up task failed")??;
     core.set_trace_retention(args.trace_retention.filter(|d| !d.is_zero()));
     core.set_job_retention(args.job_retention);
+    core.set_cost_model_sharing(!args.no_cost_model_sharing);
     Ok(core)
 }
 

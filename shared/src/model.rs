@@ -695,3 +695,7 @@ pub fn check_model_name(name: &str) -> Result<(), String> {
 /// Standard base64 (RFC 4648, with padding); the model upload and library
 /// download travel inside JSON.
 pub mod base64;
+
+/// The fleet's cost model per effective target, sent with a model's rounds.
+pub mod cost_model;
+pub use cost_model::{CostModelShare, SharedCostModel};

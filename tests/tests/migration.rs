@@ -1,6 +1,7 @@
 //! A `fleet.db` written by an earlier release (schemas 1, 2 and 3, checked
 //! in as `tests/fixtures/fleet-v1.db`, `fleet-v2.db` and `fleet-v3.db`: the
-//! same fleet; schema 4's `fleet-v4.db` holds a model run mid-tuning)
+//! same fleet; schema 4's `fleet-v4.db` and schema 5's `fleet-v5.db` hold a
+//! model run mid-tuning)
 //! opens in today's master, is migrated in place with a backup beside it, and
 //! the fleet resumes: finished jobs keep their results, the job that was in
 //! flight goes back to the queue, and a worker finishes the rest, each
@@ -31,9 +32,20 @@ async fn a_schema_3_database_migrates_and_resumes() {
 /// back the same after a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_4_model_run_migrates_and_finishes() {
+    a_model_run_migrates_and_finishes(4).await;
+}
+
+/// Schema 5 had no cost models; schema 6 adds their table (empty). The
+/// same run, at schema 5, resumes and finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_5_model_run_migrates_and_finishes() {
+    a_model_run_migrates_and_finishes(5).await;
+}
+
+async fn a_model_run_migrates_and_finishes(schema: u32) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(
-        repo_root().join("tests/fixtures/fleet-v4.db"),
+        repo_root().join(format!("tests/fixtures/fleet-v{schema}.db")),
         dir.path().join("fleet.db"),
     )
     .unwrap();
@@ -47,9 +59,9 @@ async fn a_schema_4_model_run_migrates_and_finishes() {
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
     let master = Master::start(dir.path(), &[]);
-    assert!(master
-        .log()
-        .contains("migrating the state database from schema 4"));
+    assert!(master.log().contains(&format!(
+        "migrating the state database from schema {schema}"
+    )));
     let before = model(&master);
     assert_eq!(before["state"], "tuning", "{before}");
     let _worker = Worker::start(&master, "after-migration", 0.0, &[]);

@@ -271,6 +271,7 @@ async fn an_older_database_is_migrated_and_its_jobs_archive(from: u32) {
              UPDATE jobs SET workload = w.workload FROM workloads w WHERE w.job_id = jobs.job_id;
              ALTER TABLE jobs ALTER COLUMN workload SET NOT NULL;
              DROP TABLE workloads;
+             DROP TABLE cost_models;
              UPDATE meta SET value = '3' WHERE key = 'schema_version';",
         )
         .expect("make it schema 3");

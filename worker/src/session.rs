@@ -387,6 +387,7 @@ impl Worker {
                 warm_start,
                 tuner,
                 model_round,
+                cost_model,
             } => {
                 // Tune, compile and measure for the machine that runs the
                 // kernel: what the job leaves open comes from this worker.
@@ -401,6 +402,7 @@ impl Worker {
                     warm_start,
                     tuner: tuner.map(|t| *t).unwrap_or_default(),
                     model_round,
+                    cost_model,
                 };
                 Step::Assigned(self.start_job(spec, token))
             }

@@ -28,5 +28,6 @@ pub(crate) fn job(workload: Workload, nbest: u32) -> JobSpec {
         warm_start: None,
         tuner: Default::default(),
         model_round: false,
+        cost_model: None,
     }
 }

@@ -258,6 +258,9 @@ impl Scheduler {
                     (!tuner.is_default()).then(|| Box::new(tuner))
                 },
                 model_round: job.extras.model_round,
+                // The core adds the fleet's cost model to a round's assign
+                // (`core::cost_models`): it is the fleet's, not the job's.
+                cost_model: None,
             },
         });
         out.push(Output::JobChanged(job_id.to_string()));

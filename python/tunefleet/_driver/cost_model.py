@@ -255,7 +255,9 @@ def finish(rnd: Round | None, work_dir: str) -> dict | None:
     summary = {
         "shared": rnd.share,
         "used": rnd.used,
-        "base": rnd.base if rnd.used else None,
+        # The model the round was sent, used or not: a master that finds
+        # its model unusable to a worker replaces it.
+        "base": rnd.base,
         "ignored": rnd.ignored,
         "loaded_samples": rnd.loaded_samples,
         "warm_start_samples": rnd.warm_start_samples,

@@ -23,7 +23,9 @@
 //! commit), `submit`, `publish` (outputs into events, trace lines and rows;
 //! the commit and the ordered sends), `snapshot` (what a subscribe gets), `archive` (retention
 //! of ended jobs and trace lines), `model_runs` (a run's plans and
-//! artifacts), `queries` (status, metrics, results); tests in `tests.rs`.
+//! artifacts), `cost_models` (the fleet's cost model: taken from a round's
+//! result, kept or not, added to a round's assign), `queries` (status,
+//! metrics, results); tests in `tests.rs`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicUsize;
@@ -40,6 +42,7 @@ use tunefleet_shared::protocol::{
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::Workload;
 
+use crate::cost_models::CostModels;
 use crate::metrics::{CoreCounters, FleetMetrics};
 use crate::models::{ModelError, ModelRuns};
 use crate::scheduler::{
@@ -67,6 +70,7 @@ pub enum Outbound {
 }
 
 mod archive;
+mod cost_models;
 mod model_runs;
 mod publish;
 mod queries;
@@ -282,6 +286,11 @@ struct Batch {
 pub struct Core {
     scheduler: Scheduler,
     models: ModelRuns,
+    /// The fleet's trained cost model per effective target and TVM
+    /// release (`cost_models.rs`), as stored.
+    cost_models: CostModels,
+    /// Whether model rounds share them (`serve --no-cost-model-sharing`).
+    share_cost_models: bool,
     store: Store,
     sessions: HashMap<SessionId, WorkerTx>,
     next_session: SessionId,
@@ -352,6 +361,7 @@ impl Core {
         let Loaded {
             scheduler,
             models,
+            cost_models,
             archived,
             tokens,
             requeued,
@@ -383,6 +393,8 @@ impl Core {
         Ok(Core {
             scheduler,
             models,
+            cost_models,
+            share_cost_models: true,
             store,
             sessions: HashMap::new(),
             next_session: SessionId(1),

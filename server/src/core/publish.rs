@@ -150,9 +150,10 @@ impl Core {
                     };
                     (event, true)
                 }
-                Output::Send { session, msg } => {
+                Output::Send { session, mut msg } => {
                     if matches!(msg, MasterMessage::Assign { .. }) {
                         self.counters.assignments += 1;
+                        self.share_cost_model(session, &mut msg);
                     }
                     batch.sends.push((session, Outbound::Msg(msg)));
                     continue;
@@ -203,6 +204,7 @@ impl Core {
             && batch.trace.is_empty()
             && batch.artifacts.is_empty()
             && batch.meta.is_empty()
+            && !self.store.has_pending_cost_models()
         {
             return Ok(());
         }

@@ -48,6 +48,7 @@ use tunefleet_shared::protocol::{
 };
 
 use super::{now_ms, Batch, Core, EventText, Outbound};
+use crate::cost_models::CostModels;
 use crate::metrics::FleetMetrics;
 use crate::models::ModelRuns;
 use crate::scheduler::{Output, Scheduler, SchedulerConfig};
@@ -224,6 +225,7 @@ pub(super) struct Outage {
 pub(super) struct Loaded {
     pub(super) scheduler: Scheduler,
     pub(super) models: ModelRuns,
+    pub(super) cost_models: CostModels,
     pub(super) archived: JobCounts,
     pub(super) tokens: TokenBook,
     /// The jobs recovery requeued (in flight when the state was stored).
@@ -239,6 +241,7 @@ impl Loaded {
     ) -> Result<Loaded, StoreError> {
         let jobs = store.load_jobs()?;
         let models = ModelRuns::recover(store.load_models()?);
+        let cost_models = CostModels::restore(store.load_cost_models()?);
         let mut requeued = Vec::new();
         let mut scheduler = Scheduler::recover(config, jobs, now, &mut requeued);
         let mut archived = JobCounts::default();
@@ -254,6 +257,7 @@ impl Loaded {
         Ok(Loaded {
             scheduler,
             models,
+            cost_models,
             archived,
             tokens,
             requeued,
@@ -375,6 +379,7 @@ impl Core {
         let sessions: Vec<_> = self.sessions.keys().copied().collect();
         self.scheduler = loaded.scheduler;
         self.models = loaded.models;
+        self.cost_models = loaded.cost_models;
         self.archived = loaded.archived;
         self.tokens = loaded.tokens;
         let scheduler = &self.scheduler;

@@ -77,11 +77,15 @@ impl Core {
                 mut result,
             } => {
                 let library = self.take_library(&job_id, &mut result);
+                let cost_model = self.take_cost_model(&job_id, &mut result, now);
                 let r = self
                     .scheduler
                     .result(session, &job_id, lease, *result, now, out);
                 if let (Ok(()), Some(artifact)) = (&r, library) {
                     batch.artifacts.push(artifact);
+                }
+                if let (Ok(()), Some((key, model))) = (&r, cost_model) {
+                    self.offer_cost_model(&job_id, key, model);
                 }
                 (Some((job_id, lease)), r)
             }

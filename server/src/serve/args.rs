@@ -106,6 +106,12 @@ pub struct ServeArgs {
     /// memory (the master then grows ~4 KiB per job; docs/benchmarks.md, Soak).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub job_retention: Option<Duration>,
+    /// Do not share the fleet's cost model between model rounds: each round
+    /// trains its cost model on its task's records alone, as before the fleet
+    /// kept one per target (the cold baseline of docs/benchmarks.md). Models
+    /// already stored stay, unused.
+    #[arg(long)]
+    pub no_cost_model_sharing: bool,
     /// Start and supervise this many workers on this machine, each pinned to
     /// its own cores (`auto`: one per 2 cores, at least one). They connect
     /// over loopback, restart with backoff when they die, and stop with the master.

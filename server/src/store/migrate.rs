@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use super::sqlite::create_tables;
 use super::{
-    row, StoreError, ARCHIVED_INDEX, MODEL_RECORDS_TABLE, SCHEMA_VERSION, WARM_STARTS_TABLE,
-    WORKLOADS_TABLE,
+    cost_models_table, row, StoreError, ARCHIVED_INDEX, MODEL_RECORDS_TABLE, SCHEMA_VERSION,
+    WARM_STARTS_TABLE, WORKLOADS_TABLE,
 };
 
 /// One migration from schema `from`: the backup beside the file first (kept
@@ -114,28 +114,44 @@ pub(super) fn from_2(conn: &Connection, path: &Path, path_text: &str) -> Result<
     })
 }
 
-/// Schema 3 → 4 (and on to 5).
+/// Schema 3 → 4 (and on to the current schema).
 pub(super) fn from_3(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
     migrate(conn, path, path_text, 3, |fail| {
         workloads_apart(conn).map_err(|e| fail(e.to_string()))
     })
 }
 
-/// Schema 4 → 5: the `model_records` and `warm_starts` tables. Records and
-/// warm starts stay in the rows that hold them until each run's or job's
-/// next commit moves them (`Store::commit`): a finished run is read as it
-/// was.
+/// Schema 4 → 5 (and on): the `model_records` and `warm_starts` tables.
+/// Records and warm starts stay in the rows that hold them until each run's
+/// or job's next commit moves them (`Store::commit`): a finished run is read
+/// as it was.
 pub(super) fn from_4(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
     migrate(conn, path, path_text, 4, |fail| {
         records_apart(conn).map_err(|e| fail(e.to_string()))
     })
 }
 
+/// Schema 5 → 6: the `cost_models` table, empty (the fleet's cost models
+/// are learnt from the rounds run after the upgrade).
+pub(super) fn from_5(conn: &Connection, path: &Path, path_text: &str) -> Result<(), StoreError> {
+    migrate(conn, path, path_text, 5, |fail| {
+        cost_models_apart(conn).map_err(|e| fail(e.to_string()))
+    })
+}
+
 fn records_apart(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(&format!(
         "{MODEL_RECORDS_TABLE};
-         {WARM_STARTS_TABLE};
-         UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
+         {WARM_STARTS_TABLE};"
+    ))?;
+    cost_models_apart(conn)
+}
+
+fn cost_models_apart(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "{};
+         UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';",
+        cost_models_table("BLOB")
     ))
 }
 

@@ -44,10 +44,12 @@ use std::time::Duration;
 
 use tunefleet_shared::protocol::{JobId, JobState, Millis};
 
+use crate::cost_models::{CostModel, CostModelKey};
 use crate::models::{sort_best_first, KeptRecord, ModelRun};
 use crate::scheduler::Job;
 pub use calls::CallClock;
 pub use row::TraceJob;
+use tunefleet_shared::model::base64;
 
 /// 1: jobs rows were the scheduler's `Job` whole. 2: `row::JobRowOut` plus
 /// a `workload` column; compact trace lines. 3: `jobs.archived_at` and
@@ -55,8 +57,10 @@ pub use row::TraceJob;
 /// only, found again by id or by computation). 4: the workload moves from
 /// `jobs.workload` to a `workloads` table. 5: a model run's records move from
 /// its `models` row to rows of their own in `model_records` (lazily: an
-/// older row's records move with the run's next commit).
-pub const SCHEMA_VERSION: i64 = 5;
+/// older row's records move with the run's next commit). 6: the fleet's
+/// trained cost models, a row per effective target and TVM release
+/// (`cost_models`; an older database starts with none).
+pub const SCHEMA_VERSION: i64 = 6;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -301,6 +305,37 @@ pub(super) const MODEL_RECORDS_TABLE: &str = "CREATE TABLE IF NOT EXISTS model_r
      PRIMARY KEY (model, key)
  )";
 
+/// The fleet's trained cost model per effective target and TVM release
+/// (`cost_models::CostModelKey`): its bytes (the driver's format, never read
+/// here) and what the core needs to choose and send it. Upserted when a
+/// round's model is kept; read at start-up. `bytes` is the backend's binary
+/// type. For a new database and in the migration from schema 5.
+pub(super) fn cost_models_table(bytes: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS cost_models (
+             target TEXT NOT NULL,
+             tvm TEXT NOT NULL,
+             id TEXT NOT NULL,
+             samples BIGINT NOT NULL,
+             tvm_version TEXT,
+             updated_at BIGINT NOT NULL,
+             data {bytes} NOT NULL,
+             PRIMARY KEY (target, tvm)
+         )"
+    )
+}
+
+/// One `cost_models` row, written or read.
+pub(super) struct CostModelRow {
+    target: String,
+    tvm: String,
+    id: String,
+    samples: i64,
+    tvm_version: Option<String>,
+    updated_at: i64,
+    data: Vec<u8>,
+}
+
 /// One record row to write.
 pub(super) struct RecordWrite<'a> {
     model: &'a str,
@@ -351,6 +386,8 @@ pub(super) struct RowBatch<'a, 'b> {
     trace: &'b [(Millis, String)],
     /// `meta` rows to upsert, or delete (`None`).
     meta: &'b [(String, Option<String>)],
+    /// Cost models kept since the last commit (upserts).
+    cost_models: &'b [CostModelRow],
 }
 
 /// What a backend does: move rows in and out, one transaction per commit.
@@ -365,6 +402,8 @@ trait Backend: Send {
     /// Every row of `model_records`.
     fn load_model_records(&mut self) -> Result<Vec<RecordRead>, StoreError>;
     fn load_artifact(&mut self, run: &str, kind: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Every row of `cost_models`.
+    fn load_cost_models(&mut self) -> Result<Vec<CostModelRow>, StoreError>;
     fn commit(&mut self, batch: &RowBatch<'_, '_>) -> Result<(), StoreError>;
     /// (key, value) of the `meta` rows whose key starts with `prefix`.
     fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError>;
@@ -412,6 +451,8 @@ pub struct Store {
     stored_records: HashMap<String, HashSet<String>>,
     /// Jobs whose warm start has a row in `warm_starts`.
     warm_stored: HashSet<JobId>,
+    /// Cost models to write with the next commit.
+    pending_cost_models: Vec<CostModelRow>,
     /// Unit tests: every commit and probe fails as on a full disk.
     #[cfg(test)]
     pub(crate) fail_commits: bool,
@@ -473,6 +514,7 @@ impl Store {
             pending_archive: Vec::new(),
             stored_records: HashMap::new(),
             warm_stored: HashSet::new(),
+            pending_cost_models: Vec::new(),
             #[cfg(test)]
             fail_commits: false,
         }
@@ -640,6 +682,54 @@ impl Store {
         self.backend.load_artifact(run, kind)
     }
 
+    /// The fleet's cost models, as kept.
+    pub fn load_cost_models(&mut self) -> Result<Vec<(CostModelKey, CostModel)>, StoreError> {
+        let _call = self.clock().start_owned();
+        let rows = self.backend.load_cost_models()?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let key = CostModelKey {
+                    target: row.target,
+                    tvm: row.tvm,
+                };
+                let model = CostModel {
+                    id: row.id,
+                    samples: u32::try_from(row.samples).unwrap_or(0),
+                    tvm_version: row.tvm_version,
+                    data_b64: base64::encode(&row.data),
+                    updated_at: Millis(u64::try_from(row.updated_at).unwrap_or(0)),
+                };
+                (key, model)
+            })
+            .collect())
+    }
+
+    /// A cost model to write with the next commit (forgotten if it fails).
+    pub fn put_cost_model(&mut self, key: &CostModelKey, model: &CostModel) {
+        let data = match base64::decode(&model.data_b64) {
+            Ok(data) => data,
+            Err(e) => {
+                tracing::error!(id = %model.id, "a cost model that is not base64 is not stored: {e}");
+                return;
+            }
+        };
+        self.pending_cost_models.push(CostModelRow {
+            target: key.target.clone(),
+            tvm: key.tvm.clone(),
+            id: model.id.clone(),
+            samples: i64::from(model.samples),
+            tvm_version: model.tvm_version.clone(),
+            updated_at: model.updated_at.0 as i64,
+            data,
+        });
+    }
+
+    /// Whether cost models wait for the next commit.
+    pub fn has_pending_cost_models(&self) -> bool {
+        !self.pending_cost_models.is_empty()
+    }
+
     /// `meta` rows whose key starts with `prefix` (named tokens).
     pub fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
         let _call = self.clock().start_owned();
@@ -712,7 +802,9 @@ impl Store {
             artifacts,
             trace,
             meta,
+            cost_models: &self.pending_cost_models,
         })?;
+        self.pending_cost_models.clear();
         // Only once committed: a failed commit writes them again.
         for (job_id, warm) in &warm_starts {
             if warm.is_some() {
@@ -808,6 +900,7 @@ impl Store {
     /// backend gives back what the failed transaction took.
     pub fn forget_failed(&mut self) {
         self.pending_archive.clear();
+        self.pending_cost_models.clear();
         self.backend.after_failed_commit();
     }
 

@@ -34,9 +34,9 @@ use postgres::{Client, Statement};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, Archived, Backend, Durability, Found, JobRead, JobWrite, RecordRead, RowBatch,
-    Standby, StoreError, ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY, MODEL_RECORDS_TABLE,
-    SCHEMA_VERSION, WARM_STARTS_TABLE, WORKLOADS_TABLE,
+    check_version, cost_models_table, Archived, Backend, CostModelRow, Durability, Found, JobRead,
+    JobWrite, RecordRead, RowBatch, Standby, StoreError, ARCHIVED_INDEX, JOB_COLUMNS,
+    MAX_ARCHIVED_PER_KEY, MODEL_RECORDS_TABLE, SCHEMA_VERSION, WARM_STARTS_TABLE, WORKLOADS_TABLE,
 };
 
 mod lead;
@@ -93,6 +93,7 @@ struct Statements {
     put_warm_starts: Statement,
     drop_warm_starts: Statement,
     put_artifact: Statement,
+    put_cost_model: Statement,
     append_trace: Statement,
     archive_jobs: Statement,
 }
@@ -249,6 +250,7 @@ impl PgStore {
                      );
                      {MODEL_RECORDS_TABLE};
                      {WARM_STARTS_TABLE};
+                     {cost_models};
                      CREATE TABLE artifacts (
                          run TEXT NOT NULL,
                          kind TEXT NOT NULL,
@@ -259,7 +261,8 @@ impl PgStore {
                          seq BIGSERIAL PRIMARY KEY,
                          at BIGINT NOT NULL,
                          event TEXT NOT NULL
-                     );"
+                     );",
+                    cost_models = cost_models_table("BYTEA")
                 ))
                 .map_err(err)?;
                 tx.execute(
@@ -269,7 +272,7 @@ impl PgStore {
                 .map_err(err)?;
             }
             Found::Current => {}
-            Found::Older(from @ (2..=4)) => {
+            Found::Older(from @ (2..=5)) => {
                 // In the same transaction as the version check: a standby
                 // that takes over later finds it done.
                 tracing::info!(
@@ -298,10 +301,18 @@ impl PgStore {
                 // 4 → 5: the model records' and warm starts' tables (a
                 // run's records, a job's warm start, move to them with its
                 // next commit).
+                if from <= 4 {
+                    tx.batch_execute(&format!(
+                        "{MODEL_RECORDS_TABLE};
+                         {WARM_STARTS_TABLE};"
+                    ))
+                    .map_err(err)?;
+                }
+                // 5 → 6: the fleet's cost models, none yet.
                 tx.batch_execute(&format!(
-                    "{MODEL_RECORDS_TABLE};
-                     {WARM_STARTS_TABLE};
-                     UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';"
+                    "{};
+                     UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';",
+                    cost_models_table("BYTEA")
                 ))
                 .map_err(err)?;
             }
@@ -389,6 +400,15 @@ impl PgStore {
                 .prepare(
                     "INSERT INTO artifacts (run, kind, data) VALUES ($1, $2, $3)
                      ON CONFLICT (run, kind) DO UPDATE SET data = EXCLUDED.data",
+                )
+                .map_err(err)?,
+            put_cost_model: c
+                .prepare(
+                    "INSERT INTO cost_models (target, tvm, id, samples, tvm_version, updated_at, data)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT (target, tvm) DO UPDATE SET id = EXCLUDED.id,
+                         samples = EXCLUDED.samples, tvm_version = EXCLUDED.tvm_version,
+                         updated_at = EXCLUDED.updated_at, data = EXCLUDED.data",
                 )
                 .map_err(err)?,
             // In the batch's order: `seq` is the trace's order.
@@ -571,6 +591,25 @@ impl Backend for PgStore {
         row.map(|r| r.try_get(0).map_err(self.err())).transpose()
     }
 
+    fn load_cost_models(&mut self) -> Result<Vec<CostModelRow>, StoreError> {
+        let rows = self.query_all(
+            "SELECT target, tvm, id, samples, tvm_version, updated_at, data FROM cost_models",
+        )?;
+        rows.iter()
+            .map(|r| {
+                Ok(CostModelRow {
+                    target: r.try_get(0).map_err(self.err())?,
+                    tvm: r.try_get(1).map_err(self.err())?,
+                    id: r.try_get(2).map_err(self.err())?,
+                    samples: r.try_get(3).map_err(self.err())?,
+                    tvm_version: r.try_get(4).map_err(self.err())?,
+                    updated_at: r.try_get(5).map_err(self.err())?,
+                    data: r.try_get(6).map_err(self.err())?,
+                })
+            })
+            .collect()
+    }
+
     fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
         let rows = self
             .client
@@ -603,6 +642,7 @@ impl Backend for PgStore {
             artifacts,
             trace,
             meta,
+            cost_models,
         } = *batch;
         let path = self.path.clone();
         let err = |cause| StoreError::Postgres {
@@ -683,6 +723,21 @@ impl Backend for PgStore {
         for (run, kind, bytes) in artifacts {
             tx.execute(&st.put_artifact, &[run, kind, bytes])
                 .map_err(err)?;
+        }
+        for m in cost_models {
+            tx.execute(
+                &st.put_cost_model,
+                &[
+                    &m.target,
+                    &m.tvm,
+                    &m.id,
+                    &m.samples,
+                    &m.tvm_version,
+                    &m.updated_at,
+                    &m.data,
+                ],
+            )
+            .map_err(err)?;
         }
         if !trace.is_empty() {
             let at: Vec<i64> = trace.iter().map(|(at, _)| at.0 as i64).collect();

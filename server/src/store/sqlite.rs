@@ -22,9 +22,9 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, migrate, Archived, Backend, Durability, Found, JobRead, RecordRead, RowBatch,
-    StoreError, ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY, MODEL_RECORDS_TABLE,
-    SCHEMA_VERSION, WARM_STARTS_TABLE, WORKLOADS_TABLE,
+    check_version, cost_models_table, migrate, Archived, Backend, CostModelRow, Durability, Found,
+    JobRead, RecordRead, RowBatch, StoreError, ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY,
+    MODEL_RECORDS_TABLE, SCHEMA_VERSION, WARM_STARTS_TABLE, WORKLOADS_TABLE,
 };
 
 pub(super) struct SqliteStore {
@@ -218,6 +218,7 @@ impl SqliteStore {
             Found::Older(2) => migrate::from_2(&conn, path, &path_text)?,
             Found::Older(3) => migrate::from_3(&conn, path, &path_text)?,
             Found::Older(4) => migrate::from_4(&conn, path, &path_text)?,
+            Found::Older(5) => migrate::from_5(&conn, path, &path_text)?,
             Found::Older(v) => {
                 return Err(StoreError::UnknownSchema {
                     path: path_text,
@@ -442,6 +443,30 @@ impl Backend for SqliteStore {
             .map_err(|e| self.sql_err(e))
     }
 
+    fn load_cost_models(&mut self) -> Result<Vec<CostModelRow>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT target, tvm, id, samples, tvm_version, updated_at, data FROM cost_models",
+            )
+            .map_err(|e| self.sql_err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(CostModelRow {
+                    target: r.get(0)?,
+                    tvm: r.get(1)?,
+                    id: r.get(2)?,
+                    samples: r.get(3)?,
+                    tvm_version: r.get(4)?,
+                    updated_at: r.get(5)?,
+                    data: r.get(6)?,
+                })
+            })
+            .map_err(|e| self.sql_err(e))?;
+        let rows: Result<Vec<_>, _> = rows.collect();
+        rows.map_err(|e| self.sql_err(e))
+    }
+
     fn load_meta(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
         let mut stmt = self
             .conn
@@ -467,6 +492,7 @@ impl Backend for SqliteStore {
             artifacts,
             trace,
             meta,
+            cost_models,
         } = *batch;
         let path = self.path.clone();
         let err = |cause| StoreError::Sqlite {
@@ -585,6 +611,27 @@ impl Backend for SqliteStore {
             for (at, line) in trace {
                 append.execute(params![at.0 as i64, line]).map_err(err)?;
             }
+            let mut put_cost_model = tx
+                .prepare_cached(
+                    "INSERT INTO cost_models (target, tvm, id, samples, tvm_version, updated_at, data)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                     ON CONFLICT(target, tvm) DO UPDATE SET id = ?3, samples = ?4,
+                         tvm_version = ?5, updated_at = ?6, data = ?7",
+                )
+                .map_err(err)?;
+            for m in cost_models {
+                put_cost_model
+                    .execute(params![
+                        m.target,
+                        m.tvm,
+                        m.id,
+                        m.samples,
+                        m.tvm_version,
+                        m.updated_at,
+                        m.data
+                    ])
+                    .map_err(err)?;
+            }
             for (key, value) in meta {
                 match value {
                     Some(value) => tx.execute(
@@ -682,6 +729,7 @@ pub(super) fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
          );
          {MODEL_RECORDS_TABLE};
          {WARM_STARTS_TABLE};
+         {cost_models};
          CREATE TABLE IF NOT EXISTS artifacts (
              run TEXT NOT NULL,
              kind TEXT NOT NULL,
@@ -693,6 +741,7 @@ pub(super) fn create_tables(conn: &Connection) -> rusqlite::Result<()> {
              at INTEGER NOT NULL,
              event TEXT NOT NULL
          );
-         INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');"
+         INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');",
+        cost_models = cost_models_table("BLOB")
     ))
 }

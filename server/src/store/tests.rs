@@ -1,4 +1,5 @@
 use super::*;
+use crate::cost_models::{CostModel, CostModelKey};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use rusqlite::{params, Connection};
 use tunefleet_shared::protocol::JobState;
@@ -780,7 +781,10 @@ fn fresh_postgres() -> Option<(String, ::postgres::Client)> {
         eprintln!("skipped: TUNEFLEET_TEST_POSTGRES is not set");
         return None;
     };
-    let name = format!("tunefleet_unit_{}", std::process::id());
+    // One database per test: the tests of one process run at once.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("tunefleet_unit_{}_{n}", std::process::id());
     let mut admin = ::postgres::Client::connect(&base, ::postgres::NoTls).unwrap();
     for sql in [
         format!("DROP DATABASE IF EXISTS {name}"),
@@ -843,4 +847,115 @@ fn postgres_keeps_records_and_warm_starts_in_rows_of_their_own() {
     store.commit(&jobs, [&run], &[], &[]).unwrap();
     assert_eq!(count(&mut db, "model_records"), 4);
     assert_eq!(count(&mut db, "warm_starts"), 0);
+}
+
+fn cost_model(id: &str, bytes: &[u8]) -> (CostModelKey, CostModel) {
+    let key = CostModelKey {
+        target: r#"{"kind":"llvm","mcpu":"znver5","num-cores":2}"#.into(),
+        tvm: "0.27".into(),
+    };
+    let model = CostModel {
+        id: id.into(),
+        samples: bytes.len() as u32,
+        tvm_version: Some("0.27.0.post1".into()),
+        data_b64: base64::encode(bytes),
+        updated_at: Millis(7),
+    };
+    (key, model)
+}
+
+/// Schema 5 had no cost models: the migration adds their table, empty, and
+/// the run mid-tuning loads as it was.
+#[test]
+fn a_schema_5_database_gets_an_empty_cost_models_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    std::fs::copy(fixture(5), &path).unwrap();
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    assert!(migrate::backup_path(&path, 5).is_file());
+    assert_eq!(store.load_jobs().unwrap().len(), 6);
+    let runs = store.load_models().unwrap();
+    let counts: Vec<usize> = runs[0].tasks.iter().map(|t| t.records.len()).collect();
+    assert_eq!(counts, [24, 16], "the run's record rows");
+    assert!(store.load_cost_models().unwrap().is_empty());
+    let (key, model) = cost_model("a", b"model a");
+    store.put_cost_model(&key, &model);
+    store.commit([], [], &[], &[]).unwrap();
+    drop(store);
+    let mut again = Store::open(&path, Durability::Normal).unwrap();
+    assert_eq!(again.load_cost_models().unwrap(), vec![(key, model)]);
+}
+
+/// One row per key, replaced in place; its bytes stored as bytes; a model
+/// of a commit that failed is not written later.
+#[test]
+fn a_cost_model_row_is_replaced_by_the_next_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fleet.db");
+    let mut store = Store::open(&path, Durability::Normal).unwrap();
+    let (key, first) = cost_model("a", b"model a");
+    let (_, second) = cost_model("b", &[0, 159, 146, 150, 255]);
+    let other = CostModelKey {
+        tvm: "0.28".into(),
+        ..key.clone()
+    };
+    store.put_cost_model(&key, &first);
+    store.put_cost_model(&other, &first);
+    store.commit([], [], &[], &[]).unwrap();
+    store.put_cost_model(&key, &second);
+    store.commit([], [], &[], &[]).unwrap();
+    let (_, lost) = cost_model("c", b"never committed");
+    store.put_cost_model(&key, &lost);
+    store.forget_failed();
+    store.commit([], [], &[], &[]).unwrap();
+    let mut rows = store.load_cost_models().unwrap();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(rows, vec![(key, second), (other, first)]);
+    let raw: Vec<u8> = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT data FROM cost_models WHERE id = 'b'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(raw, [0, 159, 146, 150, 255]);
+}
+
+/// PostgreSQL: the same row, and a schema-5 database migrated to the table.
+#[test]
+fn postgres_keeps_cost_models_and_migrates_from_schema_5() {
+    let Some((url, mut db)) = fresh_postgres() else {
+        return;
+    };
+    let location = StateLocation::Postgres(url);
+    let standby = Standby {
+        poll: std::time::Duration::from_millis(100),
+        name: "tunefleet test".into(),
+    };
+    let open =
+        || Store::open_leader(&location, Durability::Normal, standby.clone(), &mut |_| {}).unwrap();
+    drop(open());
+    db.batch_execute(
+        "DROP TABLE cost_models;
+         UPDATE meta SET value = '5' WHERE key = 'schema_version';",
+    )
+    .unwrap();
+    let mut store = open();
+    let version: String = db
+        .query_one("SELECT value FROM meta WHERE key = 'schema_version'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, SCHEMA_VERSION.to_string());
+    assert!(store.load_cost_models().unwrap().is_empty());
+    let (key, first) = cost_model("a", b"model a");
+    let (_, second) = cost_model("b", &[0, 255, 1]);
+    store.put_cost_model(&key, &first);
+    store.commit([], [], &[], &[]).unwrap();
+    store.put_cost_model(&key, &second);
+    store.commit([], [], &[], &[]).unwrap();
+    drop(store);
+    assert_eq!(
+        open().load_cost_models().unwrap(),
+        vec![(key, second)],
+        "one row, the last kept"
+    );
 }

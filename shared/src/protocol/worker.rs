@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{redact, ErrorCode, JobId, Lease, REDACTED};
 use crate::device::Device;
-use crate::model::{TunerSettings, WarmStart};
+use crate::model::{CostModelShare, TunerSettings, WarmStart};
 use crate::target::Target;
 use crate::workload::Workload;
 
@@ -154,6 +154,13 @@ pub enum MasterMessage {
         /// check the round's kernel on its own (seconds a round).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         model_round: bool,
+        /// The fleet's cost model for the effective target (a model's
+        /// rounds, when the master shares cost models): the round starts
+        /// from it and sends back the model it ends with. Absent from
+        /// masters that do not share them; workers that do not know it
+        /// ignore it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_model: Option<Box<CostModelShare>>,
     },
     /// Stop working on this lease (job cancelled, timed out, or finished elsewhere).
     Cancel {
@@ -277,6 +284,7 @@ impl std::fmt::Debug for MasterMessage {
                 warm_start,
                 tuner,
                 model_round,
+                cost_model,
             } => f
                 .debug_struct("Assign")
                 .field("job_id", job_id)
@@ -287,6 +295,7 @@ impl std::fmt::Debug for MasterMessage {
                 .field("warm_start", &warm_start.as_ref().map(|w| w.records.len()))
                 .field("tuner", tuner)
                 .field("model_round", model_round)
+                .field("cost_model", cost_model)
                 .finish(),
             MasterMessage::Cancel {
                 job_id,

@@ -32,7 +32,7 @@ pub mod verify;
 use std::future::Future;
 use std::pin::Pin;
 use tokio::sync::watch;
-use tunefleet_shared::model::{TunerSettings, WarmStart};
+use tunefleet_shared::model::{CostModelShare, TunerSettings, WarmStart};
 use tunefleet_shared::protocol::{JobId, JobResult, Lease};
 use tunefleet_shared::workload::Workload;
 
@@ -57,6 +57,9 @@ pub struct JobSpec {
     /// A round of a model run's task: the kernel need not be checked here
     /// (the assign's `model_round`).
     pub model_round: bool,
+    /// The fleet's cost model to start from and to send back (the
+    /// assign's `cost_model`; a model's rounds).
+    pub cost_model: Option<Box<CostModelShare>>,
 }
 
 /// One progress report from a running job.

@@ -28,7 +28,10 @@
 //!    `max_rel_error`, `timer`, `verified: true` (a round: `tune_s`,
 //!    MetaSchedule's own time, and `verified: false`), and
 //!    `warm_start_records` / `warm_start_ignored` (the warm start's records
-//!    the driver loaded, or why it ignored them).
+//!    the driver loaded, or why it ignored them); a model round that shares
+//!    the fleet's cost model (the assign's `cost_model`) adds `cost_model`
+//!    (what its cost model started from) and `cost_model_b64` (the model it
+//!    ended with), passed to and from the driver as files (`shared_model.rs`).
 //!
 //! # Cancellation
 //! A job holds the driver while it runs. Dropping the job's future drops
@@ -66,6 +69,7 @@ mod gpu_check;
 mod live;
 mod process;
 mod setup;
+mod shared_model;
 #[cfg(test)]
 mod tests;
 
@@ -340,6 +344,7 @@ impl TvmBackend {
             "number": tuner.number,
             "repeat": tuner.repeat,
             "check_kernel": !job.model_round,
+            "cost_model_share": shared_model::job_field(work.path(), job.cost_model.as_deref()),
             "reduction_len": reduction_len(&job.workload),
             "rpc": self.config.rpc.as_ref().map(|rpc| serde_json::json!({
                 "tracker_host": rpc.host,
@@ -362,9 +367,10 @@ impl TvmBackend {
         let outcome = self
             .drive("tune", &job, &job_file, work.path(), &progress)
             .await?;
-        let driver_result: DriverResult = serde_json::from_value(outcome?).map_err(|e| {
+        let mut driver_result: DriverResult = serde_json::from_value(outcome?).map_err(|e| {
             TuneError::Failed(format!("tuning driver failed: malformed result event: {e}"))
         })?;
+        driver_result.cost_model_extra = shared_model::take_returned(&mut driver_result);
         if job.workload.target.kind() == "cuda" && !job.model_round {
             // Checked and timed by the driver on the GPU (`gpu_check.rs`).
             drop(work);
@@ -443,6 +449,11 @@ impl TvmBackend {
             "warm_start_records": driver.warm_start_records,
             "warm_start_ignored": driver.warm_start_ignored,
         });
+        if let Some(map) = extra.as_object_mut() {
+            for (key, value) in driver.cost_model_extra {
+                map.insert(key.into(), value);
+            }
+        }
         if let (Some(v), Some(map)) = (&verification, extra.as_object_mut()) {
             for (key, value) in [
                 (

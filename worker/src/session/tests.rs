@@ -146,6 +146,7 @@ fn assign(workload: Workload, lease: Lease, nbest: u32) -> MasterMessage {
         warm_start: None,
         tuner: None,
         model_round: false,
+        cost_model: None,
     }
 }
 

@@ -71,6 +71,14 @@ pub(super) struct DriverResult {
     /// (`gpu_check.rs`); absent for CPU kernels and a model's rounds.
     #[serde(default)]
     pub(super) gpu_check: Option<serde_json::Value>,
+    /// What the round's cost model started from, and where the driver wrote
+    /// the one it ends with (`path`; `shared_model.rs`).
+    #[serde(default)]
+    pub(super) cost_model: Option<serde_json::Value>,
+    /// `cost_model` for the result's `extra`, the model read in (not
+    /// the driver's: filled by `shared_model::take_returned`).
+    #[serde(skip)]
+    pub(super) cost_model_extra: Vec<(&'static str, serde_json::Value)>,
 }
 
 pub(super) fn default_entry() -> String {

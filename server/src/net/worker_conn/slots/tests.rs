@@ -17,6 +17,7 @@ fn assign(job: &str) -> MasterMessage {
         warm_start: None,
         tuner: None,
         model_round: false,
+        cost_model: None,
     }
 }
 
