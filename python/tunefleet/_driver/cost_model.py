@@ -49,6 +49,7 @@ import io
 import json
 import os
 import sys
+import time
 import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -93,6 +94,8 @@ class Round:
     warm_start_samples: int = 0
     #: Samples per group before the search, to find the groups it grew.
     sizes_before: dict = field(default_factory=dict)
+    #: Seconds spent before the search (load, features, training) and after it (save).
+    prepare_s: float = 0.0
 
 
 def _inst(model):
@@ -116,6 +119,7 @@ def prepare(ms, job: dict, built, work_dir: str, settings: dict, n_warm: int) ->
         _warn("job field `cost_model_share` is not an object; ignored")
     if settings["cost_model"] != "xgb" or (share is None and not n_warm):
         return None
+    t0 = time.monotonic()
     model = ms.cost_model.XGBModel(num_warmup_samples=WARMUP_SAMPLES,
                                    num_tuning_cores=settings["max_workers"])
     rnd = Round(model=model, share=share is not None)
@@ -128,6 +132,7 @@ def prepare(ms, job: dict, built, work_dir: str, settings: dict, n_warm: int) ->
     rnd.sizes_before = {h: len(g.costs) for h, g in inst.data.items()}
     _train_if_stale(inst)
     settings["cost_model"] = model
+    rnd.prepare_s = time.monotonic() - t0
     return rnd
 
 
@@ -261,10 +266,12 @@ def finish(rnd: Round | None, work_dir: str) -> dict | None:
         "ignored": rnd.ignored,
         "loaded_samples": rnd.loaded_samples,
         "warm_start_samples": rnd.warm_start_samples,
+        "prepare_s": round(rnd.prepare_s, 3),
     }
     if not rnd.share:
         return summary
     inst = _inst(rnd.model)
+    t0 = time.monotonic()
     try:
         for group_hash in [h for h, g in inst.data.items() if len(g.costs) != rnd.sizes_before.get(h)]:
             inst.data.move_to_end(group_hash)  # the round's own group is the newest
@@ -276,7 +283,8 @@ def finish(rnd: Round | None, work_dir: str) -> dict | None:
         _warn(f"cost model not returned ({type(err).__name__}: {shorten(str(err), 300)})")
         return summary
     summary.update(path=path, bytes=len(blob), samples=sum(n for _, n in meta["groups"]),
-                   groups=len(meta["groups"]), untrained=meta["untrained"])
+                   groups=len(meta["groups"]), untrained=meta["untrained"],
+                   save_s=round(time.monotonic() - t0, 3))
     return summary
 
 
