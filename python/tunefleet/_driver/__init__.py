@@ -14,6 +14,8 @@ Modules, by concern:
 - `workloads`: wire workloads to the IRModule that is tuned (the op list);
 - `measure`: builders and runners (kept across jobs), the CPU-only build;
 - `tune`: a kernel job or a model's round, with its warm start;
+- `cost_model`: the fleet's cost model in a round (loaded, trained on the
+  task's records before the search, written back bounded);
 - `model`: a model job's stages (extract here, compile in `compile`);
 - `materialize` and `prepare`: an uploaded ONNX graph made into the fused
   Relax module every stage starts from;
