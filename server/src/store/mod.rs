@@ -18,7 +18,10 @@
 //! the model runs (a `model_row` each, not the planner's state, without its
 //! records) and their compiled libraries; `model_records` each record a run
 //! keeps, written once when a round brings it and deleted when better ones
-//! push it out (a commit compares keys, not records); `trace` is the append-only log of state changes (what
+//! push it out (a commit compares keys, not records); `cost_models` the
+//! fleet's trained cost model per effective target and TVM release (its
+//! bytes a blob this module never reads, upserted when the core keeps one);
+//! `trace` is the append-only log of state changes (what
 //! `tunefleet export-trace` prints: lifecycle lines, not whole views;
 //! progress is never stored); `meta` holds the schema version. The
 //! rows are encoded here, once; a backend (`sqlite`, `postgres`) only
