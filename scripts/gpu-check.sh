@@ -20,8 +20,11 @@
 # TUNEFLEET_GPU_MODEL (light_squeezenet), TUNEFLEET_GPU_MODEL_TRIALS (96),
 # TUNEFLEET_GPU_DEADLINE_S (450: stop waiting, report, fail), TUNEFLEET_VENV
 # (the Python environment), TUNEFLEET_GPU_PYTEST=1 (also run the GPU tests
-# of python/tests/test_cuda.py when time is left). Logs: $OUT (a device
-# tool's output folder) if set, else gpu-check-logs/.
+# of python/tests/test_cuda.py when time is left),
+# TUNEFLEET_GPU_CHECK_BACKEND=sim (the script's own test without a GPU: an
+# nvidia-smi that prints a GPU on PATH, the sim backend; it exits 1, since
+# nothing is verified). Logs: $OUT (a device tool's output folder) if set,
+# else gpu-check-logs/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -93,8 +96,10 @@ if [[ -d .gpu-bundle/p1 ]]; then
   export PYTHONPATH="$WORK/bundle/site:$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
   export PATH="$WORK/bundle/site/bin:$PATH"
   export PIP_NO_INDEX=1
-  # The machine's own environment (a venv: its prefix), which the bundle completes.
-  : "${TUNEFLEET_VENV:=$(python3 -c 'import sys; print(sys.prefix)')}"
+  # The machine's own environment (python3's, when it is a venv, as on the
+  # H200 image), which the bundle completes; else the repo's .venv.
+  own=$(python3 -c 'import sys; print(sys.prefix if sys.prefix != sys.base_prefix else "")')
+  : "${TUNEFLEET_VENV:=${own:-$ROOT/.venv}}"
   export TUNEFLEET_VENV
 fi
 say "setting up Python (scripts/setup-tvm.sh --cuda)"
@@ -126,7 +131,9 @@ for _ in $(seq 1 100); do tf status >/dev/null 2>&1 && break; sleep 0.2; done
 tf status >/dev/null 2>&1 || fatal "the master did not start: $(tail -3 "$LOGS/master.log" | tr '\n' ' ')"
 
 say "starting the GPU worker (--target auto)"
-"$BIN/tunefleet-worker" --server "$TUNEFLEET_SERVER" --target auto --backend tvm --python "$PY" \
+backend=(--backend tvm)
+[[ "${TUNEFLEET_GPU_CHECK_BACKEND:-tvm}" == sim ]] && backend=(--backend sim --sim-seconds 0.2)
+"$BIN/tunefleet-worker" --server "$TUNEFLEET_SERVER" --target auto "${backend[@]}" --python "$PY" \
   --name gpu --trials-per-round 64 --work-dir "$WORK/worker" > "$LOGS/worker.log" 2>&1 &
 WORKER=$!
 PIDS+=($WORKER)
@@ -144,7 +151,8 @@ say "registered: $devices"
 # --- 4. cuBLAS, on the idle GPU ----------------------------------------------
 say "timing cuBLAS (fp16 4096^3)"
 cublas=$(timeout 120 "$PY" scripts/cublas_baseline.py 2>>"$LOGS/cublas.log" | tail -1)
-put cublas "${cublas:-{\"error\":\"no output\"}}"
+no_output='{"error":"no output (see cublas.log)"}'
+put cublas "${cublas:-$no_output}"
 
 # --- 5. a model run, then the kernel job --------------------------------------
 model_file=$("$PY" -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend/test/data/light/$MODEL.onnx'))")
@@ -153,16 +161,19 @@ say "submitting $MODEL for {\"kind\":\"cuda\"} ($MODEL_TRIALS trials)"
 model_submitted=$(elapsed)
 tf submit "$model_file" --name gpumodel --trials "$MODEL_TRIALS" --target '{"kind":"cuda"}' \
   > "$LOGS/submit-model.log" 2>&1 || fatal "model submit failed: $(tail -2 "$LOGS/submit-model.log")"
-# The first round's start (the kernel job waits for it, so as not to delay it).
+model_state() { tf results --model gpumodel --format json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+# The first round's start (the kernel job waits for it, at most 90 s, so as
+# not to delay it), unless the run ended first.
 first_round=null
-for _ in $(seq 1 150); do
+while (( $(elapsed) - model_submitted < 90 )); do
   if tf results --format json 2>/dev/null | python3 -c 'import json,sys; sys.exit(0 if any(j["name"].startswith("gpumodel/") and "/r" in j["name"] and j["state"] in ("assigned","running","done") for j in json.load(sys.stdin)) else 1)'; then
     first_round=$(( $(elapsed) - model_submitted )); break
   fi
+  [[ $(model_state) =~ ^(done|failed)$ ]] && break
   sleep 1
 done
 put model_first_round_s "$first_round"
-say "first model round started after ${first_round}s"
+say "first model round started after ${first_round} s"
 
 cat > "$WORK/kernel.yaml" <<EOF
 target: {kind: cuda}
@@ -178,7 +189,6 @@ say "submitted the kernel job ($KERNEL_TRIALS trials)"
 
 # --- 6. wait for both ----------------------------------------------------------
 kernel_state() { tf results --format json 2>/dev/null | python3 -c 'import json,sys; print(next((j["state"] for j in json.load(sys.stdin) if j["name"]=="matmul4096_fp16"), "missing"))'; }
-model_state() { tf results --model gpumodel --format json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
 while :; do
   ks=$(kernel_state); ms=$(model_state)
   [[ $ks =~ ^(done|failed|cancelled)$ && $ms =~ ^(done|failed)$ ]] && break
