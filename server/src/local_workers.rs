@@ -13,6 +13,11 @@
 //! that pipe closes (the master stops, or dies by kill -9) the worker hands
 //! back its job and exits. No signal and no `unsafe` is needed for that.
 //!
+//! Local workers split the CPUs, so they get `--gpus none` too (unless
+//! `--local-worker-args` names `--gpus` or `--target`): with `--target auto`
+//! every one of them would otherwise serve every GPU of the host, and the
+//! GPUs' own worker is `tunefleet-worker` (a slot per GPU).
+//!
 //! A worker that exits while the master runs is restarted after a delay that
 //! doubles from 1 s to 60 s, and resets once a worker has run for a minute.
 
@@ -117,6 +122,10 @@ pub fn plan(
                 cpus.to_string(),
                 "--supervised".to_string(),
             ];
+            let names = |a: &String, flag: &str| a == flag || a.starts_with(&format!("{flag}="));
+            if !extra.iter().any(|a| names(a, "--gpus") || names(a, "--target")) {
+                args.extend(["--gpus".to_string(), "none".to_string()]);
+            }
             args.extend(extra.iter().cloned());
             LocalWorkerSpec { name, cpus, args }
         })

@@ -26,6 +26,8 @@ fn each_worker_gets_its_own_cores_a_name_and_the_extra_arguments_last() {
             "--cpus",
             "0-1",
             "--supervised",
+            "--gpus",
+            "none",
             "--backend",
             "sim",
             "--sim-seconds",
