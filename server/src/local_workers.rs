@@ -123,7 +123,10 @@ pub fn plan(
                 "--supervised".to_string(),
             ];
             let names = |a: &String, flag: &str| a == flag || a.starts_with(&format!("{flag}="));
-            if !extra.iter().any(|a| names(a, "--gpus") || names(a, "--target")) {
+            if !extra
+                .iter()
+                .any(|a| names(a, "--gpus") || names(a, "--target"))
+            {
                 args.extend(["--gpus".to_string(), "none".to_string()]);
             }
             args.extend(extra.iter().cloned());
