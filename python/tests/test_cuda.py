@@ -258,3 +258,21 @@ def test_every_function_of_a_gpu_model_is_a_cuda_kernel_nvrtc_compiles_for_sm_90
     assert all(any(k.endswith(name) for k in kernels) for name in functions), functions - kernels
     assert not re.search(r"\w/\w+_ptr", source), "a parameter named like an ONNX path"
     assert cuda.cubin_sm(cuda.nvrtc_compile(source, "sm_90")) == 90
+
+
+def test_a_gpu_model_is_held_to_a_tolerance_that_fits_its_precision():
+    from tunefleet._driver.cuda_model import compare_outputs
+
+    ref = np.linspace(-4, 4, 1000, dtype="float32")
+    outs = [{"name": "y", "dtype": "float32"}]
+    # float32: rtol 1e-3, atol 1e-3 * max|ref| (fast math, other summation orders).
+    assert compare_outputs([ref * (1 + 5e-4)], [ref], outs)[0]
+    ok, err, msg = compare_outputs([ref + 0.1], [ref], outs)
+    assert not ok and "tolerance rtol 0.001" in msg and err == pytest.approx(0.1, rel=1e-3)
+    half = [{"name": "y", "dtype": "float16"}]
+    assert compare_outputs([ref * (1 + 5e-3)], [ref], half)[0]
+    assert not compare_outputs([ref * 1.2], [ref], half)[0]
+    bad = ref.copy()
+    bad[7] = np.nan
+    assert not compare_outputs([bad], [ref], outs)[0]
+    assert not compare_outputs([ref[:10]], [ref], outs)[0]
