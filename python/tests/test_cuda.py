@@ -276,3 +276,17 @@ def test_a_gpu_model_is_held_to_a_tolerance_that_fits_its_precision():
     bad[7] = np.nan
     assert not compare_outputs([bad], [ref], outs)[0]
     assert not compare_outputs([ref[:10]], [ref], outs)[0]
+
+
+def test_the_package_s_views_carry_devices_and_jobs_nobody_serves():
+    from tunefleet.views import Status, Worker
+
+    status = Status.from_json({"workers": 2, "devices": [
+        {"device": {"kind": "gpu", "name": "NVIDIA H200", "memory_mib": 143771},
+         "target_kind": "cuda", "arch": "sm_90", "workers": 2, "busy": 1}],
+        "unserved": [{"target": {"kind": "llvm", "mcpu": "znver4"}, "jobs": 3}]})
+    assert status.devices[0]["device"]["name"] == "NVIDIA H200"
+    assert status.unserved == [{"target": {"kind": "llvm", "mcpu": "znver4"}, "jobs": 3}]
+    assert Status.from_json({"workers": 0}).devices == []  # a master of an earlier release
+    worker = Worker.from_json({"name": "rack1-gpu0", "device": {"kind": "gpu", "name": "NVIDIA H200", "index": 0}})
+    assert worker.device["index"] == 0

@@ -72,6 +72,11 @@ class Status(_View):
     workers: int = 0
     workers_busy: int = 0
     server_version: str = ""
+    #: The workers by device and target kind: `{"device": {"kind", "name",
+    #: "memory_mib"}, "target_kind", "arch", "workers", "busy"}`.
+    devices: list = field(default_factory=list)
+    #: Open jobs no connected worker serves: `{"target", "jobs"}`.
+    unserved: list = field(default_factory=list)
     raw: dict = field(default_factory=dict, repr=False)
 
 
@@ -229,4 +234,6 @@ class Worker(_View):
     current_job: str | None = None
     jobs_done: int = 0
     connected_at: int = 0
+    #: What it tunes on: `{"kind": "gpu" | "cpu", "name", "memory_mib", "index", "uuid"}`.
+    device: dict | None = None
     raw: dict = field(default_factory=dict, repr=False)
