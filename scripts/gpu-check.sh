@@ -21,7 +21,9 @@
 # TUNEFLEET_GPU_DEADLINE_S (450: stop waiting, report, fail), TUNEFLEET_VENV
 # (the Python environment), TUNEFLEET_GPU_PYTEST (1: also run
 # python/tests/test_cuda.py, its GPU test included, when 90 s are left; 0:
-# not),
+# not). Logs, at most 7 files (a device tool brings back 8): figures.json,
+# setup.log (set-up, build, cuBLAS, submits), master.log, worker.log,
+# results.json, model.json, pytest.log.
 # TUNEFLEET_GPU_CHECK_BACKEND=sim (the script's own test without a GPU: an
 # nvidia-smi that prints a GPU on PATH, the sim backend; it exits 1, since
 # nothing is verified). Logs: $OUT (a device tool's output folder) if set,
@@ -116,7 +118,7 @@ if [[ -z "$BIN" ]]; then
   command -v cargo >/dev/null || fatal "no cargo to build the binaries, and no .gpu-bundle (scripts/gpu-bundle.sh)"
   say "building the release binaries (tvm feature)"
   cargo build --release --quiet -p tunefleet-server -p tunefleet-worker --features tunefleet-worker/tvm \
-    > "$LOGS/build.log" 2>&1 || fatal "cargo build failed: $(tail -5 "$LOGS/build.log" | tr '\n' ' ')"
+    >> "$LOGS/setup.log" 2>&1 || fatal "cargo build failed: $(tail -5 "$LOGS/setup.log" | tr '\n' ' ')"
   BIN=$ROOT/target/release
 fi
 "$BIN/tunefleet-worker" --version >/dev/null 2>&1 || fatal "$BIN/tunefleet-worker does not run (libtvm_ffi.so: $ffi_lib)"
@@ -151,8 +153,8 @@ say "registered: $devices"
 
 # --- 4. cuBLAS, on the idle GPU ----------------------------------------------
 say "timing cuBLAS (fp16 4096^3)"
-cublas=$(timeout 120 "$PY" scripts/cublas_baseline.py 2>>"$LOGS/cublas.log" | tail -1)
-no_output='{"error":"no output (see cublas.log)"}'
+cublas=$(timeout 120 "$PY" scripts/cublas_baseline.py 2>>"$LOGS/setup.log" | tail -1)
+no_output='{"error":"no output (see setup.log)"}'
 put cublas "${cublas:-$no_output}"
 
 # --- 5. a model run, then the kernel job --------------------------------------
@@ -161,7 +163,7 @@ model_file=$("$PY" -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.
 say "submitting $MODEL for {\"kind\":\"cuda\"} ($MODEL_TRIALS trials)"
 model_submitted=$(elapsed)
 tf submit "$model_file" --name gpumodel --trials "$MODEL_TRIALS" --target '{"kind":"cuda"}' \
-  > "$LOGS/submit-model.log" 2>&1 || fatal "model submit failed: $(tail -2 "$LOGS/submit-model.log")"
+  >> "$LOGS/setup.log" 2>&1 || fatal "model submit failed: $(tail -2 "$LOGS/setup.log")"
 model_state() { tf results --model gpumodel --format json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
 # The first round's start (the kernel job waits for it, at most 90 s, so as
 # not to delay it), unless the run ended first.
@@ -185,7 +187,7 @@ workloads:
     shape: {m: 4096, n: 4096, k: 4096}
     dtype: float16
 EOF
-tf submit "$WORK/kernel.yaml" > "$LOGS/submit-kernel.log" 2>&1 || fatal "kernel submit failed: $(tail -2 "$LOGS/submit-kernel.log")"
+tf submit "$WORK/kernel.yaml" >> "$LOGS/setup.log" 2>&1 || fatal "kernel submit failed: $(tail -2 "$LOGS/setup.log")"
 say "submitted the kernel job ($KERNEL_TRIALS trials)"
 
 # --- 6. wait for both ----------------------------------------------------------
