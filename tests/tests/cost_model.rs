@@ -1,5 +1,6 @@
 //! The fleet's cost model carries over (issue 39, part 4): a model saved by
-//! one run is loaded by the next. A master and one real TVM worker run a
+//! one run is loaded by the next (`real_tvm`, below; the master's side
+//! alone, with a scripted worker, in `scripted`). A master and one real TVM worker run a
 //! one-round model of a matmul; its round returns the cost model it
 //! trained, which the master keeps in its store (`cost_models`, read here
 //! through the store itself). The master is killed and restarted, so the
@@ -143,6 +144,142 @@ mod real_tvm {
         assert_eq!(after[0].0, key);
         assert_eq!(after[0].1.samples, 8, "both workloads' samples");
         assert_ne!(after[0].1.id, saved.id, "the row holds the newer model");
+    }
+}
+
+/// The master's side, with a scripted worker (no TVM, every CI run): a
+/// round's assign carries the fleet's model for the worker's effective
+/// target, a result's model is kept by the planner's rule (a round that
+/// started from an older model and knows less is dropped), it never reaches
+/// a job's view, and `--no-cost-model-sharing` sends none.
+mod scripted {
+    use serde_json::{json, Value};
+    use tunefleet_shared::model::base64;
+    use tunefleet_shared::protocol::ClientCommand;
+    use tunefleet_tests::*;
+
+    const TARGET: &str = r#"{"kind":"llvm","mcpu":"scripted","num-cores":2}"#;
+
+    async fn worker(master: &Master) -> (raw::Ws, String) {
+        let mut ws = raw::connect(&format!("{}/ws/worker", master.url())).await;
+        let target: Value = serde_json::from_str(TARGET).expect("target");
+        raw::send(
+            &mut ws,
+            json!({
+                "type": "register", "protocol": 1, "worker_id": "scripted", "name": "scripted",
+                "target": target, "backend": "tvm", "tvm_version": "0.27.0"
+            }),
+        )
+        .await;
+        let registered = raw::next_of_type(&mut ws, "registered").await;
+        let token = registered["token"].as_str().expect("token").to_string();
+        (ws, token)
+    }
+
+    /// A run of one task in rounds of 2 trials.
+    async fn submit(master: &Master, trials: u32) {
+        let model: Value = json!({
+            "name": "scripted", "source": {"onnx_b64": "", "input_shapes": {}, "seed": 0},
+            "extracted": {"tasks": [{"name": "mm", "weight": 1, "tvmscript": "# mm", "flops": 1e6}]},
+            "trials": trials, "trials_per_round": 2
+        });
+        let model = serde_json::from_value(model).expect("a submission");
+        master
+            .client()
+            .await
+            .request(ClientCommand::SubmitModel { model })
+            .await
+            .expect("the master takes the run");
+    }
+
+    /// Asks for a job; returns its assign.
+    async fn next_round(ws: &mut raw::Ws, token: &str) -> Value {
+        raw::send(ws, json!({"type": "request_job", "token": token})).await;
+        raw::next_of_type(ws, "assign").await
+    }
+
+    /// Finishes a round, returning `model` that started from `base`.
+    async fn finish(
+        ws: &mut raw::Ws,
+        token: &str,
+        assign: &Value,
+        model: &str,
+        samples: u32,
+        base: Value,
+    ) {
+        let record = json!([{"insts": [], "decisions": []}, [1e-3], {"kind": "llvm"}, []]);
+        let target: Value = serde_json::from_str(TARGET).expect("target");
+        raw::send(ws, json!({
+            "type": "result", "token": token, "job_id": assign["job_id"], "lease": assign["lease"],
+            "result": {
+                "best_latency_s": 1e-3, "trials": 2, "wall_time_s": 0.1, "backend": "tvm",
+                "tvm_version": "0.27.0", "target": target,
+                "records": [{"latency_s": 1e-3, "record": record}],
+                "extra": {
+                    "cost_model": {"shared": true, "used": !base.is_null(), "base": base, "samples": samples},
+                    "cost_model_b64": base64::encode(model.as_bytes())
+                }
+            }
+        }))
+        .await;
+        let ack = raw::next_of_type(ws, "ack").await;
+        assert_eq!(ack["accepted"], json!(true), "{ack}");
+    }
+
+    fn sent_model(assign: &Value) -> (String, String) {
+        let model = &assign["cost_model"]["model"];
+        let bytes = base64::decode(model["data_b64"].as_str().expect("a model")).expect("base64");
+        (
+            model["id"].as_str().expect("id").to_string(),
+            String::from_utf8(bytes).expect("text"),
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rounds_carry_the_newest_model_and_views_never_the_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut master = Master::start(dir.path(), &[]);
+        submit(&master, 8).await;
+        let (mut ws, token) = worker(&master).await;
+
+        let r1 = next_round(&mut ws, &token).await;
+        assert_eq!(
+            r1["cost_model"],
+            json!({}),
+            "no model yet, but send yours: {r1}"
+        );
+        finish(&mut ws, &token, &r1, "model 1", 2, Value::Null).await;
+
+        let r2 = next_round(&mut ws, &token).await;
+        let (first, text) = sent_model(&r2);
+        assert_eq!(text, "model 1");
+        // A parallel round's, from an older model, knowing less: dropped.
+        finish(&mut ws, &token, &r2, "older", 1, json!("0000")).await;
+        let r3 = next_round(&mut ws, &token).await;
+        assert_eq!(sent_model(&r3), (first.clone(), "model 1".into()));
+        finish(&mut ws, &token, &r3, "model 3", 3, json!(first)).await;
+
+        // Kept in the store: a restarted master sends it.
+        drop(ws);
+        master.restart();
+        let (mut ws, token) = worker(&master).await;
+        let r4 = next_round(&mut ws, &token).await;
+        assert_eq!(sent_model(&r4).1, "model 3");
+        let jobs = master.client().await.results(None).await.expect("results");
+        for job in jobs.iter().filter_map(|j| j.result.as_ref()) {
+            assert!(job.extra.get("cost_model_b64").is_none(), "{:?}", job.extra);
+            assert!(
+                job.extra["cost_model"]["samples"].is_u64(),
+                "the summary stays"
+            );
+        }
+        drop(ws);
+        master.kill9();
+
+        let master = Master::start_on(dir.path(), &master.state, &["--no-cost-model-sharing"]);
+        let (mut ws, token) = worker(&master).await;
+        let r4 = next_round(&mut ws, &token).await;
+        assert!(r4.get("cost_model").is_none(), "not shared: {r4}");
     }
 }
 
