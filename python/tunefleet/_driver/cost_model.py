@@ -71,6 +71,11 @@ MAX_UNPACKED_BYTES = 256 * 1024 * 1024
 #: The model predicts (instead of scoring at random) from this many samples
 #: on. MetaSchedule's default is 100, which a round never reaches alone.
 WARMUP_SAMPLES = 32
+#: XGBoost's threads for training and prediction. One: training on 271
+#: samples took 0.43 s with one thread and 6.7 s with two on this project's
+#: 2-core machine under load (OpenMP threads spinning against the other
+#: processes); 2,000 samples take 3.8 s with one (docs/benchmarks.md).
+TRAIN_THREADS = 1
 #: The blob a round writes into its work directory for the worker.
 OUT_FILE = "cost_model.npz"
 #: MetaSchedule's cost of a failed run (`XGBModel.update`'s `_mean_cost`).
@@ -120,8 +125,7 @@ def prepare(ms, job: dict, built, work_dir: str, settings: dict, n_warm: int) ->
     if settings["cost_model"] != "xgb" or (share is None and not n_warm):
         return None
     t0 = time.monotonic()
-    model = ms.cost_model.XGBModel(num_warmup_samples=WARMUP_SAMPLES,
-                                   num_tuning_cores=settings["max_workers"])
+    model = ms.cost_model.XGBModel(num_warmup_samples=WARMUP_SAMPLES, num_tuning_cores=TRAIN_THREADS)
     rnd = Round(model=model, share=share is not None)
     if share and share.get("path"):
         rnd.base = share.get("id") if isinstance(share.get("id"), str) else None
