@@ -298,3 +298,34 @@ def test_errors(tmp):
                                      os.path.join(tmp, "err_rpc"))
     assert rc == 1 and events[-1]["event"] == "error", events
     print(f"ok errors (last: rc={rc} {events[-1]})", flush=True)
+
+
+def test_a_round_under_the_wide_rules_replays_in_a_fresh_process(tmp):
+    """A round that searches the wide rule set (the innermost tile one
+    vector register of output channels) says so, its schedules carry the
+    rule's tiling, and its record, written as an exported database, is
+    applied by TVM in a fresh process (apply_exported.py: outputs equal to
+    the untuned kernel's, and faster)."""
+    conv = dict(CONV, op="conv2d_nhwc", name="conv16nhwc", trials=4)
+    events, stderr, rc, _, _ = run_driver(_job(conv, rules="wide", num_trials_per_iter=4), os.path.join(tmp, "wide"))
+    result = check_result_protocol(events, rc, stderr, 4)
+    assert result["rules"] == "wide", result["rules"]
+    # The rule's mark: the output channels split by exactly one vector
+    # register's lanes (from the target's features: 4 fp32 lanes here, the
+    # target naming no mcpu), where MultiLevelTiling samples the factor.
+    import tvm
+    from tunefleet._driver import measure
+
+    lanes = measure.vector_bits(tvm.target.Target(TARGET)) // 32
+    for record in result["records"]:
+        instructions = record["record"][0][0]
+        assert any(i[0] == "Split" and i[1][1:] == ["None", lanes] for i in instructions), instructions[:12]
+    db = os.path.join(tmp, "wide_db")
+    write_database([result], db)
+    lines = apply_exported(db, [conv])
+    assert lines[0]["ok"] and lines[0]["speedup"] > 1.0, lines
+
+
+def test_the_rule_set_is_checked(tmp):
+    events, _, rc, _, _ = run_driver(_job(dict(MATMUL, trials=2), rules="fastest"), os.path.join(tmp, "err_rules"))
+    assert rc == 1 and "job field `rules` must be one of default, wide, union" in events[-1]["message"], events

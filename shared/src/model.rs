@@ -61,14 +61,26 @@ pub struct TunerSettings {
     pub number: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeat: Option<u32>,
+    /// The schedule rules a CPU round searches ([`RULE_SETS`]): `default`
+    /// (TVM's own), `wide` (the innermost tile one vector register of
+    /// output channels), or `union` (both, the search decides per task).
+    /// Absent: `default` for workload files; model runs choose
+    /// ([`BEST_RULES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<String>,
 }
+
+/// The driver's rule sets (`tunefleet._driver.measure.RULE_SETS`).
+pub const RULE_SETS: [&str; 3] = ["default", "wide", "union"];
+/// What a model run's rounds search when its tuner names no rule set.
+pub const BEST_RULES: &str = "union";
 
 /// MetaSchedule's search strategies, as the driver spells them.
 pub const STRATEGIES: [&str; 3] = ["evolutionary", "replay-trace", "replay-func"];
 /// MetaSchedule's cost models.
 pub const COST_MODELS: [&str; 3] = ["xgb", "random", "mlp"];
 /// The keys of a `tuner:` mapping, in a workload file and on the wire.
-pub const TUNER_KEYS: [&str; 7] = [
+pub const TUNER_KEYS: [&str; 8] = [
     "strategy",
     "cost_model",
     "trials_per_round",
@@ -76,6 +88,7 @@ pub const TUNER_KEYS: [&str; 7] = [
     "runner_timeout_s",
     "number",
     "repeat",
+    "rules",
 ];
 
 impl TunerSettings {
@@ -93,6 +106,7 @@ impl TunerSettings {
             runner_timeout_s: self.runner_timeout_s.or(base.runner_timeout_s),
             number: self.number.or(base.number),
             repeat: self.repeat.or(base.repeat),
+            rules: self.rules.clone().or_else(|| base.rules.clone()),
         }
     }
 
@@ -104,6 +118,14 @@ impl TunerSettings {
                 out.push((
                     "strategy",
                     format!("unknown strategy `{s}` (known: {})", STRATEGIES.join(", ")),
+                ));
+            }
+        }
+        if let Some(r) = &self.rules {
+            if !RULE_SETS.contains(&r.as_str()) {
+                out.push((
+                    "rules",
+                    format!("unknown rule set `{r}` (known: {})", RULE_SETS.join(", ")),
                 ));
             }
         }

@@ -6,7 +6,7 @@
 use serde_json::Value;
 use tunefleet_shared::model::{
     CompileTask, DataLayout, EstimatePoint, ModelLatencies, ModelStage, ModelState, TunerSettings,
-    WarmStart,
+    WarmStart, BEST_RULES,
 };
 use tunefleet_shared::protocol::{JobState, JobView, Millis};
 use tunefleet_shared::target::Target;
@@ -366,6 +366,11 @@ pub(super) fn round_job(
     // pick of MetaSchedule's own task scheduler is.
     let mut tuner = run.tuner.clone();
     tuner.trials_per_round.get_or_insert(trials);
+    // A CPU run that names no rule set searches the best one
+    // (tunefleet._driver.measure.RULE_SETS); other targets their own.
+    if target.kind() == "llvm" {
+        tuner.rules.get_or_insert_with(|| BEST_RULES.to_string());
+    }
     let extras = JobExtras {
         // Keep every candidate the round measures (the driver returns only
         // this round's, not the warm start's).

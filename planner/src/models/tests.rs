@@ -767,3 +767,32 @@ fn an_auto_layout_run_takes_the_layout_its_extraction_used() {
         DataLayout::Nhwc
     );
 }
+
+#[test]
+fn cpu_rounds_search_the_best_rule_set_unless_the_run_names_one() {
+    let one_worker = |_: &Target| 1;
+    let mut runs = ModelRuns::default();
+    let plan = runs
+        .submit(submission("auto", 8, 2), Target::of_kind("llvm"), Millis(1))
+        .unwrap();
+    let plan = runs.job_ended(
+        &done(&plan.jobs[0].0, extracted(&[("conv", 1, false)]), &[]),
+        Millis(2),
+        &one_worker,
+    );
+    assert_eq!(
+        plan.jobs[0].1.tuner.rules.as_deref(),
+        Some(tunefleet_shared::model::BEST_RULES)
+    );
+    let mut named = submission("named", 8, 2);
+    named.tuner.rules = Some("default".into());
+    let plan = runs
+        .submit(named, Target::of_kind("llvm"), Millis(3))
+        .unwrap();
+    let plan = runs.job_ended(
+        &done(&plan.jobs[0].0, extracted(&[("conv", 1, false)]), &[]),
+        Millis(4),
+        &one_worker,
+    );
+    assert_eq!(plan.jobs[0].1.tuner.rules.as_deref(), Some("default"));
+}

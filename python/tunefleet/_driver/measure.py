@@ -83,6 +83,62 @@ def cpu_build(mod, target, _params):
 
 
 # --------------------------------------------------------------------------
+# Design spaces: which schedule rules a round searches
+# --------------------------------------------------------------------------
+
+#: A job's `rules` (absent: "default"):
+#: - "default": TVM's own rules for the target (for fp32 on x86,
+#:   MultiLevelTiling picks the vectorized inner tile at random:
+#:   apache/tvm#12845);
+#: - "wide": the same rules with MultiLevelTilingWideVector in place of
+#:   MultiLevelTiling: the innermost spatial tile is always one vector
+#:   register of output channels (16 fp32 lanes with AVX-512, 8 with AVX2,
+#:   from the target's features), the register blocking MLAS's kernels use;
+#: - "union": both spaces in one search: the evolutionary search and its
+#:   measurements decide, per task, which one's schedules win.
+#: Records from any of them replay anywhere (a trace names its own steps);
+#: the result says which was searched.
+RULE_SETS = ("default", "wide", "union")
+
+
+def vector_bits(target) -> int:
+    """The widest vector register the target's CPU has, in bits."""
+    import tvm
+
+    has = tvm.target.codegen.target_has_features
+    if has("avx512f", target):
+        return 512
+    if has("avx2", target) or has("avx", target):
+        return 256
+    return 128
+
+
+def _wide_rules(ms, target) -> list:
+    import tvm_ffi
+
+    rules = list(tvm_ffi.get_global_func("s_tir.meta_schedule.ScheduleRuleDefaultLLVM")())
+    wide = ms.schedule_rule.MultiLevelTilingWideVector(
+        structure="SSRSRS", vector_length_in_bits=vector_bits(target), max_innermost_factor=64,
+        reuse_write=ms.schedule_rule.ReuseType(req="may", levels=[1, 2], scope="global"))
+    return [wide if type(r).__name__ == "MultiLevelTiling" else r for r in rules]
+
+
+def space(ms, target, rules: str):
+    """The design space a round searches (see RULE_SETS); TVM's own for
+    targets other than CPUs."""
+    if rules not in RULE_SETS:
+        raise JobError(f"job field `rules` must be one of {', '.join(RULE_SETS)}, got {rules!r}")
+    if rules == "default" or target.kind.name != "llvm":
+        return "post-order-apply"
+    wide = ms.space_generator.PostOrderApply(sch_rules=_wide_rules(ms, target), postprocs="llvm",
+                                              mutator_probs="llvm")
+    if rules == "wide":
+        return wide
+    return ms.space_generator.SpaceGeneratorUnion(
+        [ms.space_generator.PostOrderApply(), wide], sch_rules="llvm", postprocs="llvm", mutator_probs="llvm")
+
+
+# --------------------------------------------------------------------------
 # Builders and runners (kept across jobs by the long-lived driver)
 # --------------------------------------------------------------------------
 

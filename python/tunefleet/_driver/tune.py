@@ -14,7 +14,7 @@ JOB.json::
      "trials": <optional override of workload.trials>,
      "cost_model": "xgb" | "random" | "mlp", "strategy": "evolutionary" |
      "replay-trace" | "replay-func", "builder_timeout_s": 30, "runner_timeout_s": 30,
-     "check_kernel": true,
+     "check_kernel": true, "rules": "default" | "wide" | "union" (measure.RULE_SETS),
      "warm_start": null | {"workload": [hash, b64], "records": [[trace, run_secs, target, args_info], ...]},
      "cost_model_share": null | {"path": null | "/abs/model.npz", "id": "...", "samples": N}}
 
@@ -155,6 +155,7 @@ def _settings(job: dict, built) -> dict:
         "run_timeout": int_field(job, "runner_timeout_s", 30),
         "cost_model": job.get("cost_model") or "xgb",
         "strategy": job.get("strategy") or "evolutionary",
+        "rules": job.get("rules") or "default",
     }
     if s["cost_model"] not in _COST_MODELS:
         raise JobError(f"unknown cost_model {s['cost_model']!r} (known: {', '.join(_COST_MODELS)})")
@@ -232,6 +233,7 @@ def _tune(ms, built, work_dir: str, settings: dict, builder, runner, callbacks):
         measure_callbacks=callbacks,
         num_tuning_cores=settings["max_workers"],
         seed=settings["seed"],
+        space=measure.space(ms, built.target, settings["rules"]),
     )
 
 
@@ -305,6 +307,8 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
         "warm_start_ignored": warm_ignored,
         "gpu_check": gpu_check,
         "cost_model": cost_model.finish(shared, work_dir),
+        # The rule set searched (measure.RULE_SETS).
+        "rules": settings["rules"],
     }
 
 

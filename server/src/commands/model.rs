@@ -66,6 +66,11 @@ pub struct ModelFlags {
     /// Measurements per candidate.
     #[arg(long)]
     pub repeat: Option<u32>,
+    /// Schedule rules the CPU rounds search: default (TVM's), wide (the
+    /// innermost tile one vector register of output channels) or union
+    /// (both; the search decides per task). Default: union.
+    #[arg(long, value_name = "default|wide|union")]
+    pub rules: Option<String>,
     /// Pre-pack the weights: tune kernels that may choose the weights'
     /// layout, folded into the real weights by `tunefleet compile` (the run
     /// then has no `export --format library`). Part of the default mode;
@@ -102,6 +107,7 @@ impl ModelFlags {
             ("--runner-timeout", self.runner_timeout.is_some()),
             ("--number", self.number.is_some()),
             ("--repeat", self.repeat.is_some()),
+            ("--rules", self.rules.is_some()),
             ("--prepack", self.prepack),
             ("--no-prepack", self.no_prepack),
             ("--layout", self.layout.is_some()),
@@ -194,6 +200,7 @@ pub fn prepare(path: &Path, flags: &ModelFlags) -> anyhow::Result<(ModelSubmissi
             runner_timeout_s: flags.runner_timeout,
             number: flags.number,
             repeat: flags.repeat,
+            rules: flags.rules.clone(),
         },
         extracted: None,
     };

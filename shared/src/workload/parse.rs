@@ -355,7 +355,8 @@ pub(super) fn parse_workload(
 }
 
 /// `tuner: {strategy: evolutionary, cost_model: xgb, trials_per_round: 16,
-/// builder_timeout_s: 30, runner_timeout_s: 30, number: 1, repeat: 3}`.
+/// builder_timeout_s: 30, runner_timeout_s: 30, number: 1, repeat: 3,
+/// rules: union}`.
 pub(super) fn parse_tuner(ctx: &mut Ctx<'_>, node: &Node, field: &str) -> Option<TunerSettings> {
     let Yaml::Map(entries) = &node.value else {
         let msg = format!(
@@ -391,6 +392,7 @@ pub(super) fn parse_tuner(ctx: &mut Ctx<'_>, node: &Node, field: &str) -> Option
         runner_timeout_s: number(ctx, "runner_timeout_s"),
         number: number(ctx, "number"),
         repeat: number(ctx, "repeat"),
+        rules: text(ctx, "rules"),
     };
     for (key, message) in tuner.problems() {
         let at = fields.get(key).unwrap_or(node);

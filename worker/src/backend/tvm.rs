@@ -339,6 +339,7 @@ impl TvmBackend {
             "warm_start": job.warm_start,
             "strategy": tuner.strategy,
             "cost_model": tuner.cost_model,
+            "rules": tuner.rules,
             "builder_timeout_s": tuner.builder_timeout_s,
             "runner_timeout_s": tuner.runner_timeout_s,
             "number": tuner.number,
