@@ -658,6 +658,18 @@ fn tuner_settings_from_the_file_and_the_workload() {
         errs.contains("cost_model"),
         "suggests the right key: {errs}"
     );
+
+    // The rule set a CPU search uses: one of the driver's.
+    let wide = "target: {kind: llvm}\ntuner: {rules: wide}\nworkloads:\n  - name: a\n    op: matmul\n    shape: {m: 8, n: 8, k: 8}\n";
+    let ws = parse_workload_file(wide, "t.yaml").unwrap();
+    assert_eq!(ws[0].tuner.rules.as_deref(), Some("wide"));
+    let bad = wide.replace("rules: wide", "rules: fastest");
+    let errs = parse_workload_file(&bad, "t.yaml").unwrap_err().to_string();
+    assert!(
+        errs.contains("t.yaml:2")
+            && errs.contains("unknown rule set `fastest` (known: default, wide, union)"),
+        "{errs}"
+    );
 }
 
 #[test]
