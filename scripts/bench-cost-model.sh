@@ -96,6 +96,7 @@ for phase in $PHASES; do
       [[ -f "$OUT/pretrain/fleet.db" ]] || { echo "bench-cost-model: run the pretrain phase first" >&2; exit 1; }
       rm -rf "$OUT/$phase" && mkdir -p "$OUT/$phase"
       cp "$OUT/pretrain/fleet.db" "$OUT/$phase/fleet.db"
+      [[ ! -f "$OUT/pretrain/fleet.db-wal" ]] || cp "$OUT/pretrain/fleet.db-wal" "$OUT/$phase/fleet.db-wal"
       run "$phase" "$OUT/$phase" bench "$model" "$TRIALS" ;;
     cold*)
       rm -rf "$OUT/$phase" && mkdir -p "$OUT/$phase"
