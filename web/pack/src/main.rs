@@ -10,6 +10,9 @@
 //!   compressed once at the strongest settings, so the master only picks the
 //!   copy the browser accepts instead of compressing on every request.
 //!
+//! - CSS and JavaScript lose their comments (and CSS its layout) first
+//!   (`minify.rs`): bytes every visit downloads and nobody reads there.
+//!
 //! References are rewritten by exact string (`'/web.js'` in `boot.js`); a
 //! reference that is not found is an error, so a renamed file cannot ship
 //! with a dangling name. `assets.json` maps each logical name to the served
@@ -25,6 +28,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
+
+mod minify;
 
 /// Assets that are only referenced by other files, in the order that lets
 /// every file's references be rewritten before it is hashed itself.
@@ -66,7 +71,8 @@ fn pack(stage: &Path, out: &Path) -> Result<BTreeMap<String, String>> {
     fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
     let read = |name: &str| -> Result<Vec<u8>> {
         let path = stage.join(name);
-        fs::read(&path).with_context(|| format!("read {}", path.display()))
+        let bytes = fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+        Ok(minified(name, bytes))
     };
     let mut served: BTreeMap<String, String> = BTreeMap::new();
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
@@ -121,6 +127,22 @@ fn pack(stage: &Path, out: &Path) -> Result<BTreeMap<String, String>> {
     let manifest = serde_json::to_vec_pretty(&served)?;
     write(&out.join("assets.json"), &manifest)?;
     Ok(served)
+}
+
+/// A CSS or JavaScript file without its comments; other files (and text
+/// that is not UTF-8) as they are.
+fn minified(name: &str, bytes: Vec<u8>) -> Vec<u8> {
+    let minify: fn(&str) -> String = if name.ends_with(".css") {
+        minify::css
+    } else if name.ends_with(".js") {
+        minify::js
+    } else {
+        return bytes;
+    };
+    match std::str::from_utf8(&bytes) {
+        Ok(text) => minify(text).into_bytes(),
+        Err(_) => bytes,
+    }
 }
 
 /// `web_bg.wasm` → `web_bg-0123456789abcdef.wasm` (the first 64 bits of its SHA-256).

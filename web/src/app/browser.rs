@@ -1,12 +1,10 @@
-//! Thin wrappers over the browser APIs the app uses: the WebSocket, session
-//! and local storage, downloads, the clock and the theme attribute.
+//! Thin wrappers over the browser APIs the app uses: the master's address,
+//! session and local storage, downloads, the clock and the theme attribute.
+//! (The WebSocket is `connection.rs`'s.)
 
 use tunefleet_shared::protocol::Millis;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use web_sys::{CloseEvent, MessageEvent, WebSocket};
-
-use super::Theme;
 
 const TOKEN_KEY: &str = "tunefleet.token";
 const THEME_KEY: &str = "tunefleet.theme";
@@ -39,66 +37,6 @@ pub(super) fn client_urls() -> Vec<String> {
     urls
 }
 
-/// A WebSocket and its event handlers (dropped together).
-pub(super) struct Socket {
-    ws: WebSocket,
-    _on_open: Closure<dyn FnMut()>,
-    _on_message: Closure<dyn FnMut(MessageEvent)>,
-    _on_close: Closure<dyn FnMut(CloseEvent)>,
-}
-
-impl Socket {
-    pub(super) fn open(
-        url: &str,
-        on_open: impl FnMut() + 'static,
-        mut on_text: impl FnMut(String) + 'static,
-        mut on_close: impl FnMut(u16, String) + 'static,
-    ) -> Result<Socket, String> {
-        let ws = WebSocket::new(url).map_err(|e| format!("{e:?}"))?;
-        let open = Closure::<dyn FnMut()>::new(on_open);
-        let message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
-            // The master only sends text; a binary frame would be a bug there.
-            if let Some(text) = e.data().as_string() {
-                on_text(text);
-            }
-        });
-        let close = Closure::<dyn FnMut(CloseEvent)>::new(move |e: CloseEvent| {
-            on_close(e.code(), e.reason())
-        });
-        ws.set_onopen(Some(open.as_ref().unchecked_ref()));
-        ws.set_onmessage(Some(message.as_ref().unchecked_ref()));
-        ws.set_onclose(Some(close.as_ref().unchecked_ref()));
-        Ok(Socket {
-            ws,
-            _on_open: open,
-            _on_message: message,
-            _on_close: close,
-        })
-    }
-
-    pub(super) fn send(&self, text: &str) {
-        // A send on a closing socket fails; its close event follows.
-        let _ = self.ws.send_with_str(text);
-    }
-
-    /// Closes without telling anyone (the app has moved on to a new socket).
-    pub(super) fn close(self) {
-        self.ws.set_onopen(None);
-        self.ws.set_onmessage(None);
-        self.ws.set_onclose(None);
-        let _ = self.ws.close_with_code(1000);
-    }
-}
-
-impl Drop for Socket {
-    fn drop(&mut self) {
-        // The closures die with us; make sure the socket no longer calls them.
-        self.ws.set_onopen(None);
-        self.ws.set_onmessage(None);
-        self.ws.set_onclose(None);
-    }
-}
-
 fn session_storage() -> Option<web_sys::Storage> {
     gloo::utils::window().session_storage().ok().flatten()
 }
@@ -123,7 +61,7 @@ fn token_from_address() -> Option<String> {
     let window = gloo::utils::window();
     let location = window.location();
     let hash = location.hash().ok()?;
-    let token = crate::model::token_from_fragment(&hash)?;
+    let token = crate::view_model::token_from_fragment(&hash)?;
     let path = format!(
         "{}{}",
         location.pathname().unwrap_or_default(),
@@ -149,6 +87,33 @@ pub(super) fn store_token(token: Option<&str>) {
             Some(t) => storage.set_item(TOKEN_KEY, t),
             None => storage.remove_item(TOKEN_KEY),
         };
+    }
+}
+
+/// Light, dark, or what the system says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Theme {
+    Auto,
+    Light,
+    Dark,
+}
+
+impl Theme {
+    /// The one the toggle moves to.
+    pub(super) fn next(self) -> Theme {
+        match self {
+            Theme::Auto => Theme::Dark,
+            Theme::Dark => Theme::Light,
+            Theme::Light => Theme::Auto,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Theme::Auto => "auto",
+            Theme::Light => "light",
+            Theme::Dark => "dark",
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 use super::*;
-use crate::model::tests::job;
 use crate::model_runs::tests::view as model_view;
+use crate::view_model::tests::job;
 use tunefleet_shared::model::ModelState;
 use tunefleet_shared::protocol::Millis;
 use tunefleet_shared::protocol::{

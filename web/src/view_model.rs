@@ -2,8 +2,10 @@
 //! connection, and how every message from the master changes it.
 //!
 //! Plain Rust, no browser types, so it runs (and is tested) natively. The
-//! browser part (`app`) only moves frames between the WebSocket and
-//! [`Session`] and renders the state.
+//! browser part (`app`) keeps a [`Session`] as the state of Yew's
+//! `use_reducer`, hands it each [`Action`] (a socket event or a user's
+//! request) through [`Session::apply`], runs the [`Effect`]s it returns and
+//! renders the state.
 //!
 //! - [`Fleet`] is the state reducer for the pub/sub stream: a `snapshot`
 //!   replaces everything (never merged, so a resync cannot duplicate rows),
@@ -29,7 +31,7 @@ pub use tunefleet_shared::fleet::{job_order, EventOutcome, Fleet};
 mod progress;
 mod table;
 pub use progress::{fleet_overall, overall, Overall};
-pub use table::{visible_jobs, Sort, SortKey, StateFilter};
+pub use table::{visible_jobs, Sort, SortKey, StateFilter, TableAction, TableView, PAGE_ROWS};
 
 /// The admin token of a sign-in link's fragment: `#token=T` (as `tunefleet
 /// serve` prints it; other `&`-separated entries are ignored, `%XX` escapes
@@ -115,16 +117,53 @@ enum Pending {
 pub enum Effect {
     /// Send this text frame.
     Send(String),
-    /// The master accepted a workload file.
-    Submitted(SubmitReport),
-    /// The master refused a workload file or a model (its message lists every problem).
-    SubmitRejected(String),
-    /// The master accepted a model run; its extract job is queued.
-    ModelSubmitted { name: String, extract_job: JobId },
     /// The master's reply to `results` (its whole text), to make `download` from.
     Download { download: Download, reply: String },
     /// A cancel or retry went through, or not: a line for the notice area.
     Notice { text: String, error: bool },
+    /// Keep this admin token for the tab (signed in), or forget it (signed
+    /// out, or refused by the master: not worth trying on the next load).
+    StoreToken(Option<String>),
+}
+
+/// The master's answer to the page's last submit, a workload file or a
+/// model. State, not an [`Effect`]: the upload box shows it until the next
+/// change, and takes its texts from it ([`Session::answer`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SubmitAnswer {
+    /// The master accepted a workload file.
+    Accepted(SubmitReport),
+    /// The master accepted a model run; its extract job is queued.
+    ModelAccepted { name: String, extract_job: JobId },
+    /// The master refused a workload file or a model (its message lists
+    /// every problem), or the connection closed before it answered.
+    Rejected(String),
+}
+
+/// Something that happens to the session: an event of the socket or a
+/// request of the user. The page's reducer hands each to [`Session::apply`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Open a new socket ("Reconnect now", or the backoff after a close has
+    /// passed): the page dials when [`Session::dial`] changes.
+    Redial,
+    /// The socket opened: `hello` goes out with the session's token.
+    Opened,
+    /// The frames received since the last batch, in order.
+    Frames(Vec<String>),
+    /// The socket closed, or never opened.
+    Closed {
+        code: u16,
+        reason: String,
+    },
+    /// A submit, cancel or retry.
+    Request(ClientCommand),
+    /// The files of a download: the master's `results` first.
+    Download(Download),
+    /// Signed in with this token, or out: a session of its own on a new
+    /// socket (the fleet is read again, with the new role).
+    SignIn(String),
+    SignOut,
 }
 
 /// What to do after the socket closed.
@@ -150,6 +189,13 @@ pub struct Session {
     last_reason: Option<String>,
     /// A snapshot arrived on the current socket: the state on screen is current.
     fresh: bool,
+    /// The answer to the last submit, numbered (1 for the first) so that the
+    /// page can tell a new answer from one it has seen.
+    answer: Option<(u64, SubmitAnswer)>,
+    /// The admin token `hello` carries, if any.
+    token: Option<String>,
+    /// Bumped for each new socket the page is to open.
+    dial: u64,
 }
 
 fn short_id(id: &str) -> &str {
@@ -159,6 +205,24 @@ fn short_id(id: &str) -> &str {
 impl Session {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The session of a page that signs in with `token` (this tab's, or a
+    /// sign-in link's), before its first socket.
+    pub fn with_token(token: Option<String>) -> Self {
+        Session {
+            token,
+            ..Session::default()
+        }
+    }
+
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// Which socket the page is on: a new number asks for a new socket.
+    pub fn dial(&self) -> u64 {
+        self.dial
     }
 
     pub fn link(&self) -> Link {
@@ -269,7 +333,7 @@ impl Session {
             }
             Incoming::Submitted { id, report } => {
                 self.pending.remove(&id);
-                effects.push(Effect::Submitted(report))
+                self.answered(SubmitAnswer::Accepted(report))
             }
             Incoming::ModelSubmitted {
                 id,
@@ -277,7 +341,7 @@ impl Session {
                 extract_job,
             } => {
                 self.pending.remove(&id);
-                effects.push(Effect::ModelSubmitted { name, extract_job })
+                self.answered(SubmitAnswer::ModelAccepted { name, extract_job })
             }
             Incoming::Cancelled { id, job_id } => {
                 self.pending.remove(&id);
@@ -315,7 +379,7 @@ impl Session {
                             self.link = Some(Link::Incompatible { reason: message });
                         }
                     }
-                    Some(Pending::Submit) => effects.push(Effect::SubmitRejected(message)),
+                    Some(Pending::Submit) => self.answered(SubmitAnswer::Rejected(message)),
                     Some(Pending::Cancel(job)) | Some(Pending::Retry(job)) => {
                         effects.push(Effect::Notice {
                             text: format!("{}: {message}", self.job_label(&job)),
@@ -352,6 +416,90 @@ impl Session {
         effects
     }
 
+    /// The reducer's step: `action` applied, and what the page must do
+    /// about it (frames to send, notices, a download to make, a token to
+    /// forget). The answer to a submit is kept here instead ([`Session::answer`]).
+    pub fn apply(&mut self, action: Action) -> Vec<Effect> {
+        match action {
+            Action::Redial => {
+                self.redial();
+                Vec::new()
+            }
+            Action::Opened => {
+                let token = self.token.clone();
+                vec![Effect::Send(self.opened(token.as_deref()))]
+            }
+            Action::Frames(frames) => frames.iter().flat_map(|f| self.received(f)).collect(),
+            Action::Closed { code, reason } => {
+                let (_, mut effects) = self.closed(code, &reason);
+                if matches!(self.link, Some(Link::NeedsToken { .. })) && self.token.is_some() {
+                    self.token = None;
+                    effects.push(Effect::StoreToken(None));
+                }
+                effects
+            }
+            Action::Request(command) => self
+                .request(command)
+                .map(Effect::Send)
+                .into_iter()
+                .collect(),
+            Action::Download(download) => self.start_download(download),
+            Action::SignIn(token) => self.start_over(Some(token)),
+            Action::SignOut => self.start_over(None),
+        }
+    }
+
+    fn redial(&mut self) {
+        self.dial += 1;
+        self.connecting();
+    }
+
+    /// A new session with `token`, on a new socket.
+    fn start_over(&mut self, token: Option<String>) -> Vec<Effect> {
+        *self = Session {
+            token: token.clone(),
+            dial: self.dial,
+            ..Session::default()
+        };
+        self.redial();
+        vec![Effect::StoreToken(token)]
+    }
+
+    fn start_download(&mut self, download: Download) -> Vec<Effect> {
+        match self.download(download) {
+            Some(frame) => vec![Effect::Send(frame)],
+            // The buttons are disabled meanwhile; a click already queued lands here.
+            None if self.downloading() => Vec::new(),
+            None => vec![Effect::Notice {
+                text: "download failed: not connected to the master (the files are made from its results)"
+                    .into(),
+                error: true,
+            }],
+        }
+    }
+
+    /// The answer to the last submit and its number (1, 2, …: a new number
+    /// is a new answer, even when it reads the same).
+    pub fn answer(&self) -> Option<&(u64, SubmitAnswer)> {
+        self.answer.as_ref()
+    }
+
+    fn answered(&mut self, answer: SubmitAnswer) {
+        let n = self.answer.as_ref().map_or(0, |(n, _)| *n) + 1;
+        self.answer = Some((n, answer));
+    }
+
+    /// After a close that the page retries: the attempt and the delay in
+    /// ms before the next one (the page adds up to 20 % jitter).
+    pub fn retry(&self) -> Option<(u32, u64)> {
+        match &self.link {
+            Some(Link::Retrying {
+                attempt, delay_ms, ..
+            }) => Some((*attempt, *delay_ms)),
+            _ => None,
+        }
+    }
+
     fn job_label(&self, job_id: &str) -> String {
         match self.fleet.job(job_id) {
             Some(job) => format!("job {}", job.name),
@@ -364,9 +512,9 @@ impl Session {
     pub fn closed(&mut self, code: u16, reason: &str) -> (CloseAction, Vec<Effect>) {
         self.fresh = false;
         let mut effects = Vec::new();
-        for (_, pending) in self.pending.drain() {
+        for (_, pending) in std::mem::take(&mut self.pending) {
             match pending {
-                Pending::Submit => effects.push(Effect::SubmitRejected(
+                Pending::Submit => self.answered(SubmitAnswer::Rejected(
                     "the connection closed before the master answered; check the jobs table \
                      before submitting again (a repeated file only creates duplicates' skips)"
                         .into(),

@@ -169,3 +169,56 @@ pub fn visible_jobs<'a>(
     });
     rows
 }
+
+/// Rows of the jobs table rendered at first, and added per "show more":
+/// 30,000 rows would take seconds to lay out.
+pub const PAGE_ROWS: usize = 200;
+
+/// What the user chose to see of the jobs table: the jobs card's own state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableView {
+    pub filter: StateFilter,
+    pub search: String,
+    pub sort: Sort,
+    /// Rows shown: [`PAGE_ROWS`] more per "show more".
+    pub limit: usize,
+}
+
+impl Default for TableView {
+    fn default() -> Self {
+        TableView {
+            filter: StateFilter::All,
+            search: String::new(),
+            sort: Sort::default(),
+            limit: PAGE_ROWS,
+        }
+    }
+}
+
+/// A click or a keystroke on the jobs table's controls.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TableAction {
+    Filter(StateFilter),
+    Search(String),
+    SortBy(SortKey),
+    ShowMore,
+}
+
+impl TableView {
+    /// A new filter or search starts again from the first page of rows; a
+    /// new sort keeps the rows shown.
+    pub fn apply(&mut self, action: TableAction) {
+        match action {
+            TableAction::Filter(filter) => {
+                self.filter = filter;
+                self.limit = PAGE_ROWS;
+            }
+            TableAction::Search(search) => {
+                self.search = search;
+                self.limit = PAGE_ROWS;
+            }
+            TableAction::SortBy(key) => self.sort = self.sort.clicked(key),
+            TableAction::ShowMore => self.limit += PAGE_ROWS,
+        }
+    }
+}

@@ -574,12 +574,16 @@ fn a_model_submit_is_a_submit_with_its_own_reply() {
         id,
         serde_json::json!({"kind": "model_submitted", "name": "sq", "extract_job": "abc"}),
     ));
+    assert_eq!(effects, []);
     assert_eq!(
-        effects,
-        [Effect::ModelSubmitted {
-            name: "sq".into(),
-            extract_job: "abc".into()
-        }]
+        session.answer(),
+        Some(&(
+            1,
+            SubmitAnswer::ModelAccepted {
+                name: "sq".into(),
+                extract_job: "abc".into()
+            }
+        ))
     );
     assert!(!session.submitting());
     let id = submit(&mut session);
@@ -587,9 +591,10 @@ fn a_model_submit_is_a_submit_with_its_own_reply() {
             &serde_json::json!({"type": "error", "id": id, "code": "invalid_workload", "message": "model run `sq` exists"})
                 .to_string(),
         );
+    assert_eq!(effects, []);
     assert_eq!(
-        effects,
-        [Effect::SubmitRejected("model run `sq` exists".into())]
+        session.answer(),
+        Some(&(2, SubmitAnswer::Rejected("model run `sq` exists".into())))
     );
 }
 
@@ -622,13 +627,17 @@ fn submit_cancel_and_retry_replies_reach_the_page() {
         id,
         serde_json::json!({"kind": "submitted", "new_jobs": ["x"], "duplicates": ["y", "z"]}),
     ));
+    assert_eq!(effects, []);
     assert_eq!(
-        effects,
-        [Effect::Submitted(SubmitReport {
-            new_jobs: vec!["x".into()],
-            duplicates: vec!["y".into(), "z".into()],
-            ..Default::default()
-        })]
+        session.answer(),
+        Some(&(
+            1,
+            SubmitAnswer::Accepted(SubmitReport {
+                new_jobs: vec!["x".into()],
+                duplicates: vec!["y".into(), "z".into()],
+                ..Default::default()
+            })
+        ))
     );
     assert!(!session.submitting());
 
@@ -646,7 +655,11 @@ fn submit_cancel_and_retry_replies_reach_the_page() {
             &serde_json::json!({"type": "error", "id": id, "code": "invalid_workload", "message": "x.yaml:1: nope"})
                 .to_string(),
         );
-    assert_eq!(effects, [Effect::SubmitRejected("x.yaml:1: nope".into())]);
+    assert_eq!(effects, []);
+    assert_eq!(
+        session.answer(),
+        Some(&(2, SubmitAnswer::Rejected("x.yaml:1: nope".into())))
+    );
 
     let frame = session
         .request(ClientCommand::Cancel {
@@ -694,7 +707,11 @@ fn submit_cancel_and_retry_replies_reach_the_page() {
         fresh: false,
     });
     let (_, effects) = session.closed(1006, "");
-    assert!(matches!(effects.as_slice(), [Effect::SubmitRejected(_)]));
+    assert_eq!(effects, []);
+    assert!(matches!(
+        session.answer(),
+        Some((3, SubmitAnswer::Rejected(why))) if why.contains("closed before the master answered")
+    ));
     assert!(!session.submitting());
 }
 
@@ -818,4 +835,77 @@ fn a_sign_in_link_fragment_gives_its_token() {
     assert_eq!(token_from_fragment("#tokens=abc"), None);
     assert_eq!(token_from_fragment(""), None);
     assert_eq!(token_from_fragment("#jobs"), None);
+}
+
+/// The page's path through [`Session::apply`]: one socket's life, a batch
+/// of frames, a download while disconnected, a refused token, a sign-in.
+#[test]
+fn the_reducer_step_drives_a_socket_from_hello_to_a_refused_token() {
+    let mut session = Session::with_token(Some("t".into()));
+    let first = session.dial();
+    let hello = sent(&session.apply(Action::Opened));
+    assert_eq!(hello[0]["type"], "hello");
+    assert_eq!(hello[0]["token"], "t");
+    let id = hello[0]["id"].as_u64().unwrap();
+    // The welcome and the snapshot come in one batch: the subscribe goes out.
+    let welcome = reply(
+        id,
+        serde_json::json!({"kind": "welcome", "server_version": "0.1.0", "protocol": 1, "role": "admin"}),
+    );
+    let effects = session.apply(Action::Frames(vec![
+        welcome,
+        snapshot_frame(1, vec![job("a", "a", Millis(1), JobState::Queued)]),
+    ]));
+    assert_eq!(sent(&effects)[0]["type"], "subscribe");
+    assert!(session.live());
+    assert_eq!(session.fleet.jobs().len(), 1);
+
+    // The connection drops: the page dials again after the backoff, and
+    // the table stays (stale) meanwhile.
+    let effects = session.apply(Action::Closed {
+        code: 1006,
+        reason: String::new(),
+    });
+    assert_eq!(effects, []);
+    assert_eq!(session.retry(), Some((1, 500)));
+    assert_eq!(
+        session.apply(Action::Download(Download::Csv)),
+        [Effect::Notice {
+            text:
+                "download failed: not connected to the master (the files are made from its results)"
+                    .into(),
+            error: true
+        }]
+    );
+    session.apply(Action::Redial);
+    assert_eq!(session.dial(), first + 1);
+    assert_eq!(session.retry(), None);
+    assert_eq!(session.link(), Link::Connecting { attempt: 1 });
+    assert_eq!(
+        session.fleet.jobs().len(),
+        1,
+        "the last state stays on screen"
+    );
+
+    // This socket's token is refused: the page forgets it and waits.
+    session.apply(Action::Opened);
+    let effects = session.apply(Action::Closed {
+        code: close_code::UNAUTHORIZED,
+        reason: "bad token".into(),
+    });
+    assert_eq!(effects, [Effect::StoreToken(None)]);
+    assert_eq!(session.token(), None);
+    assert_eq!(session.retry(), None);
+    assert!(matches!(session.link(), Link::NeedsToken { .. }));
+
+    // Signing in again starts a session of its own, on a new socket.
+    let effects = session.apply(Action::SignIn("good".into()));
+    assert_eq!(effects, [Effect::StoreToken(Some("good".into()))]);
+    assert!(session.fleet.jobs().is_empty());
+    assert_eq!(session.dial(), first + 2);
+    assert_eq!(session.link(), Link::Connecting { attempt: 0 });
+    let hello = sent(&session.apply(Action::Opened));
+    assert_eq!(hello[0]["token"], "good");
+    assert_eq!(session.apply(Action::SignOut), [Effect::StoreToken(None)]);
+    assert_eq!(session.token(), None);
 }
