@@ -18,6 +18,18 @@ from conftest import REPO
 _TRICKS = re.compile("sys" + r"\.path\.(insert|append|extend)|" + "PYTHON" + "PATH")
 _CODE = (".py", ".rs", ".sh", ".toml", "Dockerfile", ".yaml", ".yml")
 
+#: Scripts that may set the interpreter's path, and why: neither is how the
+#: product or its tests find the package.
+_PATH_ALLOWED = {
+    # The GPU machine of the `device` tool has no package registry: the
+    # bundle brings third-party packages unpacked, for one check run.
+    "scripts/gpu-check.sh",
+    "scripts/gpu-bundle.sh",
+    # A benchmark phase runs the drivers as committed (a snapshot of HEAD),
+    # so an edit of the editable install meanwhile cannot change it.
+    "scripts/bench-cost-model.sh",
+}
+
 
 def _tracked_files() -> list:
     out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True)
@@ -28,6 +40,8 @@ def test_no_path_tricks_anywhere():
     hits = []
     for path in _tracked_files():
         if not path.name.endswith(_CODE) or not path.is_file():
+            continue
+        if str(path.relative_to(REPO)) in _PATH_ALLOWED and "sys" + ".path" not in path.read_text(errors="replace"):
             continue
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             if _TRICKS.search(line):
