@@ -5,7 +5,8 @@
 //! The page is driven like a user would: files go in through the file input,
 //! drag and drop (a synthetic drop event carrying a real `File`) and typing
 //! into the text area; buttons are clicked. Assertions read the DOM through
-//! the stable ids and `data-*` attributes of `web/src/app/view/`.
+//! the stable ids and `data-*` attributes the components of `web/src/app/`
+//! render.
 //!
 //! Screenshots land in `target/screenshots/*.png` (CI keeps them as artifacts).
 //!

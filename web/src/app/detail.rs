@@ -5,12 +5,10 @@ use tunefleet_shared::export::job_gflops;
 use tunefleet_shared::protocol::JobView;
 use yew::prelude::*;
 
-use super::widgets::{head, num_cell};
-
 use super::browser;
 use super::jobs::job_actions;
 use super::state::Fleet;
-use super::widgets::state_badge;
+use super::widgets::{head, num_cell, state_badge};
 use crate::chart::{self, Chart};
 use crate::format::{
     format_clock, format_duration, format_flops, format_gflops, format_latency, format_when,

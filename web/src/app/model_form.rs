@@ -5,11 +5,9 @@
 use tunefleet_shared::protocol::{ClientCommand, Role};
 use yew::prelude::*;
 
-use super::widgets::head;
-
 use super::state::Fleet;
 use super::upload_box::{plural, submit_hint, Upload};
-use super::widgets::on_input;
+use super::widgets::{head, on_input};
 use crate::model_upload::{self, Field, InputRow, LoadedModel};
 use crate::upload::{ModelUpload, UploadAction};
 use crate::view_model::{Action, Session};

@@ -7,20 +7,20 @@
 //! whenever the content changes, and turn the session's answer to a submit
 //! into the outcome shown here.
 
-use gloo::file::callbacks::FileReader;
+use std::cell::RefCell;
 use std::rc::Rc;
+
+use gloo::file::callbacks::FileReader;
 use tunefleet_shared::protocol::{ClientCommand, Role};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::{DragEvent, HtmlInputElement};
 use yew::prelude::*;
 
-use super::widgets::{head, num_cell};
-
 use super::checker;
 use super::model_form::model_form;
 use super::state::{use_fleet, Fleet};
-use super::widgets::on_input;
+use super::widgets::{head, num_cell, on_input};
 use crate::format::{format_bytes, short_id};
 use crate::model_upload;
 use crate::upload::{Checked, ErrorRow, PreviewRow, SubmitOutcome, ToCheck};
@@ -201,7 +201,7 @@ fn read_file(
     file: web_sys::File,
     upload: UseReducerDispatcher<UploadState>,
     on_error: Callback<String>,
-    reader: Rc<std::cell::RefCell<Option<FileReader>>>,
+    reader: Rc<RefCell<Option<FileReader>>>,
 ) -> Option<FileReader> {
     let name = file.name();
     let cannot_read = move |name: &str, e: gloo::file::FileReadError| {

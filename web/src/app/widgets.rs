@@ -1,5 +1,8 @@
-//! Small pieces the cards share: the trials bar, the state badge, the class
-//! builder and the event adapters.
+//! Small pieces the cards share: the trials bar, the state badge, table
+//! headers and number cells, the class builder and the event adapters.
+//! Plain functions, not components: each component costs the page's module
+//! ~0.5 KB in brotli (its lifecycle is compiled per type), and these have
+//! no state of their own.
 
 use tunefleet_shared::protocol::JobState;
 use yew::prelude::*;

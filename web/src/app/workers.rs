@@ -5,11 +5,9 @@ use tunefleet_shared::fleet::Fleet as FleetView;
 use tunefleet_shared::protocol::{JobId, Millis, WorkerView};
 use yew::prelude::*;
 
-use super::widgets::{head, num_cell};
-
 use super::browser;
 use super::state::use_fleet;
-use super::widgets::on_link;
+use super::widgets::{head, num_cell, on_link};
 use crate::format::{format_clock, format_duration, short_id, target_summary};
 
 #[derive(Properties, PartialEq)]
