@@ -909,3 +909,26 @@ fn the_reducer_step_drives_a_socket_from_hello_to_a_refused_token() {
     assert_eq!(session.apply(Action::SignOut), [Effect::StoreToken(None)]);
     assert_eq!(session.token(), None);
 }
+
+#[test]
+fn a_new_filter_or_search_starts_from_the_first_page_and_a_sort_keeps_it() {
+    let mut view = TableView::default();
+    view.apply(TableAction::ShowMore);
+    view.apply(TableAction::ShowMore);
+    assert_eq!(view.limit, 3 * PAGE_ROWS);
+    view.apply(TableAction::SortBy(SortKey::Name));
+    view.apply(TableAction::SortBy(SortKey::Name));
+    assert_eq!(
+        view.sort,
+        Sort {
+            key: SortKey::Name,
+            descending: true
+        }
+    );
+    assert_eq!(view.limit, 3 * PAGE_ROWS, "sorting keeps the rows shown");
+    view.apply(TableAction::Filter(StateFilter::Queued));
+    assert_eq!(view.limit, PAGE_ROWS);
+    view.apply(TableAction::ShowMore);
+    view.apply(TableAction::Search("mm".into()));
+    assert_eq!((view.limit, view.search.as_str()), (PAGE_ROWS, "mm"));
+}
