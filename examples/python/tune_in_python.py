@@ -67,7 +67,9 @@ for task in sorted(r.tasks, key=lambda t: -(t.share or 0))[:5]:
 # %%
 db = run.database()  # a JSONDatabase in a temporary work dir
 print(f"{len(db.get_all_tuning_records())} records of {name}")
-# The model the farm compiled and verified, as a shared library.
+# The tuned model as a shared library. This run pre-packs its weights (the
+# default, fastest mode), so the library is compiled here, with the run's
+# records and the model file's own weights, as `tunefleet compile` does.
 library = run.export_library(os.path.join(tempfile.mkdtemp(), f"{name}.so"))
 print(f"library: {library} ({os.path.getsize(library)} bytes)")
 

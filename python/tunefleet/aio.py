@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import random
+import sys
 import tempfile
 from typing import AsyncIterator, Iterable
 
@@ -209,6 +211,7 @@ class AsyncFleet:
         _model_settings(model, trials, trials_per_round, target, tuner)
         run = await self._submit_model(model)
         run.upload_note = note
+        run.model_path = os.path.abspath(path)
         return run
 
     async def _submit_model(self, model: dict) -> AsyncModelRun:
@@ -406,6 +409,7 @@ class AsyncModelRun:
         self.extract_job: str | None = None
         self.upload_note: str | None = None
         self.module = None  # the Relax module of tune_module, for apply()
+        self.model_path: str | None = None  # the ONNX file of submit_model, for export_library()
 
     def __repr__(self):
         return f"<tunefleet model run {self.name!r}>"
@@ -466,14 +470,41 @@ class AsyncModelRun:
                 out.write(f.get("text") or "")
         return directory
 
-    async def export_library(self, path: str | os.PathLike) -> str:
-        """Writes the compiled tuned model (a shared library) to `path`."""
+    async def export_library(self, path: str | os.PathLike, model: str | os.PathLike | None = None) -> str:
+        """Writes the compiled tuned model (a shared library) to `path`.
+
+        A run with its weights as arguments has the library the farm
+        compiled and verified: it is downloaded. A pre-packed run (the best
+        mode, the default) compiles the weights in, so its library is built
+        here from your model file, as `tunefleet compile` does: `model`, or
+        the file this run was submitted from. Needs TVM for that."""
         path = os.fspath(path)
+        view = await self.results()
+        if view.mode.get("prepack"):
+            return await self._compile_library(view, path, model)
         files = await self.fleet.model_artifact(self.name, "library")
         if not files or not files[0].get("base64"):
             raise TunefleetError(f"model run `{self.name}` has no compiled library")
         with open(path, "wb") as out:
             out.write(base64.b64decode(files[0]["base64"]))
+        return path
+
+    async def _compile_library(self, view: ModelRunView, path: str, model) -> str:
+        """`tunefleet compile MODEL --model NAME --out PATH`, in Python: the
+        run's records applied to the user's model with its weights bound."""
+        from .errors import require_tvm
+
+        model = model if model is not None else self.model_path
+        if model is None:
+            raise TunefleetError(f"model run `{self.name}` pre-packs its weights: its library is compiled "
+                                 "from your model file, so pass it: export_library(path, model=\"MODEL.onnx\")")
+        require_tvm("export_library of a pre-packed run")
+        with tempfile.TemporaryDirectory(prefix=f"tunefleet-{self.name}-") as tmp:
+            db_dir = await self.export_database(os.path.join(tmp, "db"))
+            job_path = os.path.join(tmp, "JOB.json")
+            with open(job_path, "w", encoding="utf-8") as f:
+                json.dump(_compile_job(view, os.fspath(model), db_dir, os.path.abspath(path)), f)
+            await _run_model_driver(job_path, os.path.join(tmp, "work"))
         return path
 
     async def database(self, work_dir: str | os.PathLike | None = None):
@@ -500,6 +531,42 @@ class AsyncModelRun:
         db = await self.database()
         return tf_relax.apply_database(tf_relax.prepare(mod, target or view.target), db,
                                        tf_relax.make_target(target or view.target))
+
+
+def _compile_job(view: ModelRunView, model: str, db_dir: str, out: str) -> dict:
+    """The model driver's compile job, as `tunefleet compile` writes it
+    (server/src/commands/compile.rs, `driver_job`): the run's target, input
+    shapes and mode, so that every record applies."""
+    inputs = (view.io or {}).get("inputs") or []
+    return {"mode": "compile", "weights": "bound", "model_path": model,
+            "input_shapes": {i["name"]: i["shape"] for i in inputs if "name" in i and "shape" in i},
+            "target": view.target, "seed": 0, "prepack": bool(view.mode.get("prepack")),
+            "layout": view.mode.get("layout") or "NCHW", "recipe": max(int(view.mode.get("recipe") or 1), 1),
+            "database_dir": db_dir, "out": out, "repeat": 1}
+
+
+async def _run_model_driver(job_path: str, work_dir: str) -> dict:
+    """Runs `python -m tunefleet._driver.model` to its end; its result line,
+    or a TunefleetError with its error line (or its last log lines)."""
+    os.makedirs(work_dir, exist_ok=True)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tunefleet._driver.model", "--job", job_path, "--work-dir", work_dir,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    result, error = None, None
+    for line in out.decode("utf-8", "replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") == "result":
+            result = event
+        elif event.get("event") == "error":
+            error = event.get("message")
+    if result is not None and proc.returncode == 0:
+        return result
+    tail = "\n".join(err.decode("utf-8", "replace").splitlines()[-20:])
+    raise TunefleetError(f"compiling the library failed: {error or tail}")
 
 
 def _read_yaml(workloads, filename):

@@ -203,8 +203,10 @@ class ModelRun:
     def export_database(self, directory: str | os.PathLike) -> str:
         return self.fleet._run(self.aio.export_database(directory))
 
-    def export_library(self, path: str | os.PathLike) -> str:
-        return self.fleet._run(self.aio.export_library(path))
+    def export_library(self, path: str | os.PathLike, model: str | os.PathLike | None = None) -> str:
+        """The tuned model as a shared library (see AsyncModelRun.export_library:
+        a pre-packed run's is compiled here from `model` or the submitted file)."""
+        return self.fleet._run(self.aio.export_library(path, model))
 
     def database(self, work_dir: str | os.PathLike | None = None):
         """A MetaSchedule JSONDatabase with the run's records (needs TVM)."""
