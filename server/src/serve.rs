@@ -30,7 +30,7 @@ use tokio::sync::{broadcast, mpsc, watch, Notify, Semaphore};
 use tracing::{info, warn};
 use tunefleet_shared::workload::parse_workload_file;
 
-use crate::core::{Command, Core, CoreEnd, CoreHandle};
+use crate::core::{Change, Command, Core, CoreEnd, CoreHandle};
 use crate::local_workers::{self, LocalFleet};
 use crate::net::{self, AppState, NetConfig};
 use crate::scheduler::{CachePolicy, SchedulerConfig};
@@ -336,7 +336,7 @@ async fn submit_start_up_files(
 ) -> anyhow::Result<()> {
     for (path, workloads) in initial {
         let report = handle
-            .ask(|reply| Command::Submit {
+            .ask(|reply| Change::Submit {
                 workloads,
                 cache: CachePolicy::Use,
                 by: None,

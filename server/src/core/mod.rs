@@ -4,7 +4,7 @@
 //! channel; the core thread takes them in batches, feeds each to the
 //! [`Scheduler`], then does the I/O the scheduler asked for in a fixed order:
 //!
-//! 1. commit every changed job and trace line in one SQLite transaction,
+//! 1. commit every changed job and trace line in one transaction,
 //! 2. publish the events to subscribers (a broadcast channel; never blocks),
 //! 3. send worker messages and client replies.
 //!
@@ -18,14 +18,19 @@
 //! the wall time when the core applies it, and a ticker task sends
 //! [`Command::Tick`] so job timeouts fire without any event.
 //!
-//! Here: the commands, the batch loop and `apply`. Beside it, by concern:
-//! `workers` (a worker's join and reports, each report's ack behind its
-//! commit), `submit`, `publish` (outputs into events, trace lines and rows;
-//! the commit and the ordered sends), `snapshot` (what a subscribe gets), `archive` (retention
-//! of ended jobs and trace lines), `model_runs` (a run's plans and
-//! artifacts), `cost_models` (the fleet's cost model: taken from a round's
-//! result, kept or not, added to a round's assign), `queries` (status,
-//! metrics, results); tests in `tests.rs`.
+//! Here: the batch loop, and `apply`, which takes each command by its kind
+//! (`command.rs`: a change, a read, the tick) and hands it to its handler,
+//! one method per command. The handlers, by concern: `workers` (a worker's
+//! join, its reports, each report's ack behind its commit, and its leaving:
+//! the scheduler puts its job back at the front of the queue), `submit`
+//! (and `import`), `job_actions` (cancel, retry), `tokens`, `model_runs`
+//! (a run submitted, stopped, shown; its plans and artifacts), `queries`
+//! (status, metrics, results). Beside them: `publish` (outputs into events,
+//! trace lines and rows; the commit and the ordered sends), `storage` (a
+//! commit that fails and the outage after it), `snapshot` (what a subscribe
+//! gets), `archive` (retention of ended jobs and trace lines),
+//! `cost_models` (the fleet's cost model: taken from a round's result, kept
+//! or not, added to a round's assign); tests in `tests.rs`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicUsize;
@@ -34,23 +39,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::info;
-use tunefleet_shared::model::{ArtifactFile, ModelArtifactKind, ModelSubmission, ModelView};
-use tunefleet_shared::protocol::{
-    JobCounts, JobId, JobResult, JobView, Lease, MasterMessage, Millis, StatusReport, SubmitReport,
-    TokenInfo, WorkerHello,
-};
-use tunefleet_shared::target::Target;
-use tunefleet_shared::workload::Workload;
+use tunefleet_shared::protocol::{JobCounts, JobId, MasterMessage, Millis};
 
 use crate::cost_models::CostModels;
-use crate::metrics::{CoreCounters, FleetMetrics};
-use crate::models::{ModelError, ModelRuns};
-use crate::scheduler::{
-    CachePolicy, CommandError, JoinRefusal, LeaveKind, Output, ProgressReport, Scheduler,
-    SchedulerConfig, SessionId,
-};
+use crate::metrics::CoreCounters;
+use crate::models::ModelRuns;
+use crate::scheduler::{Output, Scheduler, SchedulerConfig, SessionId};
 use crate::store::Store;
-use crate::tokens::{TokenBook, TokenError, TokenRegistry};
+use crate::tokens::{TokenBook, TokenRegistry};
 
 /// Commands taken per batch, at most; bounds the latency a batch adds.
 const MAX_BATCH: usize = 1024;
@@ -70,7 +66,9 @@ pub enum Outbound {
 }
 
 mod archive;
+mod command;
 mod cost_models;
+mod job_actions;
 mod model_runs;
 mod publish;
 mod queries;
@@ -79,8 +77,10 @@ mod storage;
 mod submit;
 #[cfg(test)]
 mod tests;
+mod tokens;
 mod workers;
 
+pub use command::{Change, Command, JobAction, Read, WorkerInput, WorkerTx};
 use publish::{job_updated_event, worker_json};
 pub use snapshot::SharedSnapshot;
 use snapshot::SnapshotCache;
@@ -115,123 +115,6 @@ enum EventText {
     },
 }
 
-/// What the core sends a worker's connection, with the session (slot) it is
-/// for: a worker with several slots has one channel for all of them.
-pub type WorkerTx = mpsc::UnboundedSender<(SessionId, Outbound)>;
-
-/// Messages from a registered worker, minus the token (checked by the connection).
-#[derive(Debug)]
-pub enum WorkerInput {
-    RequestJob,
-    Progress(ProgressReport),
-    Result {
-        job_id: JobId,
-        lease: Lease,
-        result: Box<JobResult>,
-    },
-    Failed {
-        job_id: JobId,
-        lease: Lease,
-        error: String,
-    },
-}
-
-pub enum Command {
-    /// One session per slot of the worker (`register`'s `slots`), in order;
-    /// the reply has them all and the count of matching jobs.
-    WorkerJoin {
-        hello: Box<WorkerHello>,
-        tx: WorkerTx,
-        reply: oneshot::Sender<Result<(Vec<SessionId>, usize), JoinRefusal>>,
-    },
-    WorkerLeave {
-        session: SessionId,
-        kind: LeaveKind,
-        reason: String,
-    },
-    Worker {
-        session: SessionId,
-        input: WorkerInput,
-    },
-    Submit {
-        workloads: Vec<Workload>,
-        cache: CachePolicy,
-        /// The admin token's name; `None` for start-up files.
-        by: Option<String>,
-        reply: oneshot::Sender<SubmitReport>,
-    },
-    CreateToken {
-        name: String,
-        /// The new token's text.
-        reply: oneshot::Sender<Result<String, TokenError>>,
-    },
-    RevokeToken {
-        name: String,
-        reply: oneshot::Sender<Result<(), TokenError>>,
-    },
-    ListTokens {
-        reply: oneshot::Sender<Vec<TokenInfo>>,
-    },
-    /// `tunefleet import`: records to seed later jobs; an `Err` names the
-    /// entry that is not valid (nothing is stored then).
-    Import {
-        workloads: Vec<tunefleet_shared::import::ImportedWorkload>,
-        keys: Vec<tunefleet_shared::import::WorkloadKey>,
-        reply: oneshot::Sender<Result<tunefleet_shared::import::ImportReport, String>>,
-    },
-    Status {
-        reply: oneshot::Sender<StatusReport>,
-    },
-    /// The jobs held, or those named (archived ones read back from the
-    /// store), unsorted: the views are shared, and the network layer sorts
-    /// and copies them off this thread (with 30,000 jobs the copy took the
-    /// core ~100 ms). The whole archive is read there too.
-    Results {
-        job_ids: Option<Vec<JobId>>,
-        reply: oneshot::Sender<Vec<Arc<JobView>>>,
-    },
-    Cancel {
-        job_id: JobId,
-        /// The admin token's name.
-        by: String,
-        reply: oneshot::Sender<Result<(), CommandError>>,
-    },
-    Retry {
-        job_id: JobId,
-        by: String,
-        reply: oneshot::Sender<Result<(), CommandError>>,
-    },
-    /// The fleet as a `snapshot` message; subscribers asking at the same
-    /// seq share one.
-    Snapshot {
-        reply: oneshot::Sender<Arc<SharedSnapshot>>,
-    },
-    SubmitModel {
-        submission: Box<ModelSubmission>,
-        reply: oneshot::Sender<Result<JobId, ModelError>>,
-    },
-    Models {
-        name: Option<String>,
-        reply: oneshot::Sender<Result<Vec<ModelView>, ModelError>>,
-    },
-    StopModel {
-        name: String,
-        reply: oneshot::Sender<Result<(), ModelError>>,
-    },
-    ModelArtifact {
-        name: String,
-        artifact: ModelArtifactKind,
-        reply: oneshot::Sender<Result<Vec<ArtifactFile>, String>>,
-    },
-    Metrics {
-        reply: oneshot::Sender<FleetMetrics>,
-    },
-    Tick,
-    Shutdown {
-        done: oneshot::Sender<()>,
-    },
-}
-
 /// Cheap handle for connection tasks.
 #[derive(Clone)]
 pub struct CoreHandle {
@@ -243,25 +126,25 @@ pub struct CoreHandle {
 }
 
 impl CoreHandle {
-    /// Sends a command and waits for its reply; `None` when the core is gone.
-    pub async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
+    /// Sends a command (a [`Change`], a [`Read`], a [`Command`]) and waits
+    /// for its reply; `None` when the core is gone.
+    pub async fn ask<T, C: Into<Command>>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> C,
+    ) -> Option<T> {
         let (tx, rx) = oneshot::channel();
-        self.commands.send(make(tx)).await.ok()?;
+        self.commands.send(make(tx).into()).await.ok()?;
         rx.await.ok()
     }
 
-    pub async fn send(&self, command: Command) -> bool {
-        self.commands.send(command).await.is_ok()
+    pub async fn send(&self, command: impl Into<Command>) -> bool {
+        self.commands.send(command.into()).await.is_ok()
     }
 }
 
 /// The reply to a change: sent once the batch is committed, dropped (which
 /// the network layer answers with `storage_unavailable`) if it is not.
 type Reply = Box<dyn FnOnce() + Send>;
-
-/// A read, answered after the batch from what is then in memory: committed
-/// state, or the state read back after a commit failed.
-type Read = Box<dyn FnOnce(&mut Core) + Send>;
 
 #[derive(Default)]
 struct Batch {
@@ -279,8 +162,18 @@ struct Batch {
     events: Vec<EventText>,
     sends: Vec<(SessionId, Outbound)>,
     replies: Vec<Reply>,
+    /// Answered after the batch, from what is then in memory: committed
+    /// state, or the state read back after a commit failed.
     reads: Vec<Read>,
-    snapshots: Vec<oneshot::Sender<Arc<SharedSnapshot>>>,
+}
+
+impl Batch {
+    /// `value` as the answer to a change, sent once the batch is committed.
+    fn reply<T: Send + 'static>(&mut self, reply: oneshot::Sender<T>, value: T) {
+        self.replies.push(Box::new(move || {
+            let _ = reply.send(value);
+        }));
+    }
 }
 
 pub struct Core {
@@ -460,141 +353,96 @@ impl Core {
         CoreEnd::Stopped
     }
 
+    /// One command of the batch, by its kind (`command.rs`): a read is
+    /// answered after the batch whatever the store's health; a change is
+    /// refused while the store cannot commit (its reply dropped: the
+    /// network layer answers `storage_unavailable`; a worker's reports and
+    /// leaving change nothing then either, as its socket was closed and its
+    /// session ends with the reload), and a tick probes the store instead.
     fn apply(&mut self, command: Command, batch: &mut Batch) {
-        if self.degraded() {
-            return self.apply_degraded(command, batch);
+        match command {
+            Command::Read(read) => batch.reads.push(read),
+            Command::Change(_) if self.degraded() => {}
+            Command::Tick if self.degraded() => self.probe_storage(),
+            Command::Change(change) => self.change(change, batch),
+            Command::Tick => self.tick(batch),
+            Command::Shutdown { .. } => {}
         }
+    }
+
+    /// A change's handler, then what follows every change: the model runs'
+    /// plans for the jobs that ended, and the outputs into the batch.
+    fn change(&mut self, change: Change, batch: &mut Batch) {
         let now = now_ms();
         let mut out = Vec::new();
-        match command {
-            Command::WorkerJoin { hello, tx, reply } => {
+        match change {
+            Change::WorkerJoin { hello, tx, reply } => {
                 self.worker_join(&hello, tx, reply, now, &mut out, batch)
             }
-            Command::WorkerLeave {
+            Change::WorkerLeave {
                 session,
                 kind,
                 reason,
-            } => {
-                info!(%session, %reason, "worker left");
-                self.scheduler
-                    .worker_left(session, kind, &reason, now, &mut out);
+            } => self.worker_leave(session, kind, &reason, now, &mut out),
+            Change::Worker { session, input } => {
+                self.worker_input(session, input, now, &mut out, batch)
             }
-            Command::Worker { session, input } => {
-                if self.worker_input(session, input, now, &mut out, batch) {
-                    // Collected already, with the ack after it.
-                    return;
-                }
-            }
-            Command::Submit {
+            Change::Submit {
                 workloads,
                 cache,
                 by,
                 reply,
             } => self.submit(workloads, cache, by, reply, now, &mut out, batch),
-            command @ (Command::Metrics { .. }
-            | Command::Status { .. }
-            | Command::Results { .. }
-            | Command::ListTokens { .. }
-            | Command::Models { .. }
-            | Command::ModelArtifact { .. }
-            | Command::Snapshot { .. }) => Self::defer_read(command, batch),
-            Command::Cancel { job_id, by, reply } => {
-                self.bring_back(std::iter::once(job_id.clone()), batch);
-                let r = self.scheduler.cancel(&job_id, now, &mut out);
-                if r.is_ok() {
-                    self.scheduler.note_action(&job_id, "cancel", &by, now);
-                }
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(r);
-                }));
-            }
-            Command::Retry { job_id, by, reply } => {
-                self.bring_back(std::iter::once(job_id.clone()), batch);
-                let r = self.scheduler.retry(&job_id, now, &mut out);
-                if r.is_ok() {
-                    self.scheduler.note_action(&job_id, "retry", &by, now);
-                }
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(r);
-                }));
-            }
-            Command::CreateToken { name, reply } => {
-                let secret = crate::tokens::new_secret();
-                let r = self.tokens.create(&name, &secret, now).map(|meta| {
-                    info!(token = %name, "named admin token created");
-                    batch.meta.extend(meta);
-                    secret
-                });
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(r);
-                }));
-            }
-            Command::RevokeToken { name, reply } => {
-                let r = self.tokens.revoke(&name).map(|meta| {
-                    info!(token = %name, "named admin token revoked");
-                    batch.meta.extend(meta);
-                });
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(r);
-                }));
-            }
-            Command::Import {
+            Change::JobAction {
+                job_id,
+                action,
+                by,
+                reply,
+            } => self.job_action(job_id, action, &by, reply, now, &mut out, batch),
+            Change::Import {
                 workloads,
                 keys,
                 reply,
-            } => {
-                let r = self
-                    .scheduler
-                    .import(workloads, keys)
-                    .map(|(report, rows)| {
-                        info!(
-                            workloads = report.workloads_new,
-                            records = report.records_new,
-                            known = report.records_known,
-                            keys = report.keys_new,
-                            "records imported"
-                        );
-                        batch.meta.extend(rows);
-                        report
-                    });
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(r);
-                }));
+            } => self.import(workloads, keys, reply, batch),
+            Change::CreateToken { name, reply } => self.create_token(&name, reply, now, batch),
+            Change::RevokeToken { name, reply } => self.revoke_token(&name, reply, batch),
+            Change::SubmitModel { submission, reply } => {
+                self.submit_model(*submission, reply, now, &mut out, batch)
             }
-            Command::SubmitModel { submission, reply } => {
-                let default_target = Target::of_kind("llvm");
-                let name = submission.name.clone();
-                let r = self.models.submit(*submission, default_target, now);
-                let r = r.map(|plan| {
-                    self.apply_plan(plan, now, &mut out, batch);
-                    // A run with client-extracted tasks is tuning already:
-                    // plan its first rounds now.
-                    let rounds = self.models.refill(now, &self.slots());
-                    self.apply_plan(rounds, now, &mut out, batch);
-                    self.models
-                        .get(&name)
-                        .map(|run| run.extract_job.clone())
-                        .unwrap_or_default()
-                });
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(r);
-                }));
+            Change::StopModel { name, reply } => {
+                self.stop_model(&name, reply, now, &mut out, batch)
             }
-            Command::StopModel { name, reply } => {
-                let r = self.models.stop(&name, now, &self.slots());
-                let r = r.map(|plan| self.apply_plan(plan, now, &mut out, batch));
-                batch.replies.push(Box::new(move || {
-                    let _ = reply.send(r);
-                }));
-            }
-            Command::Tick => {
-                self.scheduler.tick(now, &mut out);
-                self.prune_trace(now);
-                self.archive_ended_jobs(now, batch);
-                self.snapshot_cache.trim();
-            }
-            Command::Shutdown { .. } => {}
         }
+        self.follow_models(&mut out, now, batch);
+        self.collect(out, batch);
+    }
+
+    /// A read's handler, after the batch.
+    pub(super) fn answer(&mut self, read: Read) {
+        match read {
+            Read::Status { reply } => answer(reply, self.status()),
+            Read::Metrics { reply } => answer(reply, self.metrics()),
+            Read::Results { job_ids, reply } => answer(reply, self.results(job_ids)),
+            Read::ListTokens { reply } => answer(reply, self.tokens.list()),
+            Read::Models { name, reply } => answer(reply, self.model_views(name)),
+            Read::ModelArtifact {
+                name,
+                artifact,
+                reply,
+            } => answer(reply, self.artifact(&name, artifact)),
+            Read::Snapshot { reply } => answer(reply, self.shared_snapshot()),
+        }
+    }
+
+    /// The ticker's command: job timeouts, trace and job retention, and the
+    /// snapshot cache trimmed.
+    fn tick(&mut self, batch: &mut Batch) {
+        let now = now_ms();
+        let mut out = Vec::new();
+        self.scheduler.tick(now, &mut out);
+        self.prune_trace(now);
+        self.archive_ended_jobs(now, batch);
+        self.snapshot_cache.trim();
         self.follow_models(&mut out, now, batch);
         self.collect(out, batch);
     }
@@ -612,72 +460,13 @@ impl Core {
         }
     }
 
-    /// A read is answered after the batch (committed, or rolled back), so
-    /// that it never shows a change the store has not taken.
-    fn defer_read(command: Command, batch: &mut Batch) {
-        let read: Read = match command {
-            Command::Metrics { reply } => Box::new(move |core: &mut Core| {
-                let _ = reply.send(core.metrics());
-            }),
-            Command::Status { reply } => Box::new(move |core: &mut Core| {
-                let _ = reply.send(core.status());
-            }),
-            Command::Results { job_ids, reply } => Box::new(move |core: &mut Core| {
-                let mut views = core.results(job_ids.as_deref());
-                if let Some(ids) = &job_ids {
-                    // Read only: an archived job named here stays archived.
-                    let archived = core.read_archived(ids.iter().cloned());
-                    views.extend(archived.into_iter().map(|job| job.view));
-                }
-                let _ = reply.send(views);
-            }),
-            Command::ListTokens { reply } => Box::new(move |core: &mut Core| {
-                let _ = reply.send(core.tokens.list());
-            }),
-            Command::Models { name, reply } => Box::new(move |core: &mut Core| {
-                let r = match name {
-                    Some(name) => core
-                        .models
-                        .get(&name)
-                        .map(|run| vec![run.view()])
-                        .ok_or(ModelError::Unknown(name)),
-                    None => Ok(core.models.runs().map(|r| r.view()).collect()),
-                };
-                let _ = reply.send(r);
-            }),
-            Command::ModelArtifact {
-                name,
-                artifact,
-                reply,
-            } => Box::new(move |core: &mut Core| {
-                let _ = reply.send(core.artifact(&name, artifact));
-            }),
-            Command::Snapshot { reply } => return batch.snapshots.push(reply),
-            _ => return,
-        };
-        batch.reads.push(read);
-    }
-
-    /// While the store cannot commit: reads are answered from memory, a
-    /// tick probes the store, and every change is refused at once (its reply
-    /// dropped: the network layer answers `storage_unavailable`). A worker's
-    /// reports and leaving change nothing: its socket was closed and its
-    /// session ends with the reload.
-    fn apply_degraded(&mut self, command: Command, batch: &mut Batch) {
-        match command {
-            Command::Tick => self.probe_storage(),
-            read @ (Command::Metrics { .. }
-            | Command::Status { .. }
-            | Command::Results { .. }
-            | Command::ListTokens { .. }
-            | Command::Models { .. }
-            | Command::ModelArtifact { .. }
-            | Command::Snapshot { .. }) => Self::defer_read(read, batch),
-            _refused => {}
-        }
-    }
-
     fn push_send(&self, batch: &mut Batch, session: SessionId, msg: Outbound) {
         batch.sends.push((session, msg));
     }
+}
+
+/// Sends a read's answer; one whose asker is gone (its connection closed)
+/// is dropped.
+fn answer<T>(reply: oneshot::Sender<T>, value: T) {
+    let _ = reply.send(value);
 }

@@ -1,17 +1,74 @@
-//! Model runs on the core: their plans applied to the scheduler, their
-//! rounds followed, their artifacts stored and read back.
+//! Model runs on the core: submitted, stopped and shown; their plans applied
+//! to the scheduler, their rounds followed, their artifacts stored and read
+//! back.
 
+use tokio::sync::oneshot;
 use tracing::warn;
-use tunefleet_shared::model::{base64, ArtifactFile, ModelArtifactKind, ModelStage};
-use tunefleet_shared::protocol::{JobResult, JobView, Millis};
+use tunefleet_shared::model::{
+    base64, ArtifactFile, ModelArtifactKind, ModelStage, ModelSubmission, ModelView,
+};
+use tunefleet_shared::protocol::{JobId, JobResult, JobView, Millis};
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::Op;
 
 use super::{Batch, Core};
-use crate::models::Plan;
+use crate::models::{ModelError, Plan};
 use crate::scheduler::Output;
 
 impl Core {
+    /// A new run: its first jobs submitted; the reply names its extraction
+    /// job.
+    pub(super) fn submit_model(
+        &mut self,
+        submission: ModelSubmission,
+        reply: oneshot::Sender<Result<JobId, ModelError>>,
+        now: Millis,
+        out: &mut Vec<Output>,
+        batch: &mut Batch,
+    ) {
+        let name = submission.name.clone();
+        let r = self
+            .models
+            .submit(submission, Target::of_kind("llvm"), now)
+            .map(|plan| {
+                self.apply_plan(plan, now, out, batch);
+                // A run with client-extracted tasks is tuning already:
+                // plan its first rounds now.
+                let rounds = self.models.refill(now, &self.slots());
+                self.apply_plan(rounds, now, out, batch);
+                self.models
+                    .get(&name)
+                    .map(|run| run.extract_job.clone())
+                    .unwrap_or_default()
+            });
+        batch.reply(reply, r);
+    }
+
+    pub(super) fn stop_model(
+        &mut self,
+        name: &str,
+        reply: oneshot::Sender<Result<(), ModelError>>,
+        now: Millis,
+        out: &mut Vec<Output>,
+        batch: &mut Batch,
+    ) {
+        let r = self.models.stop(name, now, &self.slots());
+        let r = r.map(|plan| self.apply_plan(plan, now, out, batch));
+        batch.reply(reply, r);
+    }
+
+    /// `models`: the run named, or every run.
+    pub(super) fn model_views(&self, name: Option<String>) -> Result<Vec<ModelView>, ModelError> {
+        match name {
+            Some(name) => self
+                .models
+                .get(&name)
+                .map(|run| vec![run.view()])
+                .ok_or(ModelError::Unknown(name)),
+            None => Ok(self.models.runs().map(|r| r.view()).collect()),
+        }
+    }
+
     /// How many connected workers can serve each target (a run's parallelism).
     pub(super) fn slots(&self) -> impl Fn(&Target) -> usize {
         let targets: Vec<Target> = self.scheduler.workers().map(|w| w.target.clone()).collect();

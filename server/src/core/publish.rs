@@ -261,19 +261,8 @@ impl Core {
         for reply in batch.replies {
             reply();
         }
-        self.answer_reads(batch.reads, batch.snapshots);
-    }
-
-    pub(super) fn answer_reads(
-        &mut self,
-        reads: Vec<super::Read>,
-        snapshots: Vec<tokio::sync::oneshot::Sender<Arc<super::SharedSnapshot>>>,
-    ) {
-        for read in reads {
-            read(self);
-        }
-        for reply in snapshots {
-            let _ = reply.send(self.shared_snapshot());
+        for read in batch.reads {
+            self.answer(read);
         }
     }
 }

@@ -129,14 +129,19 @@ impl Core {
         metrics
     }
 
-    pub(super) fn results(&self, job_ids: Option<&[JobId]>) -> Vec<Arc<JobView>> {
-        match job_ids {
-            Some(ids) => ids
-                .iter()
-                .filter_map(|id| self.scheduler.job(id))
-                .map(|j| Arc::clone(&j.view))
-                .collect(),
-            None => self.scheduler.jobs().map(|j| Arc::clone(&j.view)).collect(),
-        }
+    /// `results`: the jobs held, or those named (an archived one is read
+    /// back from the store, and stays archived).
+    pub(super) fn results(&mut self, job_ids: Option<Vec<JobId>>) -> Vec<Arc<JobView>> {
+        let Some(ids) = job_ids else {
+            return self.scheduler.jobs().map(|j| Arc::clone(&j.view)).collect();
+        };
+        let mut views: Vec<_> = ids
+            .iter()
+            .filter_map(|id| self.scheduler.job(id))
+            .map(|j| Arc::clone(&j.view))
+            .collect();
+        let archived = self.read_archived(ids.into_iter());
+        views.extend(archived.into_iter().map(|job| job.view));
+        views
     }
 }

@@ -277,9 +277,7 @@ impl Core {
             return self.give_up(e);
         }
         let refused = batch.replies.len();
-        let Batch {
-            reads, snapshots, ..
-        } = batch;
+        let reads = batch.reads;
         if self.outage.is_none() {
             error!(
                 refused,
@@ -314,7 +312,9 @@ impl Core {
         if !self.store.session_lost() {
             self.try_reload();
         }
-        self.answer_reads(reads, snapshots);
+        for read in reads {
+            self.answer(read);
+        }
     }
 
     /// An error no probe can mend: another master took the lead (the core

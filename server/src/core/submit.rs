@@ -1,8 +1,10 @@
 //! `submit`: workloads into jobs, archived ones brought back first, and the
-//! report of what was new, a duplicate, a cache hit or warm-started.
+//! report of what was new, a duplicate, a cache hit or warm-started; and
+//! `import`: records that seed later submissions.
 
 use tokio::sync::oneshot;
 use tracing::info;
+use tunefleet_shared::import::{ImportReport, ImportedWorkload, WorkloadKey};
 use tunefleet_shared::protocol::{Millis, SubmitReport};
 use tunefleet_shared::workload::Workload;
 
@@ -53,14 +55,39 @@ impl Core {
             seeded = seeded.len(),
             "workloads submitted"
         );
-        batch.replies.push(Box::new(move || {
-            let _ = reply.send(SubmitReport {
-                new_jobs,
-                duplicates,
-                cache_hits,
-                warm_started,
-                seeded,
+        let report = SubmitReport {
+            new_jobs,
+            duplicates,
+            cache_hits,
+            warm_started,
+            seeded,
+        };
+        batch.reply(reply, report);
+    }
+
+    /// `tunefleet import`: records kept (as `meta` rows) to seed later jobs
+    /// of the same workloads; nothing is kept when an entry is not valid.
+    pub(super) fn import(
+        &mut self,
+        workloads: Vec<ImportedWorkload>,
+        keys: Vec<WorkloadKey>,
+        reply: oneshot::Sender<Result<ImportReport, String>>,
+        batch: &mut Batch,
+    ) {
+        let r = self
+            .scheduler
+            .import(workloads, keys)
+            .map(|(report, rows)| {
+                info!(
+                    workloads = report.workloads_new,
+                    records = report.records_new,
+                    known = report.records_known,
+                    keys = report.keys_new,
+                    "records imported"
+                );
+                batch.meta.extend(rows);
+                report
             });
-        }));
+        batch.reply(reply, r);
     }
 }

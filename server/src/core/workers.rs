@@ -7,7 +7,7 @@ use tracing::{info, warn};
 use tunefleet_shared::protocol::{MasterMessage, Millis, WorkerHello};
 
 use super::{Batch, Core, Outbound, WorkerInput, WorkerTx};
-use crate::scheduler::{JoinRefusal, Output, Rejection, SessionId};
+use crate::scheduler::{JoinRefusal, LeaveKind, Output, Rejection, SessionId};
 
 impl Core {
     pub(super) fn worker_join(
@@ -40,14 +40,25 @@ impl Core {
             }
             Err(e) => warn!(name = %hello.name, "worker refused: {e}"),
         }
-        let result = result.map(|m| (joined, m));
-        batch.replies.push(Box::new(move || {
-            let _ = reply.send(result);
-        }));
+        batch.reply(reply, result.map(|m| (joined, m)));
     }
 
-    /// Applies one report or request. True when it was collected here (a
-    /// result or failure, whose ack must follow the batch's outputs).
+    /// A worker's socket ended (closed, failed, silent): its sessions end
+    /// and the scheduler puts their jobs back at the front of the queue.
+    pub(super) fn worker_leave(
+        &mut self,
+        session: SessionId,
+        kind: LeaveKind,
+        reason: &str,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) {
+        info!(%session, %reason, "worker left");
+        self.scheduler.worker_left(session, kind, reason, now, out);
+    }
+
+    /// Applies one report or request. A result or failure is collected
+    /// here, with its ack after the batch's outputs.
     pub(super) fn worker_input(
         &mut self,
         session: SessionId,
@@ -55,7 +66,7 @@ impl Core {
         now: Millis,
         out: &mut Vec<Output>,
         batch: &mut Batch,
-    ) -> bool {
+    ) {
         // A result or a failure names the job and lease it answers (and
         // gets an ack); a request or a progress report does not.
         let (answered, result) = match input {
@@ -115,9 +126,7 @@ impl Core {
             self.follow_models(out, now, batch);
             self.collect(std::mem::take(out), batch);
             self.push_send(batch, session, Outbound::Msg(ack));
-            return true;
         }
-        false
     }
 }
 

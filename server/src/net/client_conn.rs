@@ -25,7 +25,7 @@ use tunefleet_shared::protocol::{
 
 use super::limits::{RequestLimiter, Verdict};
 use super::{AppState, Connection, Frame};
-use crate::core::{Command, Published};
+use crate::core::{Published, Read};
 use handshake::handshake;
 use requests::handle;
 
@@ -354,7 +354,7 @@ fn try_next_event(
 }
 
 async fn send_snapshot(conn: &mut Connection, state: &AppState) -> Option<u64> {
-    let shared = state.core.ask(|reply| Command::Snapshot { reply }).await?;
+    let shared = state.core.ask(|reply| Read::Snapshot { reply }).await?;
     conn.send_text(shared.message().await).await.ok()?;
     Some(shared.seq)
 }

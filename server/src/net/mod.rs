@@ -183,7 +183,7 @@ pub(crate) enum Read<T> {
 /// refuses, instead of waiting with the core.
 pub(crate) async fn read<T>(
     state: &AppState,
-    make: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> crate::core::Command,
+    make: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> crate::core::Read,
 ) -> Read<T> {
     let asked = state.core.ask(make);
     tokio::pin!(asked);
@@ -203,7 +203,7 @@ pub(crate) async fn read<T>(
 /// Prometheus text format; open like `/healthz`: counts only, no job content.
 async fn metrics(State(state): State<AppState>) -> Response {
     use crate::metrics::{render, ProcessMetrics, ServerMetrics};
-    let fleet = match read(&state, |reply| crate::core::Command::Metrics { reply }).await {
+    let fleet = match read(&state, |reply| crate::core::Read::Metrics { reply }).await {
         Read::Answer(fleet) => fleet,
         Read::Stuck(waited) => match state.storage.stand_in_metrics() {
             Some(fleet) => fleet,

@@ -24,7 +24,7 @@ use tunefleet_shared::secrets_equal;
 use super::connection::SendError;
 use super::limits::{TokenBucket, PROGRESS_INTERVAL};
 use super::{AppState, Connection, Frame};
-use crate::core::{Command, Outbound, WorkerInput};
+use crate::core::{Change, Outbound, WorkerInput};
 use crate::scheduler::{session_label, LeaveKind, ProgressReport, SessionId};
 
 mod slots;
@@ -63,7 +63,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
     let name = hello.name.clone();
     let joined = state
         .core
-        .ask(|reply| Command::WorkerJoin {
+        .ask(|reply| Change::WorkerJoin {
             hello: Box::new(hello),
             tx,
             reply,
@@ -150,7 +150,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                                 let Some(input) = slots.pace_progress(session, input, now, PROGRESS_INTERVAL) else {
                                     continue;
                                 };
-                                if !state.core.send(Command::Worker { session, input }).await {
+                                if !state.core.send(Change::Worker { session, input }).await {
                                     break "master core stopped".into();
                                 }
                             }
@@ -163,11 +163,11 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
                                 bucket.try_take(Instant::now());
                                 // A held-back progress report goes first, keeping the order.
                                 if let Some(progress) = slots.take_held(session) {
-                                    if !state.core.send(Command::Worker { session, input: progress }).await {
+                                    if !state.core.send(Change::Worker { session, input: progress }).await {
                                         break "master core stopped".into();
                                     }
                                 }
-                                if !state.core.send(Command::Worker { session, input }).await {
+                                if !state.core.send(Change::Worker { session, input }).await {
                                     break "master core stopped".into();
                                 }
                             }
@@ -218,7 +218,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
             _ = sleep_until_some(slots.next_release()) => {
                 let mut stopped = false;
                 for (session, input) in slots.release_due(tokio::time::Instant::now(), PROGRESS_INTERVAL) {
-                    stopped |= !state.core.send(Command::Worker { session, input }).await;
+                    stopped |= !state.core.send(Change::Worker { session, input }).await;
                 }
                 if stopped {
                     break "master core stopped".into();
@@ -253,7 +253,7 @@ pub(super) async fn run(mut conn: Connection, state: AppState) {
 /// Tells the core that every slot's session ended.
 async fn leave(state: &AppState, slots: &Slots, kind: LeaveKind, reason: &str) {
     for session in slots.sessions() {
-        let leave = Command::WorkerLeave {
+        let leave = Change::WorkerLeave {
             session,
             kind,
             reason: reason.to_string(),

@@ -4,7 +4,7 @@ use tokio::sync::oneshot;
 use tunefleet_shared::protocol::{StatusReport, StorageHealth, SubmitReport};
 use tunefleet_shared::workload::parse_workload_file;
 
-use super::super::{Batch, Command, Core};
+use super::super::{Batch, Change, Command, Core, Read};
 use crate::scheduler::{CachePolicy, SchedulerConfig};
 use crate::store::{Durability, Store};
 
@@ -20,16 +20,16 @@ fn yaml(n: usize, k: usize) -> String {
 }
 
 /// One command as a batch of its own, flushed (committed or refused).
-fn run(core: &mut Core, command: Command) {
+fn run(core: &mut Core, command: impl Into<Command>) {
     let mut batch = Batch::default();
-    core.apply(command, &mut batch);
+    core.apply(command.into(), &mut batch);
     core.flush(batch);
 }
 
 fn submit(core: &mut Core, n: usize, k: usize) -> Option<SubmitReport> {
     let workloads = parse_workload_file(&yaml(n, k), "t.yaml").expect("valid");
     let (reply, answer) = oneshot::channel();
-    let command = Command::Submit {
+    let command = Change::Submit {
         workloads,
         cache: CachePolicy::Use,
         by: Some("test".into()),
@@ -41,7 +41,7 @@ fn submit(core: &mut Core, n: usize, k: usize) -> Option<SubmitReport> {
 
 fn status(core: &mut Core) -> StatusReport {
     let (reply, answer) = oneshot::channel();
-    run(core, Command::Status { reply });
+    run(core, Read::Status { reply });
     answer.blocking_recv().expect("a read is always answered")
 }
 
@@ -97,7 +97,7 @@ fn a_probe_that_fails_keeps_the_master_degraded() {
     run(&mut core, Command::Tick);
     assert_eq!(status(&mut core).storage, StorageHealth::Degraded);
     let (reply, answer) = oneshot::channel();
-    run(&mut core, Command::Metrics { reply });
+    run(&mut core, Read::Metrics { reply });
     assert_eq!(answer.blocking_recv().expect("metrics").storage_degraded, 1);
 }
 

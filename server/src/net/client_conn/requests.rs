@@ -1,22 +1,23 @@
-//! One request, one reply: the role checks every request passes, then each
-//! command on the core (or, for reading the archive, off it).
-
-use std::sync::Arc;
+//! One request, one reply: the role checks every request passes, then the
+//! command's handler, one per command, grouped by concern: `jobs.rs`
+//! (submit, results, cancel, retry, import), `models.rs`, `tokens.rs`; the
+//! status and shutdown here.
 
 use tokio::sync::oneshot;
 
-use tracing::{info, warn};
+use tracing::warn;
 use tunefleet_shared::protocol::{
-    ClientCommand, ClientRequest, ErrorCode, JobView, ReplyBody, Role, SecretText, ServerMessage,
+    ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, ServerMessage,
 };
-use tunefleet_shared::workload::{parse_workload_file, MAX_WORKLOAD_FILE_BYTES};
 
 use super::error;
-use crate::core::Command;
-use crate::models::ModelError;
+use crate::core::{Command, JobAction, Read};
 use crate::net::AppState;
-use crate::scheduler::{CachePolicy, CommandError};
-use crate::tokens::{TokenError, MASTER_ADMIN};
+use crate::tokens::MASTER_ADMIN;
+
+mod jobs;
+mod models;
+mod tokens;
 
 pub(super) async fn handle(
     request: ClientRequest,
@@ -54,9 +55,9 @@ impl Asked<'_> {
     /// The core's answer to `make`'s command, or the refusal a dropped
     /// reply means (the core drops a change's reply when its batch could
     /// not be committed, and every reply when it stops).
-    async fn ask<T>(
+    async fn ask<T, C: Into<Command>>(
         &self,
-        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+        make: impl FnOnce(oneshot::Sender<T>) -> C,
     ) -> Result<T, ServerMessage> {
         self.state.core.ask(make).await.ok_or_else(|| self.gone())
     }
@@ -66,7 +67,7 @@ impl Asked<'_> {
     /// says why (`net::read`): a read is answered within a second.
     async fn read<T>(
         &self,
-        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+        make: impl FnOnce(oneshot::Sender<T>) -> Read,
         stand_in: impl FnOnce(&crate::core::StorageStatus) -> Option<T>,
     ) -> Result<T, ServerMessage> {
         match crate::net::read(self.state, make).await {
@@ -139,230 +140,53 @@ fn check_access(
 
 /// Runs one command: its reply body, or the error message that refuses it.
 async fn reply_body(command: ClientCommand, asked: &Asked<'_>) -> Result<ReplyBody, ServerMessage> {
-    let (id, who) = (asked.id, asked.who.to_string());
-    Ok(match command {
-        ClientCommand::Hello { .. } => {
-            return Err(asked.refuse(
-                ErrorCode::BadRequest,
-                "already said hello on this connection".into(),
-            ))
+    match command {
+        ClientCommand::Hello { .. } => Err(asked.refuse(
+            ErrorCode::BadRequest,
+            "already said hello on this connection".into(),
+        )),
+        // The connection sends the snapshot after this reply.
+        ClientCommand::Subscribe { .. } => Ok(ReplyBody::Subscribed),
+        ClientCommand::Status => status(asked).await,
+        ClientCommand::Results { job_ids, archived } => {
+            jobs::results(job_ids, archived, asked).await
         }
-        ClientCommand::Subscribe { .. } => ReplyBody::Subscribed,
-        ClientCommand::Status => ReplyBody::Status(
-            asked
-                .read(|reply| Command::Status { reply }, |s| s.stand_in_status())
-                .await?,
-        ),
-        ClientCommand::Results { job_ids, archived } => results(job_ids, archived, asked).await?,
         ClientCommand::Submit {
             yaml,
             filename,
             fresh,
-        } => submit(yaml, filename, fresh, asked).await?,
-        ClientCommand::Cancel { job_id } => {
-            let job = job_id.clone();
-            asked
-                .ask(|reply| Command::Cancel {
-                    job_id: job,
-                    by: who,
-                    reply,
-                })
-                .await?
-                .map_err(|e| command_error(id, e))?;
-            ReplyBody::Cancelled { job_id }
-        }
-        ClientCommand::Retry { job_id } => {
-            let job = job_id.clone();
-            asked
-                .ask(|reply| Command::Retry {
-                    job_id: job,
-                    by: who,
-                    reply,
-                })
-                .await?
-                .map_err(|e| command_error(id, e))?;
-            ReplyBody::Retried { job_id }
-        }
-        ClientCommand::SubmitModel { model } => {
-            if let Err(message) = model.check_upload() {
-                info!(model = %model.name, "model refused: {message}");
-                return Err(asked.refuse(ErrorCode::InvalidWorkload, message));
-            }
-            let name = model.name.clone();
-            let extract_job = asked
-                .ask(|reply| Command::SubmitModel {
-                    submission: model,
-                    reply,
-                })
-                .await?
-                .map_err(|e| model_error(id, e))?;
-            ReplyBody::ModelSubmitted { name, extract_job }
-        }
-        ClientCommand::Models { name } => {
-            let models = asked
-                .read(|reply| Command::Models { name, reply }, |_| None)
-                .await?
-                .map_err(|e| model_error(id, e))?;
-            ReplyBody::Models { models }
-        }
-        ClientCommand::StopModel { name } => {
-            let run = name.clone();
-            asked
-                .ask(|reply| Command::StopModel { name: run, reply })
-                .await?
-                .map_err(|e| model_error(id, e))?;
-            ReplyBody::ModelStopping { name }
-        }
-        ClientCommand::CreateToken { name } => {
-            let token_name = name.clone();
-            let token = asked
-                .ask(|reply| Command::CreateToken {
-                    name: token_name,
-                    reply,
-                })
-                .await?
-                .map_err(|e| token_error(id, e))?;
-            ReplyBody::TokenCreated {
-                name,
-                token: SecretText(token),
-            }
-        }
-        ClientCommand::RevokeToken { name } => {
-            let token_name = name.clone();
-            asked
-                .ask(|reply| Command::RevokeToken {
-                    name: token_name,
-                    reply,
-                })
-                .await?
-                .map_err(|e| token_error(id, e))?;
-            ReplyBody::TokenRevoked { name }
-        }
-        ClientCommand::Import { workloads, keys } => {
-            let report = asked
-                .ask(|reply| Command::Import {
-                    workloads,
-                    keys,
-                    reply,
-                })
-                .await?
-                .map_err(|e| asked.refuse(ErrorCode::BadRequest, format!("import refused: {e}")))?;
-            ReplyBody::Imported(report)
-        }
-        ClientCommand::ListTokens => ReplyBody::Tokens {
-            tokens: asked
-                .read(|reply| Command::ListTokens { reply }, |_| None)
-                .await?,
-        },
+        } => jobs::submit(yaml, filename, fresh, asked).await,
+        ClientCommand::Cancel { job_id } => jobs::act(job_id, JobAction::Cancel, asked).await,
+        ClientCommand::Retry { job_id } => jobs::act(job_id, JobAction::Retry, asked).await,
+        ClientCommand::Import { workloads, keys } => jobs::import(workloads, keys, asked).await,
+        ClientCommand::SubmitModel { model } => models::submit(model, asked).await,
+        ClientCommand::Models { name } => models::list(name, asked).await,
+        ClientCommand::StopModel { name } => models::stop(name, asked).await,
         ClientCommand::ModelArtifact { name, artifact } => {
-            let run = name.clone();
-            let files = asked
-                .ask(|reply| Command::ModelArtifact {
-                    name: run,
-                    artifact,
-                    reply,
-                })
-                .await?
-                .map_err(|message| asked.refuse(ErrorCode::NotFound, message))?;
-            ReplyBody::Artifact {
-                name,
-                artifact,
-                files,
-            }
+            models::artifact(name, artifact, asked).await
         }
-        ClientCommand::Shutdown => {
-            // `serve` stops accepting and tells every connection, this one
-            // included, only after this task has sent the reply: the shutdown
-            // notice reaches us through the same select loop.
-            warn!(client = %asked.client_name, "shutdown requested by an admin client");
-            asked.state.stop.notify_one();
-            ReplyBody::ShuttingDown
-        }
-    })
-}
-
-/// `results`: the jobs the core holds, and with `archived` and no ids,
-/// every archived one too, read here through a read-only connection of its
-/// own, not on the core thread (which would dispatch nothing while it read
-/// the whole archive).
-async fn results(
-    job_ids: Option<Vec<String>>,
-    archived: bool,
-    asked: &Asked<'_>,
-) -> Result<ReplyBody, ServerMessage> {
-    let whole_archive = archived && job_ids.is_none();
-    let jobs = asked
-        .read(|reply| Command::Results { job_ids, reply }, |_| None)
-        .await?;
-    if !whole_archive {
-        return Ok(ReplyBody::Results {
-            jobs: sorted_copies(jobs),
-        });
-    }
-    match with_archived(&asked.state.config.state, jobs).await {
-        Ok(jobs) => Ok(ReplyBody::Results { jobs }),
-        Err(e) => Err(asked.refuse(
-            ErrorCode::Internal,
-            format!("cannot read the archived jobs: {e}"),
-        )),
+        ClientCommand::CreateToken { name } => tokens::create(name, asked).await,
+        ClientCommand::RevokeToken { name } => tokens::revoke(name, asked).await,
+        ClientCommand::ListTokens => tokens::list(asked).await,
+        ClientCommand::Shutdown => Ok(shutdown(asked)),
     }
 }
 
-/// `submit`: the workload file parsed off the async threads (a large file
-/// takes a while), held to the master's limits, then queued by the core.
-async fn submit(
-    yaml: String,
-    filename: Option<String>,
-    fresh: bool,
-    asked: &Asked<'_>,
-) -> Result<ReplyBody, ServerMessage> {
-    let filename = filename.unwrap_or_else(|| "upload.yaml".into());
-    if yaml.len() > MAX_WORKLOAD_FILE_BYTES {
-        return Err(asked.refuse(
-            ErrorCode::TooLarge,
-            format!(
-                "{filename}: {} bytes is over the {MAX_WORKLOAD_FILE_BYTES}-byte limit for a workload file",
-                yaml.len()
-            ),
-        ));
-    }
-    let name = filename.clone();
-    let workloads =
-        match tokio::task::spawn_blocking(move || parse_workload_file(&yaml, &name)).await {
-            Ok(Ok(workloads)) => workloads,
-            Ok(Err(errors)) => {
-                info!(file = %filename, "submission refused: invalid workload file");
-                return Err(asked.refuse(ErrorCode::InvalidWorkload, errors.to_string()));
-            }
-            Err(e) => return Err(asked.refuse(ErrorCode::Internal, format!("parser crashed: {e}"))),
-        };
-    let max = asked.state.config.max_workloads_per_upload;
-    if workloads.len() > max {
-        info!(file = %filename, count = workloads.len(), max, "submission refused: too many workloads");
-        return Err(asked.refuse(
-            ErrorCode::TooLarge,
-            format!(
-                "{filename}: {} workloads is over this master's limit of {max} per upload \
-                 (serve --max-workloads-per-upload); split the file",
-                workloads.len()
-            ),
-        ));
-    }
-    let cache = if fresh {
-        CachePolicy::Bypass
-    } else {
-        CachePolicy::Use
-    };
-    let by = Some(asked.who.to_string());
+/// `status`, answered from the stand-in while the core waits on its store.
+async fn status(asked: &Asked<'_>) -> Result<ReplyBody, ServerMessage> {
     let report = asked
-        .ask(|reply| Command::Submit {
-            workloads,
-            cache,
-            by,
-            reply,
-        })
+        .read(|reply| Read::Status { reply }, |s| s.stand_in_status())
         .await?;
-    Ok(ReplyBody::Submitted(report))
+    Ok(ReplyBody::Status(report))
+}
+
+/// `shutdown`: `serve` stops accepting and tells every connection, this one
+/// included, only after this task has sent the reply: the shutdown notice
+/// reaches it through the same select loop.
+fn shutdown(asked: &Asked<'_>) -> ReplyBody {
+    warn!(client = %asked.client_name, "shutdown requested by an admin client");
+    asked.state.stop.notify_one();
+    ReplyBody::ShuttingDown
 }
 
 /// A change refused because the store cannot commit: the cause and the
@@ -373,61 +197,4 @@ fn storage_unavailable(id: u64, state: &AppState) -> ServerMessage {
         ErrorCode::StorageUnavailable,
         state.storage.refusal(),
     )
-}
-
-fn model_error(id: u64, e: ModelError) -> ServerMessage {
-    let code = match e {
-        ModelError::Unknown(_) => ErrorCode::NotFound,
-        ModelError::Finished { .. } | ModelError::Exists(_) => ErrorCode::InvalidState,
-        ModelError::BadName(_) | ModelError::BadSettings(_) => ErrorCode::BadRequest,
-    };
-    error(Some(id), code, e.to_string())
-}
-
-fn command_error(id: u64, e: CommandError) -> ServerMessage {
-    let code = match e {
-        CommandError::UnknownJob(_) => ErrorCode::NotFound,
-        CommandError::InvalidState { .. } => ErrorCode::InvalidState,
-    };
-    error(Some(id), code, e.to_string())
-}
-
-fn token_error(id: u64, e: TokenError) -> ServerMessage {
-    let code = match e {
-        TokenError::BadName(_) => ErrorCode::BadRequest,
-        TokenError::Exists(_) => ErrorCode::InvalidState,
-        TokenError::Unknown(_) => ErrorCode::NotFound,
-    };
-    error(Some(id), code, e.to_string())
-}
-
-/// The jobs the core answered with, and every archived one. A job archived
-/// between the core's answer and this read is in both: the core's copy wins.
-async fn with_archived(
-    location: &crate::store::StateLocation,
-    held: Vec<Arc<JobView>>,
-) -> Result<Vec<JobView>, String> {
-    let location = location.clone();
-    let archived = tokio::task::spawn_blocking(move || {
-        crate::store::Store::open_read_only(&location)?.load_archived(crate::store::Archived::All)
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())?;
-    let ids: std::collections::HashSet<String> = held.iter().map(|j| j.job_id.clone()).collect();
-    let mut jobs = held;
-    jobs.extend(
-        archived
-            .into_iter()
-            .map(|job| job.view)
-            .filter(|view| !ids.contains(&view.job_id)),
-    );
-    Ok(sorted_copies(jobs))
-}
-
-/// The core's shared views in the protocol's order, copied here rather
-/// than on the core thread.
-fn sorted_copies(mut views: Vec<Arc<JobView>>) -> Vec<JobView> {
-    views.sort_by(|a, b| tunefleet_shared::fleet::job_order(a, b));
-    views.into_iter().map(Arc::unwrap_or_clone).collect()
 }
