@@ -86,7 +86,7 @@
 use crate::target::Target;
 use crate::workload::{escape_controls, path_key, quote_at_most, Ctx as Errors};
 use crate::workload::{
-    Workload, WorkloadErrors, MAX_TRIALS, MAX_WORKLOADS_PER_FILE, MAX_WORKLOAD_FILE_BYTES,
+    Op, Workload, WorkloadErrors, MAX_TRIALS, MAX_WORKLOADS_PER_FILE, MAX_WORKLOAD_FILE_BYTES,
     MAX_YAML_DEPTH,
 };
 use crate::yaml_tree::{Node, Yaml};
@@ -366,6 +366,40 @@ fn problem(field: impl Into<String>, message: impl Into<String>) -> Problem {
 /// Converts one list item into a workload (named with its base name, which is
 /// also returned) or every problem found in it.
 fn convert_item(item: &Node, trials: u32) -> Result<(Workload, String), Vec<Problem>> {
+    let mapping = item_mapping(item)?;
+    let entries = mapping_entries(&mapping)?;
+    let mut problems = Vec::new();
+    let keys = read_keys(entries, &mut problems);
+    // Problems are reported in this order: keys, target, task name, args.
+    let target = read_target(keys.target, &mut problems);
+    let kind = read_task(keys.task, &mut problems);
+    let args = read_args(keys.args, &mut problems);
+    let converted = match (kind, args) {
+        (Some(kind), Some(args)) => convert_args(kind, args, &mut problems),
+        _ => None,
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let (Some((op, dtype, base)), Some(target)) = (converted, target) else {
+        return Err(vec![problem("", "cannot convert this workload")]);
+    };
+    let workload = Workload {
+        name: base.clone(),
+        op,
+        dtype,
+        target,
+        trials,
+        tuner: Default::default(),
+    };
+    validated(&workload)?;
+    Ok((workload, base))
+}
+
+/// The item's string, its tag stripped and the rest read as YAML: the one
+/// problem that stops reading it, if any (nothing more can be said about
+/// an item whose mapping cannot be read).
+fn item_mapping(item: &Node) -> Result<Node, Vec<Problem>> {
     let Some(text) = item.as_str() else {
         return Err(vec![problem(
             "",
@@ -377,32 +411,52 @@ fn convert_item(item: &Node, trials: u32) -> Result<(Workload, String), Vec<Prob
         )]);
     };
     let body = strip_tag(text).map_err(|m| vec![problem("", m)])?;
-    let mapping = match serde_saphyr::from_str_with_options::<Node>(body, yaml_options()) {
-        Ok(node) => node,
+    match serde_saphyr::from_str_with_options::<Node>(body, yaml_options()) {
+        Ok(node) => Ok(node),
         Err(err) => {
             let column = error_location(&err).1;
             let (YamlProblem::Limit(m) | YamlProblem::Syntax(m)) = yaml_error_message(&err);
             let at = column
                 .map(|c| format!(" (at character {c} of the mapping)"))
                 .unwrap_or_default();
-            return Err(vec![problem(
+            Err(vec![problem(
                 "",
                 format!("invalid workload mapping after the tag: {m}{at}"),
-            )]);
+            )])
         }
-    };
-    let Yaml::Map(entries) = &mapping.value else {
-        return Err(vec![problem(
+    }
+}
+
+/// The entries of the text after the tag, which must be a `{...}` mapping.
+fn mapping_entries(mapping: &Node) -> Result<&[(Node, Node)], Vec<Problem>> {
+    match &mapping.value {
+        Yaml::Map(entries) => Ok(entries),
+        _ => Err(vec![problem(
             "",
             format!(
                 "expected a `{{...}}` mapping after the tag, got {}",
-                describe(&mapping)
+                describe(mapping)
             ),
-        )]);
-    };
+        )]),
+    }
+}
 
-    let mut problems = Vec::new();
-    let (mut task, mut args, mut target) = (None, None, None);
+/// The values of the keys a Lorien workload has (each `None` when absent).
+struct ItemKeys<'a> {
+    task: Option<&'a Node>,
+    args: Option<&'a Node>,
+    target: Option<&'a Node>,
+}
+
+/// Sorts the mapping's keys: the three that carry the workload are kept,
+/// `lib` must say `topi`, keys starting with `_` are ignored, and every
+/// other key is a problem (so a misspelt key is never silently dropped).
+fn read_keys<'a>(entries: &'a [(Node, Node)], problems: &mut Vec<Problem>) -> ItemKeys<'a> {
+    let mut keys = ItemKeys {
+        task: None,
+        args: None,
+        target: None,
+    };
     for (key, value) in entries {
         let Some(k) = key.as_str() else {
             problems.push(problem(
@@ -412,9 +466,9 @@ fn convert_item(item: &Node, trials: u32) -> Result<(Workload, String), Vec<Prob
             continue;
         };
         match k {
-            "task_name" => task = Some(value),
-            "args" => args = Some(value),
-            "target" => target = Some(value),
+            "task_name" => keys.task = Some(value),
+            "args" => keys.args = Some(value),
+            "target" => keys.target = Some(value),
             "lib" => {
                 if value.as_str() != Some("topi") {
                     problems.push(problem(
@@ -437,112 +491,102 @@ fn convert_item(item: &Node, trials: u32) -> Result<(Workload, String), Vec<Prob
             )),
         }
     }
+    keys
+}
 
-    let target = match target {
-        None => {
-            problems.push(problem("target", "missing `target`"));
+/// The `target:` string as a target, or the problem with it.
+fn read_target(node: Option<&Node>, problems: &mut Vec<Problem>) -> Option<Target> {
+    let Some(node) = node else {
+        problems.push(problem("target", "missing `target`"));
+        return None;
+    };
+    let Some(s) = node.as_str() else {
+        problems.push(problem(
+            "target",
+            format!(
+                "must be a TVM target string like \"llvm -keys=cpu\", got {}",
+                describe(node)
+            ),
+        ));
+        return None;
+    };
+    match Target::parse(s) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            problems.push(problem("target", format!("invalid target: {e}")));
             None
         }
-        Some(node) => match node.as_str() {
-            Some(s) => match Target::parse(s) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    problems.push(problem("target", format!("invalid target: {e}")));
-                    None
-                }
-            },
-            None => {
-                problems.push(problem(
-                    "target",
-                    format!(
-                        "must be a TVM target string like \"llvm -keys=cpu\", got {}",
-                        describe(node)
-                    ),
-                ));
-                None
-            }
-        },
-    };
-
-    let kind = match task {
-        None => {
-            problems.push(problem("task_name", "missing `task_name`"));
-            None
-        }
-        Some(node) => match node.as_str() {
-            Some(name) => match task_kind(name) {
-                Some(kind) => Some(kind),
-                None => {
-                    problems.push(problem(
-                        "",
-                        format!(
-                            "unknown Lorien task name {} (supported: {})",
-                            quote(name),
-                            LORIEN_TASKS.join(", ")
-                        ),
-                    ));
-                    None
-                }
-            },
-            None => {
-                problems.push(problem(
-                    "task_name",
-                    format!("must be a string, got {}", describe(node)),
-                ));
-                None
-            }
-        },
-    };
-
-    let args = match args {
-        None => {
-            problems.push(problem("args", "missing `args`"));
-            None
-        }
-        Some(node) => match &node.value {
-            Yaml::Seq(items) => Some(items.as_slice()),
-            _ => {
-                problems.push(problem(
-                    "args",
-                    format!("must be a list, got {}", describe(node)),
-                ));
-                None
-            }
-        },
-    };
-
-    let converted = match (kind, args) {
-        (Some(kind), Some(args)) => {
-            let mut a = Args {
-                args,
-                problems: &mut problems,
-            };
-            match kind {
-                TaskKind::Conv2d => a.conv2d(),
-                TaskKind::Depthwise => a.depthwise(),
-                TaskKind::Dense => a.dense(),
-                TaskKind::BatchMatmul => a.batch_matmul(),
-            }
-        }
-        _ => None,
-    };
-
-    if !problems.is_empty() {
-        return Err(problems);
     }
-    let (Some((op, dtype, base)), Some(target)) = (converted, target) else {
-        return Err(vec![problem("", "cannot convert this workload")]);
+}
+
+/// Which op the `task_name:` is, or the problem with it (an unknown name
+/// lists the names we read).
+fn read_task(node: Option<&Node>, problems: &mut Vec<Problem>) -> Option<TaskKind> {
+    let Some(node) = node else {
+        problems.push(problem("task_name", "missing `task_name`"));
+        return None;
     };
-    let workload = Workload {
-        name: base.clone(),
-        op,
-        dtype,
-        target,
-        trials,
-        tuner: Default::default(),
+    let Some(name) = node.as_str() else {
+        problems.push(problem(
+            "task_name",
+            format!("must be a string, got {}", describe(node)),
+        ));
+        return None;
     };
-    if let Err(errors) = workload.validate() {
-        return Err(errors
+    let kind = task_kind(name);
+    if kind.is_none() {
+        problems.push(problem(
+            "",
+            format!(
+                "unknown Lorien task name {} (supported: {})",
+                quote(name),
+                LORIEN_TASKS.join(", ")
+            ),
+        ));
+    }
+    kind
+}
+
+/// The `args:` list, or the problem with it.
+fn read_args<'a>(node: Option<&'a Node>, problems: &mut Vec<Problem>) -> Option<&'a [Node]> {
+    let Some(node) = node else {
+        problems.push(problem("args", "missing `args`"));
+        return None;
+    };
+    match &node.value {
+        Yaml::Seq(items) => Some(items.as_slice()),
+        _ => {
+            problems.push(problem(
+                "args",
+                format!("must be a list, got {}", describe(node)),
+            ));
+            None
+        }
+    }
+}
+
+/// The task's arguments mapped onto our op (op, dtype and base name);
+/// `lorien/args.rs` adds a problem for each argument it cannot map.
+fn convert_args(
+    kind: TaskKind,
+    args: &[Node],
+    problems: &mut Vec<Problem>,
+) -> Option<(Op, String, String)> {
+    let mut a = Args { args, problems };
+    match kind {
+        TaskKind::Conv2d => a.conv2d(),
+        TaskKind::Depthwise => a.depthwise(),
+        TaskKind::Dense => a.dense(),
+        TaskKind::BatchMatmul => a.batch_matmul(),
+    }
+}
+
+/// Our own checks on the converted workload: a Lorien file we read must never
+/// give a workload the farm would refuse, so each error becomes a problem of
+/// the item.
+fn validated(workload: &Workload) -> Result<(), Vec<Problem>> {
+    workload.validate().map_err(|errors| {
+        errors
             .into_iter()
             .map(|e| {
                 let field = e.field.map(|f| format!("{f}: ")).unwrap_or_default();
@@ -551,9 +595,8 @@ fn convert_item(item: &Node, trials: u32) -> Result<(Workload, String), Vec<Prob
                     format!("the converted workload is invalid: {field}{}", e.message),
                 )
             })
-            .collect());
-    }
-    Ok((workload, base))
+            .collect()
+    })
 }
 
 /// The `{...}` text after an accepted tag, or why the string is refused.
