@@ -309,6 +309,8 @@ impl ShapeReader<'_, '_, '_> {
     }
 }
 
+/// The op of kind `kind` from the item's `shape:` mapping, or `None` with
+/// every problem found reported to `ctx`.
 pub(super) fn parse_shape(
     ctx: &mut Ctx<'_>,
     kind: OpKind,
@@ -317,11 +319,33 @@ pub(super) fn parse_shape(
     item: &Node,
 ) -> Option<Op> {
     let shape_path = join_field(path, "shape");
+    let (shape, entries) = shape_entries(ctx, kind, fields, &shape_path, item)?;
+    let shape_fields = read_fields(ctx, entries, &shape_path, kind.shape_keys());
+    let mut r = ShapeReader {
+        ctx,
+        fields: shape_fields,
+        shape,
+        path: shape_path,
+        kind,
+    };
+    let op = r.op()?;
+    r.check_geometry(op)
+}
+
+/// The item's `shape:` and its entries: it must be present (unless a
+/// misspelling of it was already reported) and a mapping.
+fn shape_entries<'a>(
+    ctx: &mut Ctx<'_>,
+    kind: OpKind,
+    fields: &Fields<'a>,
+    shape_path: &str,
+    item: &Node,
+) -> Option<(&'a Node, &'a [(Node, Node)])> {
     let Some(shape) = fields.get("shape") else {
         if !fields.was_suggested("shape") {
             ctx.at(
                 item,
-                &shape_path,
+                shape_path,
                 format!(
                     "missing `shape` for op {}: e.g. shape: {}",
                     kind.name(),
@@ -337,105 +361,127 @@ pub(super) fn parse_shape(
             kind.example(),
             describe(shape)
         );
-        ctx.at(shape, &shape_path, msg);
+        ctx.at(shape, shape_path, msg);
         return None;
     };
-    let shape_fields = read_fields(ctx, entries, &shape_path, kind.shape_keys());
-    let mut r = ShapeReader {
-        ctx,
-        fields: shape_fields,
-        shape,
-        path: shape_path,
-        kind,
-    };
-    let op = match kind {
-        OpKind::Matmul => {
-            let (m, n, k) = (r.dim("m"), r.dim("n"), r.dim("k"));
-            Op::Matmul {
-                shape: MatmulShape {
-                    m: m?,
-                    n: n?,
-                    k: k?,
-                },
-            }
+    Some((shape, entries))
+}
+
+impl ShapeReader<'_, '_, '_> {
+    /// Reads every field of the op's shape before giving up on any, so that
+    /// one pass reports every problem.
+    fn op(&mut self) -> Option<Op> {
+        match self.kind {
+            OpKind::Matmul => self.matmul(),
+            OpKind::BatchMatmul => self.batch_matmul(),
+            OpKind::Dense => self.dense(),
+            OpKind::Conv2dNchw | OpKind::Conv2dNhwc => self.conv2d(),
+            OpKind::DepthwiseConv2dNchw => self.depthwise(),
         }
-        OpKind::BatchMatmul => {
-            let (batch, m, n, k) = (r.dim("batch"), r.dim("m"), r.dim("n"), r.dim("k"));
-            Op::BatchMatmul {
-                shape: BatchMatmulShape {
-                    batch: batch?,
-                    m: m?,
-                    n: n?,
-                    k: k?,
-                },
-            }
-        }
-        OpKind::Dense => {
-            let batch = r.dim("batch");
-            let in_features = r.dim("in_features");
-            let out_features = r.dim("out_features");
-            Op::Dense {
-                shape: DenseShape {
-                    batch: batch?,
-                    in_features: in_features?,
-                    out_features: out_features?,
-                },
-            }
-        }
-        OpKind::Conv2dNchw | OpKind::Conv2dNhwc => {
-            let batch = r.dim("batch");
-            let in_channels = r.dim("in_channels");
-            let height = r.dim("height");
-            let width = r.dim("width");
-            let out_channels = r.dim("out_channels");
-            let [kernel, stride, padding, dilation] = r.conv_pairs()?;
-            let shape = Conv2dShape {
+    }
+
+    fn matmul(&mut self) -> Option<Op> {
+        let (m, n, k) = (self.dim("m"), self.dim("n"), self.dim("k"));
+        Some(Op::Matmul {
+            shape: MatmulShape {
+                m: m?,
+                n: n?,
+                k: k?,
+            },
+        })
+    }
+
+    fn batch_matmul(&mut self) -> Option<Op> {
+        let (batch, m, n, k) = (
+            self.dim("batch"),
+            self.dim("m"),
+            self.dim("n"),
+            self.dim("k"),
+        );
+        Some(Op::BatchMatmul {
+            shape: BatchMatmulShape {
                 batch: batch?,
-                in_channels: in_channels?,
+                m: m?,
+                n: n?,
+                k: k?,
+            },
+        })
+    }
+
+    fn dense(&mut self) -> Option<Op> {
+        let batch = self.dim("batch");
+        let in_features = self.dim("in_features");
+        let out_features = self.dim("out_features");
+        Some(Op::Dense {
+            shape: DenseShape {
+                batch: batch?,
+                in_features: in_features?,
+                out_features: out_features?,
+            },
+        })
+    }
+
+    /// NCHW or NHWC, as `self.kind` says: the same fields either way.
+    fn conv2d(&mut self) -> Option<Op> {
+        let batch = self.dim("batch");
+        let in_channels = self.dim("in_channels");
+        let height = self.dim("height");
+        let width = self.dim("width");
+        let out_channels = self.dim("out_channels");
+        let [kernel, stride, padding, dilation] = self.conv_pairs()?;
+        let shape = Conv2dShape {
+            batch: batch?,
+            in_channels: in_channels?,
+            height: height?,
+            width: width?,
+            out_channels: out_channels?,
+            kernel,
+            stride,
+            padding,
+            dilation,
+        };
+        Some(if self.kind == OpKind::Conv2dNchw {
+            Op::Conv2dNchw { shape }
+        } else {
+            Op::Conv2dNhwc { shape }
+        })
+    }
+
+    fn depthwise(&mut self) -> Option<Op> {
+        let batch = self.dim("batch");
+        let channels = self.dim("channels");
+        let height = self.dim("height");
+        let width = self.dim("width");
+        let multiplier = self.dim("multiplier");
+        let [kernel, stride, padding, dilation] = self.conv_pairs()?;
+        Some(Op::DepthwiseConv2dNchw {
+            shape: DepthwiseConv2dShape {
+                batch: batch?,
+                channels: channels?,
                 height: height?,
                 width: width?,
-                out_channels: out_channels?,
+                multiplier: multiplier?,
                 kernel,
                 stride,
                 padding,
                 dilation,
-            };
-            if kind == OpKind::Conv2dNchw {
-                Op::Conv2dNchw { shape }
-            } else {
-                Op::Conv2dNhwc { shape }
-            }
-        }
-        OpKind::DepthwiseConv2dNchw => {
-            let batch = r.dim("batch");
-            let channels = r.dim("channels");
-            let height = r.dim("height");
-            let width = r.dim("width");
-            let multiplier = r.dim("multiplier");
-            let [kernel, stride, padding, dilation] = r.conv_pairs()?;
-            Op::DepthwiseConv2dNchw {
-                shape: DepthwiseConv2dShape {
-                    batch: batch?,
-                    channels: channels?,
-                    height: height?,
-                    width: width?,
-                    multiplier: multiplier?,
-                    kernel,
-                    stride,
-                    padding,
-                    dilation,
-                },
-            }
-        }
-    };
-    let problems = geometry_problems(&op);
-    if problems.is_empty() {
-        return Some(op);
+            },
+        })
     }
-    for (sub, message) in problems {
-        let node = sub.and_then(|s| r.fields.get(s)).unwrap_or(shape);
-        r.ctx
-            .at(node, &join_field(&r.path, sub.unwrap_or("")), message);
+
+    /// The op, or `None` with each geometry problem (a kernel larger than
+    /// its padded input, ...) reported at the field it names, else at
+    /// `shape:`.
+    fn check_geometry(self, op: Op) -> Option<Op> {
+        let problems = geometry_problems(&op);
+        if problems.is_empty() {
+            return Some(op);
+        }
+        for (sub, message) in problems {
+            let node = sub.and_then(|s| self.fields.get(s)).unwrap_or(self.shape);
+            self.ctx
+                .at(node, &join_field(&self.path, sub.unwrap_or("")), message);
+        }
+        None
     }
-    None
 }
