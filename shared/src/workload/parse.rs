@@ -15,7 +15,7 @@ use crate::model::{TunerSettings, TUNER_KEYS};
 use crate::target::Target;
 use crate::yaml_tree::{Node, Yaml};
 
-use super::ctx::{read_fields, Ctx};
+use super::ctx::{read_fields, Ctx, Fields};
 use super::ops::parse_op;
 
 /// A file-level default as seen by the workloads.
@@ -247,6 +247,8 @@ pub(super) fn parse_document(ctx: &mut Ctx<'_>, state: &mut FileState, doc: &Nod
     }
 }
 
+/// One item of `workloads:` as a workload, or `None` with every problem
+/// found in it reported to `ctx` (a field left out takes the file's default).
 pub(super) fn parse_workload(
     ctx: &mut Ctx<'_>,
     state: &mut FileState,
@@ -254,93 +256,17 @@ pub(super) fn parse_workload(
     path: &str,
     item: &Node,
 ) -> Option<Workload> {
-    let entries = match &item.value {
-        Yaml::Map(entries) => entries,
-        _ => {
-            let msg = format!(
-                "each workload must be a mapping with `name`, `op` and `shape` \
-                 (or `tvmscript`), got {}",
-                describe(item)
-            );
-            ctx.at(item, path, msg);
-            return None;
-        }
-    };
+    let entries = workload_entries(ctx, path, item)?;
     let errors_before = ctx.count();
     let fields = read_fields(ctx, entries, path, &WORKLOAD_KEYS);
-    let f = |key: &str| join_field(path, key);
-
-    let name = match fields.get("name") {
-        Some(node) => parse_name(ctx, node, &f("name")),
-        None => {
-            if !fields.was_suggested("name") {
-                ctx.at(item, &f("name"), "missing `name`".into());
-            }
-            None
-        }
-    };
-    let dtype = match (fields.get("dtype"), &defaults.dtype) {
-        (Some(node), _) => parse_dtype(ctx, node, &f("dtype")),
-        (None, Inherited::Value(d)) => Some(d.clone()),
-        (None, Inherited::Missing) => Some(DEFAULT_DTYPE.to_string()),
-        (None, Inherited::Invalid) => None,
-    };
-    let trials = match (fields.get("trials"), &defaults.trials) {
-        (Some(node), _) => parse_trials(ctx, node, &f("trials")),
-        (None, Inherited::Value(t)) => Some(*t),
-        (None, Inherited::Missing) => Some(DEFAULT_TRIALS),
-        (None, Inherited::Invalid) => None,
-    };
-    let target = match (fields.get("target"), &defaults.target) {
-        (Some(node), _) => parse_target(ctx, node, &f("target")),
-        (None, Inherited::Value(t)) => Some(t.clone()),
-        (None, Inherited::Invalid) => None,
-        (None, Inherited::Missing) => {
-            if !fields.was_suggested("target") {
-                ctx.at(
-                    item,
-                    &f("target"),
-                    "missing `target`: give one on this workload or at the top of the file \
-                     (e.g. `target: {kind: llvm, num-cores: 2}`)"
-                        .into(),
-                );
-            }
-            None
-        }
-    };
-    let tuner = match (fields.get("tuner"), &defaults.tuner) {
-        (Some(node), Inherited::Value(base)) => {
-            parse_tuner(ctx, node, &f("tuner")).map(|t| t.over(base))
-        }
-        (Some(node), _) => parse_tuner(ctx, node, &f("tuner")),
-        (None, Inherited::Value(base)) => Some(base.clone()),
-        (None, Inherited::Missing) => Some(TunerSettings::default()),
-        (None, Inherited::Invalid) => None,
-    };
+    // Read in this order, so problems are reported in it.
+    let name = read_name(ctx, &fields, path, item);
+    let dtype = read_dtype(ctx, &fields, defaults, path);
+    let trials = read_trials(ctx, &fields, defaults, path);
+    let target = read_target(ctx, &fields, defaults, path, item);
+    let tuner = read_tuner(ctx, &fields, defaults, path);
     let op = parse_op(ctx, &fields, path, item);
-
-    // Names are claimed even when the workload has other errors, so a later
-    // duplicate is still reported.
-    let name = name.and_then(|name| match state.names.get(&name) {
-        Some(first) => {
-            let where_ = first
-                .map(|l| format!(" (first used at line {l})"))
-                .unwrap_or_default();
-            let node = fields.get("name").unwrap_or(item);
-            ctx.at(
-                node,
-                &f("name"),
-                format!("duplicate name {}{where_}", quote_text(&name)),
-            );
-            None
-        }
-        None => {
-            let line = fields.key_node("name").and_then(Node::line);
-            state.names.insert(name.clone(), line);
-            Some(name)
-        }
-    });
-
+    let name = name.and_then(|name| claim_name(ctx, state, &fields, path, item, name));
     if ctx.count() > errors_before {
         return None;
     }
@@ -352,6 +278,152 @@ pub(super) fn parse_workload(
         trials: trials?,
         tuner: tuner?,
     })
+}
+
+/// The item's entries: a workload must be a mapping.
+fn workload_entries<'a>(
+    ctx: &mut Ctx<'_>,
+    path: &str,
+    item: &'a Node,
+) -> Option<&'a [(Node, Node)]> {
+    match &item.value {
+        Yaml::Map(entries) => Some(entries),
+        _ => {
+            let msg = format!(
+                "each workload must be a mapping with `name`, `op` and `shape` \
+                 (or `tvmscript`), got {}",
+                describe(item)
+            );
+            ctx.at(item, path, msg);
+            None
+        }
+    }
+}
+
+/// `name:`, which has no default (a misspelling of it was already reported).
+fn read_name(ctx: &mut Ctx<'_>, fields: &Fields<'_>, path: &str, item: &Node) -> Option<String> {
+    let field = join_field(path, "name");
+    match fields.get("name") {
+        Some(node) => parse_name(ctx, node, &field),
+        None => {
+            if !fields.was_suggested("name") {
+                ctx.at(item, &field, "missing `name`".into());
+            }
+            None
+        }
+    }
+}
+
+/// `dtype:`, else the file's, else the default; `None` when the file's is
+/// invalid (already reported).
+fn read_dtype(
+    ctx: &mut Ctx<'_>,
+    fields: &Fields<'_>,
+    defaults: &Defaults,
+    path: &str,
+) -> Option<String> {
+    match (fields.get("dtype"), &defaults.dtype) {
+        (Some(node), _) => parse_dtype(ctx, node, &join_field(path, "dtype")),
+        (None, Inherited::Value(d)) => Some(d.clone()),
+        (None, Inherited::Missing) => Some(DEFAULT_DTYPE.to_string()),
+        (None, Inherited::Invalid) => None,
+    }
+}
+
+/// `trials:`, else the file's, else the default.
+fn read_trials(
+    ctx: &mut Ctx<'_>,
+    fields: &Fields<'_>,
+    defaults: &Defaults,
+    path: &str,
+) -> Option<u32> {
+    match (fields.get("trials"), &defaults.trials) {
+        (Some(node), _) => parse_trials(ctx, node, &join_field(path, "trials")),
+        (None, Inherited::Value(t)) => Some(*t),
+        (None, Inherited::Missing) => Some(DEFAULT_TRIALS),
+        (None, Inherited::Invalid) => None,
+    }
+}
+
+/// `target:`, else the file's: there is no default target, since tuning
+/// for the wrong machine would waste the whole run.
+fn read_target(
+    ctx: &mut Ctx<'_>,
+    fields: &Fields<'_>,
+    defaults: &Defaults,
+    path: &str,
+    item: &Node,
+) -> Option<Target> {
+    let field = join_field(path, "target");
+    match (fields.get("target"), &defaults.target) {
+        (Some(node), _) => parse_target(ctx, node, &field),
+        (None, Inherited::Value(t)) => Some(t.clone()),
+        (None, Inherited::Invalid) => None,
+        (None, Inherited::Missing) => {
+            if !fields.was_suggested("target") {
+                ctx.at(
+                    item,
+                    &field,
+                    "missing `target`: give one on this workload or at the top of the file \
+                     (e.g. `target: {kind: llvm, num-cores: 2}`)"
+                        .into(),
+                );
+            }
+            None
+        }
+    }
+}
+
+/// `tuner:` over the file's (each setting it gives replaces the file's),
+/// else the file's, else the defaults.
+fn read_tuner(
+    ctx: &mut Ctx<'_>,
+    fields: &Fields<'_>,
+    defaults: &Defaults,
+    path: &str,
+) -> Option<TunerSettings> {
+    let field = join_field(path, "tuner");
+    match (fields.get("tuner"), &defaults.tuner) {
+        (Some(node), Inherited::Value(base)) => {
+            parse_tuner(ctx, node, &field).map(|t| t.over(base))
+        }
+        (Some(node), _) => parse_tuner(ctx, node, &field),
+        (None, Inherited::Value(base)) => Some(base.clone()),
+        (None, Inherited::Missing) => Some(TunerSettings::default()),
+        (None, Inherited::Invalid) => None,
+    }
+}
+
+/// The name, unless an earlier workload of the file has it. Names are
+/// claimed even when the workload has other errors, so a later duplicate
+/// is still reported.
+fn claim_name(
+    ctx: &mut Ctx<'_>,
+    state: &mut FileState,
+    fields: &Fields<'_>,
+    path: &str,
+    item: &Node,
+    name: String,
+) -> Option<String> {
+    match state.names.get(&name) {
+        Some(first) => {
+            let where_ = first
+                .map(|l| format!(" (first used at line {l})"))
+                .unwrap_or_default();
+            let node = fields.get("name").unwrap_or(item);
+            ctx.at(
+                node,
+                &join_field(path, "name"),
+                format!("duplicate name {}{where_}", quote_text(&name)),
+            );
+            None
+        }
+        None => {
+            let line = fields.key_node("name").and_then(Node::line);
+            state.names.insert(name.clone(), line);
+            Some(name)
+        }
+    }
 }
 
 /// `tuner: {strategy: evolutionary, cost_model: xgb, trials_per_round: 16,
