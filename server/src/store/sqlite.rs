@@ -22,9 +22,10 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, cost_models_table, migrate, Archived, Backend, CostModelRow, Durability, Found,
-    JobRead, RecordRead, RowBatch, StoreError, ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY,
-    MODEL_RECORDS_TABLE, SCHEMA_VERSION, WARM_STARTS_TABLE, WORKLOADS_TABLE,
+    check_version, cost_models_table, migrate, ArchiveWrite, Archived, Backend, CostModelRow,
+    Durability, Found, JobRead, JobWrite, RecordRead, RecordWrite, RowBatch, StoreError,
+    ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY, MODEL_RECORDS_TABLE, SCHEMA_VERSION,
+    WARM_STARTS_TABLE, WORKLOADS_TABLE,
 };
 
 pub(super) struct SqliteStore {
@@ -482,168 +483,13 @@ impl Backend for SqliteStore {
     }
 
     fn commit(&mut self, batch: &RowBatch<'_, '_>) -> Result<(), StoreError> {
-        let RowBatch {
-            jobs,
-            archive,
-            models,
-            records,
-            records_gone,
-            warm_starts,
-            artifacts,
-            trace,
-            meta,
-            cost_models,
-        } = *batch;
         let path = self.path.clone();
         let err = |cause| StoreError::Sqlite {
             path: path.clone(),
             cause,
         };
         let tx = self.conn.transaction().map_err(err)?;
-        {
-            let mut update = tx
-                .prepare_cached(
-                    "UPDATE jobs SET state = ?2, queue_key = ?3, data = ?4, archived_at = NULL
-                     WHERE job_id = ?1",
-                )
-                .map_err(err)?;
-            // A job written is live: one that comes back from the archive
-            // (resubmitted, retried, a cache entry) loses its mark.
-            let mut insert = tx
-                .prepare_cached(
-                    "INSERT INTO jobs (job_id, state, queue_key, data)
-                     VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT(job_id) DO UPDATE
-                     SET state = ?2, queue_key = ?3, data = ?4, archived_at = NULL",
-                )
-                .map_err(err)?;
-            // Kept if there: the same id is the same computation (the first
-            // workload written, its name included, stays, as before schema 4).
-            let mut insert_workload = tx
-                .prepare_cached(
-                    "INSERT INTO workloads (job_id, workload) VALUES (?1, ?2)
-                     ON CONFLICT(job_id) DO NOTHING",
-                )
-                .map_err(err)?;
-            for job in jobs {
-                match &job.workload {
-                    None => update
-                        .execute(params![job.job_id, job.state, job.queue_key, job.data])
-                        .map_err(err)?,
-                    Some(workload) => {
-                        insert
-                            .execute(params![job.job_id, job.state, job.queue_key, job.data])
-                            .map_err(err)?;
-                        insert_workload
-                            .execute(params![job.job_id, workload])
-                            .map_err(err)?
-                    }
-                };
-            }
-            let mut put_warm = tx
-                .prepare_cached(
-                    "INSERT INTO warm_starts (job_id, warm_start) VALUES (?1, ?2)
-                     ON CONFLICT(job_id) DO UPDATE SET warm_start = ?2",
-                )
-                .map_err(err)?;
-            let mut drop_warm = tx
-                .prepare_cached("DELETE FROM warm_starts WHERE job_id = ?1")
-                .map_err(err)?;
-            for (job_id, warm) in warm_starts {
-                match warm {
-                    Some(warm) => put_warm.execute(params![job_id, warm]),
-                    None => drop_warm.execute(params![job_id]),
-                }
-                .map_err(err)?;
-            }
-            let mut mark = tx
-                .prepare_cached(
-                    "UPDATE jobs SET archived_at = ?2, content_key = ?3 WHERE job_id = ?1",
-                )
-                .map_err(err)?;
-            for job in archive {
-                mark.execute(params![job.job_id, job.at.0 as i64, job.content_key])
-                    .map_err(err)?;
-            }
-            let mut upsert_model = tx
-                .prepare_cached(
-                    "INSERT INTO models (name, state, data) VALUES (?1, ?2, ?3)
-                     ON CONFLICT(name) DO UPDATE SET state = ?2, data = ?3",
-                )
-                .map_err(err)?;
-            for (name, state, data) in models {
-                upsert_model
-                    .execute(params![name, state, data])
-                    .map_err(err)?;
-            }
-            // Upserts: a run twice in one batch brings its new records twice.
-            let mut put_record = tx
-                .prepare_cached(
-                    "INSERT INTO model_records (model, key, task, data) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT(model, key) DO UPDATE SET task = ?3, data = ?4",
-                )
-                .map_err(err)?;
-            for record in records {
-                put_record
-                    .execute(params![record.model, record.key, record.task, record.data])
-                    .map_err(err)?;
-            }
-            let mut drop_record = tx
-                .prepare_cached("DELETE FROM model_records WHERE model = ?1 AND key = ?2")
-                .map_err(err)?;
-            for (model, key) in records_gone {
-                drop_record.execute(params![model, key]).map_err(err)?;
-            }
-            let mut put_artifact = tx
-                .prepare_cached(
-                    "INSERT INTO artifacts (run, kind, data) VALUES (?1, ?2, ?3)
-                     ON CONFLICT(run, kind) DO UPDATE SET data = ?3",
-                )
-                .map_err(err)?;
-            for (run, kind, bytes) in artifacts {
-                put_artifact
-                    .execute(params![run, kind, bytes])
-                    .map_err(err)?;
-            }
-            let mut append = tx
-                .prepare_cached("INSERT INTO trace (at, event) VALUES (?1, ?2)")
-                .map_err(err)?;
-            for (at, line) in trace {
-                append.execute(params![at.0 as i64, line]).map_err(err)?;
-            }
-            let mut put_cost_model = tx
-                .prepare_cached(
-                    "INSERT INTO cost_models (target, tvm, id, samples, tvm_version, updated_at, data)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                     ON CONFLICT(target, tvm) DO UPDATE SET id = ?3, samples = ?4,
-                         tvm_version = ?5, updated_at = ?6, data = ?7",
-                )
-                .map_err(err)?;
-            for m in cost_models {
-                put_cost_model
-                    .execute(params![
-                        m.target,
-                        m.tvm,
-                        m.id,
-                        m.samples,
-                        m.tvm_version,
-                        m.updated_at,
-                        m.data
-                    ])
-                    .map_err(err)?;
-            }
-            for (key, value) in meta {
-                match value {
-                    Some(value) => tx.execute(
-                        "INSERT INTO meta (key, value) VALUES (?1, ?2)
-                         ON CONFLICT(key) DO UPDATE SET value = ?2",
-                        params![key, value],
-                    ),
-                    None => tx.execute("DELETE FROM meta WHERE key = ?1", params![key]),
-                }
-                .map_err(err)?;
-            }
-        }
+        write_batch(&tx, batch).map_err(err)?;
         tx.commit().map_err(err)
     }
 
@@ -694,6 +540,203 @@ impl Backend for SqliteStore {
         }
         Ok(n)
     }
+}
+
+/// Writes a batch's rows in one transaction, in this order: jobs, warm
+/// starts, archive marks (after the jobs they mark), model runs, their
+/// records and the records gone, artefacts, trace lines, cost models, meta.
+/// Dropping `tx` on an error rolls every write back.
+fn write_batch(tx: &rusqlite::Transaction<'_>, batch: &RowBatch<'_, '_>) -> rusqlite::Result<()> {
+    let RowBatch {
+        jobs,
+        archive,
+        models,
+        records,
+        records_gone,
+        warm_starts,
+        artifacts,
+        trace,
+        meta,
+        cost_models,
+    } = *batch;
+    write_jobs(tx, jobs)?;
+    write_warm_starts(tx, warm_starts)?;
+    mark_archived(tx, archive)?;
+    write_models(tx, models)?;
+    write_records(tx, records, records_gone)?;
+    write_artifacts(tx, artifacts)?;
+    append_trace(tx, trace)?;
+    write_cost_models(tx, cost_models)?;
+    write_meta(tx, meta)
+}
+
+/// Changed jobs: a job without its workload is only updated, one with it is
+/// upserted and its workload written once.
+fn write_jobs(tx: &rusqlite::Transaction<'_>, jobs: &[JobWrite<'_>]) -> rusqlite::Result<()> {
+    let mut update = tx.prepare_cached(
+        "UPDATE jobs SET state = ?2, queue_key = ?3, data = ?4, archived_at = NULL
+                     WHERE job_id = ?1",
+    )?;
+    // A job written is live: one that comes back from the archive
+    // (resubmitted, retried, a cache entry) loses its mark.
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO jobs (job_id, state, queue_key, data)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT(job_id) DO UPDATE
+                     SET state = ?2, queue_key = ?3, data = ?4, archived_at = NULL",
+    )?;
+    // Kept if there: the same id is the same computation (the first
+    // workload written, its name included, stays, as before schema 4).
+    let mut insert_workload = tx.prepare_cached(
+        "INSERT INTO workloads (job_id, workload) VALUES (?1, ?2)
+                     ON CONFLICT(job_id) DO NOTHING",
+    )?;
+    for job in jobs {
+        match &job.workload {
+            None => update.execute(params![job.job_id, job.state, job.queue_key, job.data])?,
+            Some(workload) => {
+                insert.execute(params![job.job_id, job.state, job.queue_key, job.data])?;
+                insert_workload.execute(params![job.job_id, workload])?
+            }
+        };
+    }
+    Ok(())
+}
+
+/// Warm starts written (`Some`) or deleted (`None`), by job id.
+fn write_warm_starts(
+    tx: &rusqlite::Transaction<'_>,
+    warm_starts: &[(&str, Option<String>)],
+) -> rusqlite::Result<()> {
+    let mut put_warm = tx.prepare_cached(
+        "INSERT INTO warm_starts (job_id, warm_start) VALUES (?1, ?2)
+                     ON CONFLICT(job_id) DO UPDATE SET warm_start = ?2",
+    )?;
+    let mut drop_warm = tx.prepare_cached("DELETE FROM warm_starts WHERE job_id = ?1")?;
+    for (job_id, warm) in warm_starts {
+        match warm {
+            Some(warm) => put_warm.execute(params![job_id, warm]),
+            None => drop_warm.execute(params![job_id]),
+        }?;
+    }
+    Ok(())
+}
+
+/// Marks archived jobs (already written above) with when and their content key.
+fn mark_archived(tx: &rusqlite::Transaction<'_>, archive: &[ArchiveWrite]) -> rusqlite::Result<()> {
+    let mut mark =
+        tx.prepare_cached("UPDATE jobs SET archived_at = ?2, content_key = ?3 WHERE job_id = ?1")?;
+    for job in archive {
+        mark.execute(params![job.job_id, job.at.0 as i64, job.content_key])?;
+    }
+    Ok(())
+}
+
+/// Model runs that changed, upserted by name.
+fn write_models(
+    tx: &rusqlite::Transaction<'_>,
+    models: &[(&str, &'static str, String)],
+) -> rusqlite::Result<()> {
+    let mut upsert_model = tx.prepare_cached(
+        "INSERT INTO models (name, state, data) VALUES (?1, ?2, ?3)
+                     ON CONFLICT(name) DO UPDATE SET state = ?2, data = ?3",
+    )?;
+    for (name, state, data) in models {
+        upsert_model.execute(params![name, state, data])?;
+    }
+    Ok(())
+}
+
+/// The runs' new records, then the records they no longer keep.
+fn write_records(
+    tx: &rusqlite::Transaction<'_>,
+    records: &[RecordWrite<'_>],
+    records_gone: &[(&str, String)],
+) -> rusqlite::Result<()> {
+    // Upserts: a run twice in one batch brings its new records twice.
+    let mut put_record = tx.prepare_cached(
+        "INSERT INTO model_records (model, key, task, data) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT(model, key) DO UPDATE SET task = ?3, data = ?4",
+    )?;
+    for record in records {
+        put_record.execute(params![record.model, record.key, record.task, record.data])?;
+    }
+    let mut drop_record =
+        tx.prepare_cached("DELETE FROM model_records WHERE model = ?1 AND key = ?2")?;
+    for (model, key) in records_gone {
+        drop_record.execute(params![model, key])?;
+    }
+    Ok(())
+}
+
+/// Artefacts of model runs, upserted by run and kind.
+fn write_artifacts(
+    tx: &rusqlite::Transaction<'_>,
+    artifacts: &[(String, &'static str, Vec<u8>)],
+) -> rusqlite::Result<()> {
+    let mut put_artifact = tx.prepare_cached(
+        "INSERT INTO artifacts (run, kind, data) VALUES (?1, ?2, ?3)
+                     ON CONFLICT(run, kind) DO UPDATE SET data = ?3",
+    )?;
+    for (run, kind, bytes) in artifacts {
+        put_artifact.execute(params![run, kind, bytes])?;
+    }
+    Ok(())
+}
+
+/// Trace lines, appended.
+fn append_trace(
+    tx: &rusqlite::Transaction<'_>,
+    trace: &[(Millis, String)],
+) -> rusqlite::Result<()> {
+    let mut append = tx.prepare_cached("INSERT INTO trace (at, event) VALUES (?1, ?2)")?;
+    for (at, line) in trace {
+        append.execute(params![at.0 as i64, line])?;
+    }
+    Ok(())
+}
+
+/// Cost models kept since the last commit, upserted by target and TVM release.
+fn write_cost_models(
+    tx: &rusqlite::Transaction<'_>,
+    cost_models: &[CostModelRow],
+) -> rusqlite::Result<()> {
+    let mut put_cost_model = tx.prepare_cached(
+        "INSERT INTO cost_models (target, tvm, id, samples, tvm_version, updated_at, data)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                     ON CONFLICT(target, tvm) DO UPDATE SET id = ?3, samples = ?4,
+                         tvm_version = ?5, updated_at = ?6, data = ?7",
+    )?;
+    for m in cost_models {
+        put_cost_model.execute(params![
+            m.target,
+            m.tvm,
+            m.id,
+            m.samples,
+            m.tvm_version,
+            m.updated_at,
+            m.data
+        ])?;
+    }
+    Ok(())
+}
+
+/// `meta` rows upserted, or deleted (`None`).
+fn write_meta(
+    tx: &rusqlite::Transaction<'_>,
+    meta: &[(String, Option<String>)],
+) -> rusqlite::Result<()> {
+    for (key, value) in meta {
+        match value {
+            Some(value) => tx.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                         ON CONFLICT(key) DO UPDATE SET value = ?2",
+                params![key, value],
+            ),
+            None => tx.execute("DELETE FROM meta WHERE key = ?1", params![key]),
+        }?;
+    }
+    Ok(())
 }
 
 /// (Columns in the order [`JobRead`] takes them.)
