@@ -99,16 +99,36 @@ impl ProcessMetrics {
 
 /// Prometheus text exposition of everything above.
 pub fn render(fleet: &FleetMetrics, server: &ServerMetrics) -> String {
-    let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, String)]| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
-    let plain = |v: u64| vec![(String::new(), v.to_string())];
+    let mut out = Exposition(String::new());
+    fleet_gauges(&mut out, fleet);
+    core_counters(&mut out, &fleet.counters);
+    storage_and_connections(&mut out, fleet, server);
+    if let Some(p) = &server.process {
+        process_families(&mut out, p);
+    }
+    out.0
+}
 
+/// The text being written: one family at a time, HELP and TYPE once each.
+struct Exposition(String);
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str, samples: &[(String, String)]) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(self.0, "{name}{labels} {value}");
+        }
+    }
+}
+
+/// The one sample of a family without labels.
+fn plain(v: u64) -> Vec<(String, String)> {
+    vec![(String::new(), v.to_string())]
+}
+
+/// What the fleet holds now: jobs by state and by queue, workers, model runs.
+fn fleet_gauges(out: &mut Exposition, fleet: &FleetMetrics) {
     let jobs: Vec<_> = JobState::ALL
         .iter()
         .map(|state| {
@@ -116,13 +136,13 @@ pub fn render(fleet: &FleetMetrics, server: &ServerMetrics) -> String {
             (label("state", state.as_str()), n.to_string())
         })
         .collect();
-    family(
+    out.family(
         "tunefleet_jobs",
         "gauge",
         "Jobs by state (archived ones included).",
         &jobs,
     );
-    family(
+    out.family(
         "tunefleet_jobs_archived",
         "gauge",
         "Ended jobs archived by --job-retention: kept in the database, not in memory.",
@@ -133,13 +153,13 @@ pub fn render(fleet: &FleetMetrics, server: &ServerMetrics) -> String {
         .iter()
         .map(|(target, n)| (label("target", target), n.to_string()))
         .collect();
-    family(
+    out.family(
         "tunefleet_queued_jobs",
         "gauge",
         "Queued jobs by the target they ask for (a worker must complete it to take them).",
         &queued,
     );
-    family(
+    out.family(
         "tunefleet_workers",
         "gauge",
         "Connected workers, busy (holding a job) or idle.",
@@ -148,114 +168,123 @@ pub fn render(fleet: &FleetMetrics, server: &ServerMetrics) -> String {
             (label("state", "idle"), fleet.workers_idle.to_string()),
         ],
     );
-    family(
+    out.family(
         "tunefleet_model_runs_active",
         "gauge",
         "Model runs not yet finished, failed or stopped.",
         &plain(fleet.model_runs_active),
     );
-    let c = &fleet.counters;
-    family(
+}
+
+/// What the core counted since the master started.
+fn core_counters(out: &mut Exposition, c: &CoreCounters) {
+    out.family(
         "tunefleet_assignments_total",
         "counter",
         "Jobs handed to workers since the master started (dispatches).",
         &plain(c.assignments),
     );
-    family(
+    out.family(
         "tunefleet_worker_joins_total",
         "counter",
         "Worker registrations since the master started.",
         &plain(c.worker_joins),
     );
-    family(
+    out.family(
         "tunefleet_worker_leaves_total",
         "counter",
         "Workers lost or gone since the master started.",
         &plain(c.worker_leaves),
     );
-    family(
+    out.family(
         "tunefleet_events_total",
         "counter",
         "Fleet events published to subscribers since the master started.",
         &plain(c.events),
     );
-    family(
+    out.family(
         "tunefleet_commits_total",
         "counter",
         "Batches committed to the state database since the master started.",
         &plain(c.commits),
     );
-    family(
+    out.family(
         "tunefleet_commits_failed_total",
         "counter",
         "Batches whose commit failed (each of their requests refused, nothing applied).",
         &plain(c.commits_failed),
     );
-    family(
+}
+
+/// Whether the store can commit, then the network layer's connections.
+fn storage_and_connections(out: &mut Exposition, fleet: &FleetMetrics, server: &ServerMetrics) {
+    out.family(
         "tunefleet_storage_degraded",
         "gauge",
         "1 while the state database cannot commit (changes refused with storage_unavailable, reads served from memory), else 0.",
         &plain(fleet.storage_degraded),
     );
-    family(
+    out.family(
         "tunefleet_connections",
         "gauge",
         "Open WebSocket connections, workers and clients together.",
         &plain(server.connections_open),
     );
-    family(
+    out.family(
         "tunefleet_connections_max",
         "gauge",
         "The --max-connections limit.",
         &plain(server.connections_max),
     );
-    family(
+    out.family(
         "tunefleet_subscribers",
         "gauge",
         "Clients subscribed to fleet events (dashboards, watch).",
         &plain(server.subscribers),
     );
-    if let Some(p) = &server.process {
-        family(
-            "process_resident_memory_bytes",
+}
+
+/// The standard `process_*` families, named as Prometheus' client libraries
+/// name them so that existing dashboards find them.
+fn process_families(out: &mut Exposition, p: &ProcessMetrics) {
+    out.family(
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size in bytes.",
+        &plain(p.resident_bytes),
+    );
+    out.family(
+        "process_virtual_memory_bytes",
+        "gauge",
+        "Virtual memory size in bytes.",
+        &plain(p.virtual_bytes),
+    );
+    out.family(
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time spent in seconds.",
+        &[(String::new(), format!("{:.2}", p.cpu_seconds))],
+    );
+    out.family(
+        "process_open_fds",
+        "gauge",
+        "Number of open file descriptors.",
+        &plain(p.open_fds),
+    );
+    if let Some(max) = p.max_fds {
+        out.family(
+            "process_max_fds",
             "gauge",
-            "Resident memory size in bytes.",
-            &plain(p.resident_bytes),
-        );
-        family(
-            "process_virtual_memory_bytes",
-            "gauge",
-            "Virtual memory size in bytes.",
-            &plain(p.virtual_bytes),
-        );
-        family(
-            "process_cpu_seconds_total",
-            "counter",
-            "Total user and system CPU time spent in seconds.",
-            &[(String::new(), format!("{:.2}", p.cpu_seconds))],
-        );
-        family(
-            "process_open_fds",
-            "gauge",
-            "Number of open file descriptors.",
-            &plain(p.open_fds),
-        );
-        if let Some(max) = p.max_fds {
-            family(
-                "process_max_fds",
-                "gauge",
-                "Maximum number of open file descriptors.",
-                &plain(max),
-            );
-        }
-        family(
-            "process_start_time_seconds",
-            "gauge",
-            "Start time of the process since the Unix epoch in seconds.",
-            &[(String::new(), format!("{:.3}", p.start_time_seconds))],
+            "Maximum number of open file descriptors.",
+            &plain(max),
         );
     }
-    out
+    out.family(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since the Unix epoch in seconds.",
+        &[(String::new(), format!("{:.3}", p.start_time_seconds))],
+    );
 }
 
 /// `{name="value"}` with the value escaped as the format requires.
