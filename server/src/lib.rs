@@ -5,8 +5,10 @@
 //!   model planner and the fleet's cost models as pure state machines (no
 //!   I/O, no clock), in a crate of their own (`tunefleet-planner`),
 //!   re-exported here;
-//! - [`store`]: SQLite persistence of what the scheduler decided;
-//! - [`core`]: the single thread that owns both and orders commit → publish → reply;
+//! - [`store`]: persistence of what the scheduler decided, in SQLite or
+//!   PostgreSQL;
+//! - [`core`]: the single thread that owns the state machines and the store,
+//!   and orders commit → worker sends → publish → reply;
 //! - [`net`]: WebSocket endpoints that translate frames to core commands;
 //! - [`serve`]: start-up and graceful shutdown;
 //! - [`client`] and [`commands`]: the CLI's side of the protocol.

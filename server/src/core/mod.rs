@@ -5,10 +5,11 @@
 //! [`Scheduler`], then does the I/O the scheduler asked for in a fixed order:
 //!
 //! 1. commit every changed job and trace line in one transaction,
-//! 2. publish the events to subscribers (a broadcast channel; never blocks),
-//! 3. send worker messages and client replies.
+//! 2. send worker messages (first: an assignment never waits behind a fan-out),
+//! 3. publish the events to subscribers (a broadcast channel; never blocks),
+//! 4. send client replies and answer the batch's reads.
 //!
-//! Because (1) happens before (2) and (3), nothing is acknowledged that is not
+//! Because (1) happens before the rest, nothing is acknowledged that is not
 //! durable, and batching turns many small commits into one (group commit).
 //! A batch whose commit fails sends nothing and is rolled back (`storage`).
 //! Having one owner also means no locks and a total order of events, which is
