@@ -8,7 +8,7 @@ use tunefleet_shared::protocol::{
     close_code, ErrorCode, ReplyBody, ServerMessage, PROTOCOL_VERSION,
 };
 
-use crate::{CLIENT_PATH, NO_STATUS};
+use crate::{TransportError, CLIENT_PATH, NO_STATUS};
 
 /// Everything that can go wrong talking to the master. The `Display` text is
 /// written for the person at the terminal.
@@ -196,20 +196,28 @@ pub fn endpoint_url(server: &str) -> Result<String, ClientError> {
     }
 }
 
-pub(crate) fn connect_error(url: &str, err: tungstenite::Error) -> ClientError {
+pub(crate) fn connect_error(url: &str, err: TransportError) -> ClientError {
     use tungstenite::error::UrlError;
     let connect = |reason: String| ClientError::Connect {
         url: url.to_owned(),
         reason,
     };
-    if let tungstenite::Error::Io(e) = &err {
-        if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+    if let Some(tls) = err.tls_error() {
+        return ClientError::Tls {
+            url: url.to_owned(),
+            reason: describe_tls_error(tls),
+        };
+    }
+    let err = match err {
+        TransportError::WebSocket(err) => err,
+        TransportError::Tls(reason) => {
             return ClientError::Tls {
                 url: url.to_owned(),
-                reason: describe_tls_error(tls),
-            };
+                reason,
+            }
         }
-    }
+        other => return connect(other.to_string()),
+    };
     match err {
         tungstenite::Error::Io(e) => match e.kind() {
             std::io::ErrorKind::ConnectionRefused => {
@@ -268,8 +276,25 @@ pub fn describe_tls_error(err: &rustls::Error) -> String {
     }
 }
 
-pub(crate) fn transport_error(err: tungstenite::Error) -> ClientError {
+/// A failure on an open connection, in the client's words.
+pub(crate) fn transport_error(err: TransportError) -> ClientError {
     use tungstenite::error::ProtocolError;
+    let err = match err {
+        TransportError::WebSocket(err) => err,
+        TransportError::TooBig(e) => {
+            return ClientError::Protocol(format!("message over the client's size limit: {e}"))
+        }
+        TransportError::Decode { error, .. } => return ClientError::Protocol(error.to_string()),
+        TransportError::Binary => {
+            return ClientError::Protocol("binary frame (the protocol is JSON text)".into())
+        }
+        TransportError::Encode(e) => {
+            return ClientError::Protocol(format!("cannot encode request: {e}"))
+        }
+        other @ (TransportError::Tls(_) | TransportError::Stalled(_)) => {
+            return ClientError::Transport(other.to_string())
+        }
+    };
     match err {
         tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => {
             ClientError::Transport("connection closed".into())

@@ -3,8 +3,8 @@
 //! A crate of its own (`tunefleet-client`) so that a script author's
 //! `cargo add tunefleet-client` builds the client without the master's
 //! server and database stacks (no axum, no rusqlite); the CLI (through
-//! `tunefleet_server::client`), the worker (its TLS set-up) and the tests use
-//! this one.
+//! `tunefleet_server::client`), the worker (its [`Transport`] and TLS set-up)
+//! and the tests use this one.
 //!
 //! Shaped like mini-redis's client: [`Client::connect`] performs the handshake,
 //! [`Client::request`] sends one [`ClientCommand`] and waits for the reply that
@@ -50,22 +50,20 @@ pub mod logging;
 pub mod repo_files;
 mod subscription;
 mod tls;
+pub mod transport;
 
 use errors::{connect_error, fmt_duration, summarize, transport_error, unexpected};
 pub use errors::{describe_tls_error, endpoint_url, error_code_name, ClientError};
 pub use subscription::Update;
 pub use tls::{tls_client_config, ConnectOptions};
+pub use transport::{
+    CloseInfo, Received, Transport, TransportError, CLOSE_TIMEOUT, MAX_MESSAGE_BYTES,
+};
 
-use futures_util::{SinkExt, StreamExt};
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{self, Message};
-use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 use tunefleet_shared::protocol::{
     ClientCommand, ClientRequest, ErrorCode, ReplyBody, Role, ServerMessage, PROTOCOL_VERSION,
 };
@@ -84,11 +82,6 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// length means the connection is dead.
 pub const KEEPALIVE: Duration = Duration::from_secs(20);
 
-/// Largest message accepted from the master. Snapshots and results carry every
-/// job with its best records, which outgrows tungstenite's 64 MiB default on
-/// big farms.
-const MAX_MESSAGE: usize = 1 << 30;
-
 /// Close code reported when a close frame carries no code (RFC 6455 §7.1.5).
 pub const NO_STATUS: u16 = 1005;
 
@@ -97,11 +90,9 @@ pub fn client_name() -> String {
     format!("tunefleet-cli/{}", env!("CARGO_PKG_VERSION"))
 }
 
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
 /// A connection to the master's client endpoint, after a successful `hello`.
 pub struct Client {
-    ws: Socket,
+    transport: Transport,
     url: String,
     next_id: u64,
     /// Snapshots and events read while waiting for a reply.
@@ -110,7 +101,9 @@ pub struct Client {
     server_version: String,
     request_timeout: Duration,
     keepalive: Duration,
-    ping_outstanding: bool,
+    /// When the last keep-alive ping went out; it is unanswered while
+    /// nothing was heard since.
+    pinged_at: Option<Instant>,
 }
 
 impl fmt::Debug for Client {
@@ -139,19 +132,22 @@ impl Client {
         options: &ConnectOptions,
     ) -> Result<Client, ClientError> {
         let url = endpoint_url(server)?;
-        let connector = if url.starts_with("wss://") {
+        let tls = if url.starts_with("wss://") {
             let config = tls_client_config(options.ca_cert.as_deref()).map_err(|reason| {
                 ClientError::Tls {
                     url: url.clone(),
                     reason,
                 }
             })?;
-            Connector::Rustls(config)
+            Some(config)
         } else {
-            Connector::Plain
+            None
         };
-        match tokio::time::timeout(CONNECT_TIMEOUT, Self::connect_inner(&url, token, connector))
-            .await
+        match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            Self::connect_inner(&url, token, tls.as_ref()),
+        )
+        .await
         {
             Ok(result) => result,
             Err(_) => Err(ClientError::Connect {
@@ -164,22 +160,13 @@ impl Client {
     async fn connect_inner(
         url: &str,
         token: Option<&str>,
-        connector: Connector,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
     ) -> Result<Client, ClientError> {
-        let config = WebSocketConfig::default()
-            .read_buffer_size(tunefleet_shared::protocol::WS_READ_BUFFER_BYTES)
-            .max_message_size(Some(MAX_MESSAGE))
-            .max_frame_size(Some(MAX_MESSAGE));
-        let (ws, _response) = tokio_tungstenite::connect_async_tls_with_config(
-            url,
-            Some(config),
-            true,
-            Some(connector),
-        )
-        .await
-        .map_err(|e| connect_error(url, e))?;
+        let transport = Transport::connect(url, tls)
+            .await
+            .map_err(|e| connect_error(url, e))?;
         let mut client = Client {
-            ws,
+            transport,
             url: url.to_owned(),
             next_id: 1,
             pending: VecDeque::new(),
@@ -187,7 +174,7 @@ impl Client {
             server_version: String::new(),
             request_timeout: CONNECT_TIMEOUT,
             keepalive: KEEPALIVE,
-            ping_outstanding: false,
+            pinged_at: None,
         };
         let hello = ClientCommand::Hello {
             protocol: PROTOCOL_VERSION,
@@ -248,10 +235,8 @@ impl Client {
         let id = self.next_id;
         self.next_id += 1;
         let what = command.name();
-        let text = serde_json::to_string(&ClientRequest { id, command })
-            .map_err(|e| ClientError::Protocol(format!("cannot encode request: {e}")))?;
-        self.ws
-            .send(Message::text(text))
+        self.transport
+            .send(&ClientRequest { id, command })
             .await
             .map_err(transport_error)?;
         let deadline = Instant::now() + self.request_timeout;
@@ -289,85 +274,63 @@ impl Client {
     }
 
     /// Closes the connection politely (close frame, then wait briefly for the
-    /// master's answer).
-    pub async fn close(mut self) -> Result<(), ClientError> {
-        let frame = CloseFrame {
-            code: CloseCode::Normal,
-            reason: "bye".into(),
-        };
-        match self.ws.close(Some(frame)).await {
-            Ok(()) => {}
-            Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
-                return Ok(())
-            }
-            Err(e) => return Err(transport_error(e)),
-        }
-        let drain = async { while let Some(Ok(_)) = self.ws.next().await {} };
-        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
-        Ok(())
+    /// master's answer: at most [`CLOSE_TIMEOUT`]).
+    pub async fn close(self) -> Result<(), ClientError> {
+        self.transport.close("bye").await.map_err(transport_error)
     }
 
-    /// Reads the next protocol message. `Ok(None)` at end of stream; control
-    /// frames are handled here (tungstenite answers pings itself).
+    /// Reads the next protocol message. `Ok(None)` at end of stream without a
+    /// close frame; a close frame is [`ClientError::Closed`]. Pings are
+    /// answered by the transport; after [`Client::set_keepalive`] of silence
+    /// (any frame, pongs included, breaks it) this pings, and a second silent
+    /// period is a lost connection.
     async fn recv(
         &mut self,
         deadline: Option<(Instant, &str)>,
     ) -> Result<Option<ServerMessage>, ClientError> {
+        let called = Instant::now();
         loop {
-            let mut wait = self.keepalive;
+            let heard = self.transport.last_heard();
+            let pinged = self.pinged_at.filter(|at| *at > heard);
+            let quiet_since = called.max(heard).max(pinged.unwrap_or(heard));
+            let mut wake = quiet_since + self.keepalive;
             if let Some((at, what)) = deadline {
-                let left = at.saturating_duration_since(Instant::now());
-                if left.is_zero() {
+                if Instant::now() >= at {
                     return Err(ClientError::Timeout {
                         what: what.to_owned(),
                         after: self.request_timeout,
                     });
                 }
-                wait = wait.min(left);
+                wake = wake.min(at);
             }
-            let frame = match tokio::time::timeout(wait, self.ws.next()).await {
-                Ok(frame) => frame,
+            let received = match tokio::time::timeout_at(wake, self.transport.recv()).await {
+                Ok(received) => received,
                 Err(_) => {
                     if deadline.is_some_and(|(at, _)| Instant::now() >= at) {
                         continue; // reported at the top of the loop
                     }
-                    if self.ping_outstanding {
+                    if self.transport.last_heard() > heard {
+                        continue; // a ping or pong came: the silence starts again
+                    }
+                    if pinged.is_some() {
                         return Err(ClientError::Transport(format!(
                             "no answer from the master for {}",
                             fmt_duration(self.keepalive * 2)
                         )));
                     }
-                    self.ws
-                        .send(Message::Ping(Default::default()))
-                        .await
-                        .map_err(transport_error)?;
-                    self.ping_outstanding = true;
+                    self.transport.ping().await.map_err(transport_error)?;
+                    self.pinged_at = Some(Instant::now());
                     continue;
                 }
             };
-            let msg = match frame {
-                None => return Ok(None),
-                Some(Err(e)) => return Err(transport_error(e)),
-                Some(Ok(msg)) => msg,
-            };
-            self.ping_outstanding = false;
-            let text = match &msg {
-                Message::Text(text) => text.as_str(),
-                Message::Binary(bytes) => std::str::from_utf8(bytes).map_err(|_| {
-                    ClientError::Protocol("binary frame that is not UTF-8 JSON".into())
-                })?,
-                Message::Close(frame) => {
-                    let (code, reason) = match frame {
-                        Some(f) => (u16::from(f.code), f.reason.as_str().to_owned()),
-                        None => (NO_STATUS, String::new()),
-                    };
-                    return Err(ClientError::Closed { code, reason });
+            return match received {
+                Ok(Received::Message(msg)) => Ok(Some(msg)),
+                Ok(Received::Closed(None)) => Ok(None),
+                Ok(Received::Closed(Some(CloseInfo { code, reason }))) => {
+                    Err(ClientError::Closed { code, reason })
                 }
-                Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => continue,
+                Err(e) => Err(transport_error(e)),
             };
-            return serde_json::from_str::<ServerMessage>(text)
-                .map(Some)
-                .map_err(|e| ClientError::Protocol(e.to_string()));
         }
     }
 }

@@ -1,5 +1,10 @@
 use super::*;
-use tokio::net::TcpListener;
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
 use tunefleet_shared::protocol::{close_code, FleetEvent, FleetSnapshot, JobCounts, StatusReport};
 
 #[test]
@@ -78,14 +83,10 @@ where
     F: FnOnce(WebSocketStream<TcpStream>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        script(ws).await;
-    });
-    format!("ws://{addr}")
+    format!(
+        "ws://{}",
+        crate::transport::tests::loopback_server(script).await
+    )
 }
 
 async fn read_request(ws: &mut WebSocketStream<TcpStream>) -> ClientRequest {

@@ -6,7 +6,8 @@
 //! one process.
 //!
 //! - [`session`]: connect / register / job loop / reconnect (the protocol logic).
-//! - [`connection`]: JSON messages over the WebSocket.
+//!   It speaks to the master through `tunefleet_client::Transport`, the
+//!   client library's WebSocket (framing, size limit, TLS, silence).
 //! - [`backend`]: the [`Backend`] trait, the real `tvm` backend (feature `tvm`)
 //!   and the `sim` test backend.
 //! - [`backoff`]: reconnect delays.
@@ -25,7 +26,6 @@
 pub mod affinity;
 pub mod backend;
 pub mod backoff;
-pub mod connection;
 pub mod devices;
 pub mod gpu;
 pub mod session;

@@ -31,10 +31,10 @@ mod register;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio_tungstenite::Connector;
 use tracing::{debug, info, warn};
 use tunefleet_shared::protocol::{
     close_code, ErrorCode, MasterMessage, WorkerMessage, WORKER_SLOTS,
@@ -42,10 +42,10 @@ use tunefleet_shared::protocol::{
 
 use crate::backend::JobSpec;
 use crate::backoff::BackoffState;
-use crate::connection::{tls_connector, CloseInfo, Connection, ConnectionError};
 pub use config::{parse_duration, worker_url, WorkerConfig, WorkerError, WorkerStats};
 use jobs::{next_job_event, JobEvent, Report, RunningJob};
 use register::{fatal_close, Attempt};
+use tunefleet_client::{tls_client_config, CloseInfo, Received, Transport, TransportError};
 
 /// Reports (results, failures) that may wait for their ack while the worker
 /// takes the next job. One is the normal case (the ack comes with the next
@@ -78,7 +78,8 @@ pub async fn run_worker(
         return Err(WorkerError::InvalidSlots(config.slots));
     }
     let tls = if urls.iter().any(|url| url.starts_with("wss://")) {
-        Some(tls_connector(config.ca_cert.as_deref()).map_err(WorkerError::Tls)?)
+        // One TLS set-up for every client of a master: the client crate's.
+        Some(tls_client_config(config.ca_cert.as_deref()).map_err(WorkerError::Tls)?)
     } else {
         None
     };
@@ -112,8 +113,8 @@ struct Worker {
     /// one tried next, and kept while it answers.
     urls: Vec<String>,
     current: usize,
-    /// For `wss://` URLs.
-    tls: Option<Connector>,
+    /// For `wss://` URLs: made once (the `--ca-cert` file read at start-up).
+    tls: Option<Arc<rustls::ClientConfig>>,
     worker_id: String,
     /// At most `config.slots`, in the order they were assigned.
     running: Vec<RunningJob>,
@@ -144,7 +145,7 @@ enum Event {
     Shutdown,
     /// The silence deadline passed (the master may have been heard since).
     Silence,
-    Master(Result<Option<MasterMessage>, ConnectionError>),
+    Master(Result<Received<MasterMessage>, TransportError>),
     /// With the job's index in `running`.
     Job((usize, JobEvent)),
 }
@@ -172,25 +173,25 @@ impl Worker {
                     match self.serve(&mut conn, &token, shutdown.as_mut()).await {
                         SessionEnd::Shutdown => {
                             let stats = self.stop();
-                            conn.close("worker shutting down").await;
+                            let _ = conn.close("worker shutting down").await;
                             return Ok(stats);
                         }
                         SessionEnd::Done => {
                             info!(jobs = self.stats.jobs_acknowledged(), "job limit reached");
-                            conn.close("worker reached its job limit").await;
+                            let _ = conn.close("worker reached its job limit").await;
                             return Ok(self.stats.clone());
                         }
                         SessionEnd::Fatal(e) => return Err(e),
                         SessionEnd::Lost(reason) => {
                             // Polite when the socket still works, instant when it does not.
-                            conn.close("reconnecting").await;
+                            let _ = conn.close("reconnecting").await;
                             let delay = backoff.next_delay();
                             warn!(%reason, retry_in_ms = millis(delay), "lost the connection to the master");
                             delay
                         }
                         SessionEnd::Elsewhere { reason, silent } => {
                             if !silent {
-                                conn.close("trying another master").await;
+                                let _ = conn.close("trying another master").await;
                             }
                             self.elsewhere(&reason, &mut backoff)
                         }
@@ -280,7 +281,7 @@ impl Worker {
     /// One registered connection, until it ends.
     async fn serve<S: Future<Output = ()>>(
         &mut self,
-        conn: &mut Connection,
+        conn: &mut Transport,
         token: &str,
         mut shutdown: Pin<&mut S>,
     ) -> SessionEnd {
@@ -347,15 +348,19 @@ impl Worker {
                     // Heard from since the deadline was set (a ping).
                     None => None,
                 },
-                Event::Master(Ok(Some(message))) => match self.on_message(message, token) {
-                    Step::Continue(outgoing) => outgoing,
-                    Step::Assigned(outgoing) => {
-                        requested = requested.saturating_sub(1);
-                        outgoing
+                Event::Master(Ok(Received::Message(message))) => {
+                    match self.on_message(message, token) {
+                        Step::Continue(outgoing) => outgoing,
+                        Step::Assigned(outgoing) => {
+                            requested = requested.saturating_sub(1);
+                            outgoing
+                        }
+                        Step::End(end) => return end,
                     }
-                    Step::End(end) => return end,
-                },
-                Event::Master(Ok(None)) => return closed_in_session(conn.close_info()),
+                }
+                Event::Master(Ok(Received::Closed(close))) => {
+                    return closed_in_session(close.as_ref())
+                }
                 Event::Master(Err(e)) if e.is_recoverable() => {
                     warn!(error = %e, "ignoring a bad message from the master");
                     None
@@ -504,9 +509,9 @@ fn went_silent(silent: Duration) -> SessionEnd {
 
 /// A write that failed: one the master did not take in time is silence,
 /// anything else a lost connection.
-fn write_failed(e: ConnectionError) -> SessionEnd {
+fn write_failed(e: TransportError) -> SessionEnd {
     match e {
-        ConnectionError::Stalled(after) => went_silent(after),
+        TransportError::Stalled(after) => went_silent(after),
         e => SessionEnd::Lost(e.to_string()),
     }
 }

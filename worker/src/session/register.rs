@@ -12,7 +12,7 @@ use tunefleet_shared::protocol::{
 };
 
 use super::{Worker, WorkerError};
-use crate::connection::{CloseInfo, Connection, ConnectionError};
+use tunefleet_client::{CloseInfo, Received, Transport, TransportError};
 
 /// Limit for opening the socket, and then for the `registered` answer.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -52,10 +52,10 @@ impl Worker {
         })
     }
 
-    pub(super) async fn connect_and_register(&mut self) -> Result<(Connection, String), Attempt> {
+    pub(super) async fn connect_and_register(&mut self) -> Result<(Transport, String), Attempt> {
         let mut conn = match tokio::time::timeout(
             self.open_timeout(),
-            Connection::connect(&self.urls[self.current], self.tls.as_ref()),
+            Transport::connect(&self.urls[self.current], self.tls.as_ref()),
         )
         .await
         {
@@ -72,7 +72,7 @@ impl Worker {
                 return Err(Attempt::Retry("no `registered` answer in time".into()));
             };
             match received {
-                Ok(Some(MasterMessage::Registered {
+                Ok(Received::Message(MasterMessage::Registered {
                     token,
                     session,
                     matching_jobs,
@@ -100,19 +100,21 @@ impl Worker {
                     }
                     return Ok((conn, token));
                 }
-                Ok(Some(MasterMessage::Error { code, message })) => {
+                Ok(Received::Message(MasterMessage::Error { code, message })) => {
                     warn!(?code, %message, "master answered register with an error");
                 }
-                Ok(Some(MasterMessage::Shutdown { reason })) => {
+                Ok(Received::Message(MasterMessage::Shutdown { reason })) => {
                     return Err(Attempt::Retry(format!("master is shutting down: {reason}")));
                 }
-                Ok(Some(other)) => {
+                Ok(Received::Message(other)) => {
                     debug!(
                         ?other,
                         "ignoring a message that arrived before `registered`"
                     );
                 }
-                Ok(None) => return Err(self.closed_while_registering(conn.close_info())),
+                Ok(Received::Closed(close)) => {
+                    return Err(self.closed_while_registering(close.as_ref()))
+                }
                 Err(e) if e.is_recoverable() => warn!(error = %e, "ignoring a bad message"),
                 Err(e) => return Err(Attempt::Retry(e.to_string())),
             }
@@ -148,7 +150,7 @@ pub(super) fn fatal_close(close: &CloseInfo) -> Option<WorkerError> {
     }
 }
 
-fn connect_failure(e: ConnectionError) -> Attempt {
+fn connect_failure(e: TransportError) -> Attempt {
     // Certificates and protocols do not fix themselves: stop with a clear reason.
     // The advice text is the client crate's, so worker and CLI say the same.
     if let Some(tls @ (rustls::Error::InvalidCertificate(_) | rustls::Error::InvalidMessage(_))) =
@@ -156,7 +158,7 @@ fn connect_failure(e: ConnectionError) -> Attempt {
     {
         return Attempt::Fatal(WorkerError::Tls(tunefleet_client::describe_tls_error(tls)));
     }
-    if let ConnectionError::WebSocket(tungstenite::Error::Http(response)) = &e {
+    if let TransportError::WebSocket(tungstenite::Error::Http(response)) = &e {
         let status = response.status();
         if status.as_u16() == 401 || status.as_u16() == 403 {
             return Attempt::Fatal(WorkerError::Unauthorized(format!(
