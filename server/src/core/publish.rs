@@ -2,17 +2,19 @@
 //! dirty rows and sends (`collect`); after each batch, one commit, then the
 //! sends, the events and the replies, in that order (`flush`).
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tracing::{debug, error, warn};
 use tunefleet_shared::protocol::{
-    FleetEvent, JobChangeOf, JobProgress, JobView, MasterMessage, WorkerChange, WorkerView,
+    FleetEvent, JobChangeOf, JobId, JobProgress, JobView, MasterMessage, Millis, WorkerChange,
+    WorkerView,
 };
 
 use super::{now_ms, Batch, Core, EventText, Outbound, Published};
-use crate::scheduler::Output;
+use crate::scheduler::{Output, SessionId};
 use crate::store::TraceJob;
 
 /// `FleetEvent::WorkerJoined`/`WorkerUpdated` around a serialised view
@@ -39,133 +41,171 @@ pub(super) fn worker_json(view: &WorkerView) -> Arc<str> {
     }
 }
 
+/// The sessions and jobs already published for one event.
+#[derive(Default)]
+struct Seen {
+    workers: HashSet<SessionId>,
+    jobs: HashSet<JobId>,
+}
+
+/// An event serialised once: the same text goes to the trace (when
+/// `traced`) and to every subscriber.
+fn push_event(batch: &mut Batch, now: Millis, event: &FleetEvent, traced: bool) {
+    let json = serde_json::to_string(event).unwrap_or_default();
+    if traced {
+        batch.trace.push((now, json.clone()));
+    }
+    batch.events.push(EventText::Same(json));
+}
+
 impl Core {
+    /// One event's outputs become events, trace lines, dirty rows and sends.
     pub(super) fn collect(&mut self, out: Vec<Output>, batch: &mut Batch) {
         let now = now_ms();
         // Views are taken now, after the whole event, so one per session or
         // job is enough: a job submitted and assigned in one event would
         // otherwise be published twice, both times as assigned.
-        let mut workers_seen = std::collections::HashSet::new();
-        let mut jobs_seen = std::collections::HashSet::new();
+        let mut seen = Seen::default();
         for output in out {
-            // (event, whether it belongs in the durable trace)
-            let (event, traced) = match output {
-                Output::JobChanged(id) => {
-                    let Some(job) = self.scheduler.job(&id) else {
-                        continue;
-                    };
-                    if !jobs_seen.insert(job.id()) {
-                        continue;
-                    }
-                    // The whole view for subscribers that do not have the
-                    // job (or asked for whole views), a delta for the others,
-                    // the lifecycle for the trace (the row holds the rest);
-                    // none clones the view.
-                    let event = if self.known_jobs.contains(job.id()) {
-                        EventText::Change {
-                            full: self
-                                .whole_views_wanted()
-                                .then(|| job_updated_event(&job.view)),
-                            delta: job_changed_event(&job.view),
-                        }
-                    } else {
-                        self.known_jobs.insert(job.id().clone());
-                        EventText::Same(job_updated_event(&job.view))
-                    };
-                    batch.events.push(event);
-                    batch.trace.push((now, job_trace_line(job)));
-                    batch.dirty.push(id);
-                    continue;
+            match output {
+                Output::JobChanged(id) => self.publish_job_changed(id, now, &mut seen, batch),
+                Output::JobProgressed(id) => self.publish_progress(id, now, batch),
+                Output::WorkerJoined(session) => self.publish_worker_joined(session, now, batch),
+                Output::WorkerChanged(session) => {
+                    self.publish_worker_changed(session, &mut seen, batch)
                 }
-                // Only published: a progress report changes nothing a restart keeps.
-                Output::JobProgressed(id) => {
-                    let Some(job) = self.scheduler.job(&id) else {
-                        continue;
-                    };
-                    let v = &job.view;
-                    let event = FleetEvent::JobProgress {
-                        progress: JobProgress {
-                            job_id: id,
-                            trials_done: v.trials_done,
-                            trials_total: v.trials_total,
-                            best_latency_s: v.best_latency_s,
-                            updated_at: v.updated_at,
-                        },
-                    };
-                    (event, false)
-                }
-                Output::WorkerJoined(session) => match self.scheduler.worker(session) {
-                    Some(view) => {
-                        self.counters.worker_joins += 1;
-                        let worker = worker_json(view);
-                        self.worker_json
-                            .insert(view.session.clone(), worker.clone());
-                        let json = worker_event_json("worker_joined", &worker);
-                        batch.trace.push((now, json.clone()));
-                        batch.events.push(EventText::Same(json));
-                        continue;
-                    }
-                    None => continue,
-                },
-                Output::WorkerChanged(session) => match self.scheduler.worker(session) {
-                    Some(_) if !workers_seen.insert(session) => continue,
-                    Some(view) => {
-                        // Whole for subscribers without deltas (and kept for
-                        // snapshots); the rest get the job and the count (a
-                        // worker's `worker_joined` is always published before
-                        // its first change). Without such a subscriber the
-                        // whole view waits for the next snapshot: a busy
-                        // worker changes twice per job.
-                        let full = if self.whole_views_wanted() {
-                            let worker = worker_json(view);
-                            self.worker_json
-                                .insert(view.session.clone(), worker.clone());
-                            // Fresh: the next snapshot need not write it again.
-                            self.stale_worker_json.remove(&session);
-                            Some(worker_event_json("worker_updated", &worker))
-                        } else {
-                            self.stale_worker_json.insert(session);
-                            None
-                        };
-                        let change = FleetEvent::WorkerChanged {
-                            change: WorkerChange::of(view),
-                        };
-                        batch.events.push(EventText::Change {
-                            full,
-                            delta: serde_json::to_string(&change).unwrap_or_default(),
-                        });
-                        continue;
-                    }
-                    None => continue,
-                },
                 Output::WorkerLeft { session, reason } => {
-                    self.counters.worker_leaves += 1;
-                    self.sessions.remove(&session);
-                    self.stale_worker_json.remove(&session);
-                    self.worker_json
-                        .remove(&crate::scheduler::session_label(session));
-                    let event = FleetEvent::WorkerLeft {
-                        session: crate::scheduler::session_label(session),
-                        reason,
-                    };
-                    (event, true)
+                    self.publish_worker_left(session, reason, now, batch)
                 }
-                Output::Send { session, mut msg } => {
-                    if matches!(msg, MasterMessage::Assign { .. }) {
-                        self.counters.assignments += 1;
-                        self.share_cost_model(session, &mut msg);
-                    }
-                    batch.sends.push((session, Outbound::Msg(msg)));
-                    continue;
-                }
-            };
-            // Serialised once: the same text goes to the trace and to every subscriber.
-            let json = serde_json::to_string(&event).unwrap_or_default();
-            if traced {
-                batch.trace.push((now, json.clone()));
+                Output::Send { session, msg } => self.queue_send(session, msg, batch),
             }
-            batch.events.push(EventText::Same(json));
         }
+    }
+
+    /// A job changed: published once per event, its row marked dirty and its
+    /// lifecycle traced.
+    fn publish_job_changed(&mut self, id: JobId, now: Millis, seen: &mut Seen, batch: &mut Batch) {
+        let Some(job) = self.scheduler.job(&id) else {
+            return;
+        };
+        if !seen.jobs.insert(job.id().clone()) {
+            return;
+        }
+        // The whole view for subscribers that do not have the
+        // job (or asked for whole views), a delta for the others,
+        // the lifecycle for the trace (the row holds the rest);
+        // none clones the view.
+        let event = if self.known_jobs.contains(job.id()) {
+            EventText::Change {
+                full: self
+                    .whole_views_wanted()
+                    .then(|| job_updated_event(&job.view)),
+                delta: job_changed_event(&job.view),
+            }
+        } else {
+            self.known_jobs.insert(job.id().clone());
+            EventText::Same(job_updated_event(&job.view))
+        };
+        batch.events.push(event);
+        batch.trace.push((now, job_trace_line(job)));
+        batch.dirty.push(id);
+    }
+
+    /// Only published: a progress report changes nothing a restart keeps.
+    fn publish_progress(&mut self, id: JobId, now: Millis, batch: &mut Batch) {
+        let Some(job) = self.scheduler.job(&id) else {
+            return;
+        };
+        let v = &job.view;
+        let event = FleetEvent::JobProgress {
+            progress: JobProgress {
+                job_id: id,
+                trials_done: v.trials_done,
+                trials_total: v.trials_total,
+                best_latency_s: v.best_latency_s,
+                updated_at: v.updated_at,
+            },
+        };
+        push_event(batch, now, &event, false);
+    }
+
+    /// A worker joined: counted, its view kept for snapshots, published and
+    /// traced.
+    fn publish_worker_joined(&mut self, session: SessionId, now: Millis, batch: &mut Batch) {
+        let Some(view) = self.scheduler.worker(session) else {
+            return;
+        };
+        self.counters.worker_joins += 1;
+        let worker = worker_json(view);
+        self.worker_json
+            .insert(view.session.clone(), worker.clone());
+        let json = worker_event_json("worker_joined", &worker);
+        batch.trace.push((now, json.clone()));
+        batch.events.push(EventText::Same(json));
+    }
+
+    /// A worker changed: published once per event, not traced.
+    fn publish_worker_changed(&mut self, session: SessionId, seen: &mut Seen, batch: &mut Batch) {
+        let Some(view) = self.scheduler.worker(session) else {
+            return;
+        };
+        if !seen.workers.insert(session) {
+            return;
+        }
+        // Whole for subscribers without deltas (and kept for
+        // snapshots); the rest get the job and the count (a
+        // worker's `worker_joined` is always published before
+        // its first change). Without such a subscriber the
+        // whole view waits for the next snapshot: a busy
+        // worker changes twice per job.
+        let full = if self.whole_views_wanted() {
+            let worker = worker_json(view);
+            self.worker_json
+                .insert(view.session.clone(), worker.clone());
+            // Fresh: the next snapshot need not write it again.
+            self.stale_worker_json.remove(&session);
+            Some(worker_event_json("worker_updated", &worker))
+        } else {
+            self.stale_worker_json.insert(session);
+            None
+        };
+        let change = FleetEvent::WorkerChanged {
+            change: WorkerChange::of(view),
+        };
+        batch.events.push(EventText::Change {
+            full,
+            delta: serde_json::to_string(&change).unwrap_or_default(),
+        });
+    }
+
+    /// A worker left: counted, forgotten, published and traced.
+    fn publish_worker_left(
+        &mut self,
+        session: SessionId,
+        reason: String,
+        now: Millis,
+        batch: &mut Batch,
+    ) {
+        self.counters.worker_leaves += 1;
+        self.sessions.remove(&session);
+        self.stale_worker_json.remove(&session);
+        self.worker_json
+            .remove(&crate::scheduler::session_label(session));
+        let event = FleetEvent::WorkerLeft {
+            session: crate::scheduler::session_label(session),
+            reason,
+        };
+        push_event(batch, now, &event, true);
+    }
+
+    /// A message for a worker, sent after the commit; an assignment is
+    /// counted and carries the fleet's cost model where it has one.
+    fn queue_send(&mut self, session: SessionId, mut msg: MasterMessage, batch: &mut Batch) {
+        if matches!(msg, MasterMessage::Assign { .. }) {
+            self.counters.assignments += 1;
+            self.share_cost_model(session, &mut msg);
+        }
+        batch.sends.push((session, Outbound::Msg(msg)));
     }
 
     /// Whether a change must also be written whole: some subscriber did not
