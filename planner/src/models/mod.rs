@@ -30,9 +30,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 use tunefleet_shared::model::{
-    check_model_name, EstimatePoint, ModeView, ModelLatencies, ModelSource, ModelStage, ModelState,
-    ModelSubmission, ModelTaskView, ModelView, TunerSettings, DEFAULT_MODEL_TRIALS,
-    DEFAULT_TRIALS_PER_ROUND,
+    check_model_name, EstimatePoint, ExtractedModel, ModeView, ModelLatencies, ModelSource,
+    ModelStage, ModelState, ModelSubmission, ModelTaskView, ModelView, TunerSettings,
+    DEFAULT_MODEL_TRIALS, DEFAULT_TRIALS_PER_ROUND,
 };
 use tunefleet_shared::protocol::{JobId, JobView, Millis, TuningRecord};
 use tunefleet_shared::target::Target;
@@ -412,44 +412,13 @@ impl ModelRuns {
         if self.runs.contains_key(&name) {
             return Err(ModelError::Exists(name));
         }
-        let trials_total = trials.unwrap_or(DEFAULT_MODEL_TRIALS);
-        if !(1..=1_000_000).contains(&trials_total) {
-            return Err(ModelError::BadSettings(format!(
-                "trials must be between 1 and 1000000, got {trials_total}"
-            )));
-        }
-        let per_round = trials_per_round.unwrap_or(DEFAULT_TRIALS_PER_ROUND);
-        if !(1..=MAX_TRIALS).contains(&per_round) {
-            return Err(ModelError::BadSettings(format!(
-                "trials per round must be between 1 and {MAX_TRIALS}, got {per_round}"
-            )));
-        }
+        let (trials_total, per_round) = check_budget(trials, trials_per_round)?;
         check_tuner(&tuner).map_err(ModelError::BadSettings)?;
         source.check().map_err(ModelError::BadSettings)?;
         let requested_target = target.unwrap_or(default_target);
-        let extract = Workload {
-            name: format!("{name}/extract"),
-            op: Op::Model {
-                model: Box::new(ModelStage::Extract {
-                    run: name.clone(),
-                    source: source.clone(),
-                }),
-            },
-            dtype: "float32".into(),
-            target: requested_target.clone(),
-            trials: 1,
-            tuner: TunerSettings::default(),
-        };
+        let extract = extract_workload(&name, &source, &requested_target);
         let tasks = match &extracted {
-            Some(extracted) => {
-                let tasks = serde_json::to_value(&extracted.tasks)
-                    .map_err(|e| ModelError::BadSettings(e.to_string()))?;
-                parse_tasks(
-                    tasks.as_array().map(Vec::as_slice).unwrap_or_default(),
-                    None,
-                )
-                .map_err(|e| ModelError::BadSettings(format!("extracted {e}")))?
-            }
+            Some(extracted) => extracted_tasks(extracted)?,
             None => Vec::new(),
         };
         let client_extracted = extracted.is_some();
@@ -598,56 +567,7 @@ impl ModelRuns {
             // order); gradient rounds only as workers can take them, so each
             // choice is made with the latest results.
             let parallel = slots(&target).max(1);
-            loop {
-                let left = run.trials_total.saturating_sub(run.trials_committed());
-                if left == 0 {
-                    break;
-                }
-                let histories: Vec<Vec<f64>> =
-                    run.tasks.iter().map(|t| t.history.clone()).collect();
-                let stats: Vec<allocation::TaskStats<'_>> = run
-                    .tasks
-                    .iter()
-                    .zip(&histories)
-                    .map(|(t, h)| allocation::TaskStats {
-                        weight: f64::from(t.weight),
-                        history: h,
-                        live: t.live(),
-                        busy: t.busy(),
-                        in_flight: t.in_flight(),
-                    })
-                    .collect();
-                let idle = run.rounds_in_flight() < parallel;
-                let Some(i) = allocation::next_task(&stats)
-                    .or_else(|| idle.then(|| allocation::extra_round(&stats)).flatten())
-                else {
-                    break;
-                };
-                let warm_up = run.tasks[i].rounds.is_empty();
-                if !warm_up && run.rounds_in_flight() >= parallel {
-                    break;
-                }
-                // Warm-up: spread a short budget so every task can still get one.
-                let waiting = run
-                    .tasks
-                    .iter()
-                    .filter(|t| t.live() && t.rounds.is_empty())
-                    .count()
-                    .max(1) as u32;
-                let share = if warm_up {
-                    (left / waiting).max(1)
-                } else {
-                    left
-                };
-                let trials = run.trials_per_round.min(share).min(left);
-                let (workload, extras) = round_job(run, i, trials, &target);
-                let job_id = workload.job_id();
-                run.tasks[i].rounds.push(Round {
-                    job_id: job_id.clone(),
-                    trials_planned: trials,
-                    trials_done: None,
-                    ok: false,
-                });
+            while let Some((job_id, workload, extras)) = plan_round(run, &target, parallel) {
                 planned.push(job_id);
                 plan.jobs.push((workload, extras));
             }
@@ -656,21 +576,8 @@ impl ModelRuns {
             run.updated_at = now;
             plan.touch(name);
         }
-        if run.rounds_in_flight() == 0 && run.compile_job.is_none() && run.client_extracted() {
-            // No model file to compile on a worker: the run is done when its
-            // budget is spent (or it was stopped); the client applies the
-            // records (`run.apply` in the Python package).
-            run.state = ModelState::Done;
-            run.finished_at = Some(now);
-            run.updated_at = now;
-            plan.touch(name);
-        } else if run.rounds_in_flight() == 0 && run.compile_job.is_none() {
-            let compile = compile_job(run, &target);
-            run.compile_job = Some(compile.job_id());
-            run.state = ModelState::Compiling;
-            run.updated_at = now;
-            planned.push(compile.job_id());
-            plan.jobs.push((compile, JobExtras::default()));
+        if run.rounds_in_flight() == 0 && run.compile_job.is_none() {
+            planned.extend(finish_tuning(run, &target, now, plan));
             plan.touch(name);
         }
         for job in planned {
@@ -680,6 +587,150 @@ impl ModelRuns {
             }
         }
     }
+}
+
+/// The run's trial budget and trials per round, defaults filled in, or why
+/// they are refused.
+fn check_budget(
+    trials: Option<u32>,
+    trials_per_round: Option<u32>,
+) -> Result<(u32, u32), ModelError> {
+    let trials_total = trials.unwrap_or(DEFAULT_MODEL_TRIALS);
+    if !(1..=1_000_000).contains(&trials_total) {
+        return Err(ModelError::BadSettings(format!(
+            "trials must be between 1 and 1000000, got {trials_total}"
+        )));
+    }
+    let per_round = trials_per_round.unwrap_or(DEFAULT_TRIALS_PER_ROUND);
+    if !(1..=MAX_TRIALS).contains(&per_round) {
+        return Err(ModelError::BadSettings(format!(
+            "trials per round must be between 1 and {MAX_TRIALS}, got {per_round}"
+        )));
+    }
+    Ok((trials_total, per_round))
+}
+
+/// The run's extract job: a worker reads the model's tasks from its file.
+fn extract_workload(name: &str, source: &ModelSource, target: &Target) -> Workload {
+    Workload {
+        name: format!("{name}/extract"),
+        op: Op::Model {
+            model: Box::new(ModelStage::Extract {
+                run: name.to_string(),
+                source: source.clone(),
+            }),
+        },
+        dtype: "float32".into(),
+        target: target.clone(),
+        trials: 1,
+        tuner: TunerSettings::default(),
+    }
+}
+
+/// The tasks a client extracted itself, read as an extract job's would be.
+fn extracted_tasks(extracted: &ExtractedModel) -> Result<Vec<Task>, ModelError> {
+    let tasks = serde_json::to_value(&extracted.tasks)
+        .map_err(|e| ModelError::BadSettings(e.to_string()))?;
+    parse_tasks(
+        tasks.as_array().map(Vec::as_slice).unwrap_or_default(),
+        None,
+    )
+    .map_err(|e| ModelError::BadSettings(format!("extracted {e}")))
+}
+
+/// The next round of `run`, recorded in its task, or `None` when the
+/// budget is spent or the next choice must wait for a free worker.
+fn plan_round(
+    run: &mut ModelRun,
+    target: &Target,
+    parallel: usize,
+) -> Option<(JobId, Workload, JobExtras)> {
+    let left = run.trials_total.saturating_sub(run.trials_committed());
+    if left == 0 {
+        return None;
+    }
+    let i = next_round_task(run, parallel)?;
+    let trials = round_trials(run, i, left);
+    let (workload, extras) = round_job(run, i, trials, target);
+    let job_id = workload.job_id();
+    run.tasks[i].rounds.push(Round {
+        job_id: job_id.clone(),
+        trials_planned: trials,
+        trials_done: None,
+        ok: false,
+    });
+    Some((job_id, workload, extras))
+}
+
+/// Which task gets the next round (`allocation.rs`'s rule; an extra round
+/// of a busy task only while workers are idle), or `None` when a gradient
+/// round would find no free worker: it waits, to be chosen with the
+/// latest results.
+fn next_round_task(run: &ModelRun, parallel: usize) -> Option<usize> {
+    let histories: Vec<Vec<f64>> = run.tasks.iter().map(|t| t.history.clone()).collect();
+    let stats: Vec<allocation::TaskStats<'_>> = run
+        .tasks
+        .iter()
+        .zip(&histories)
+        .map(|(t, h)| allocation::TaskStats {
+            weight: f64::from(t.weight),
+            history: h,
+            live: t.live(),
+            busy: t.busy(),
+            in_flight: t.in_flight(),
+        })
+        .collect();
+    let idle = run.rounds_in_flight() < parallel;
+    let i = allocation::next_task(&stats)
+        .or_else(|| idle.then(|| allocation::extra_round(&stats)).flatten())?;
+    let warm_up = run.tasks[i].rounds.is_empty();
+    if !warm_up && run.rounds_in_flight() >= parallel {
+        return None;
+    }
+    Some(i)
+}
+
+/// Trials for task `i`'s next round, `left` of the budget being unplanned.
+fn round_trials(run: &ModelRun, i: usize, left: u32) -> u32 {
+    let warm_up = run.tasks[i].rounds.is_empty();
+    // Warm-up: spread a short budget so every task can still get one.
+    let waiting = run
+        .tasks
+        .iter()
+        .filter(|t| t.live() && t.rounds.is_empty())
+        .count()
+        .max(1) as u32;
+    let share = if warm_up {
+        (left / waiting).max(1)
+    } else {
+        left
+    };
+    run.trials_per_round.min(share).min(left)
+}
+
+/// No round in flight and none planned: a run of client-extracted tasks is
+/// done, any other gets its compile job (whose id is returned).
+fn finish_tuning(
+    run: &mut ModelRun,
+    target: &Target,
+    now: Millis,
+    plan: &mut Plan,
+) -> Option<JobId> {
+    run.updated_at = now;
+    if run.client_extracted() {
+        // No model file to compile on a worker: the run is done when its
+        // budget is spent (or it was stopped); the client applies the
+        // records (`run.apply` in the Python package).
+        run.state = ModelState::Done;
+        run.finished_at = Some(now);
+        return None;
+    }
+    let compile = compile_job(run, target);
+    let job_id = compile.job_id();
+    run.compile_job = Some(job_id.clone());
+    run.state = ModelState::Compiling;
+    plan.jobs.push((compile, JobExtras::default()));
+    Some(job_id)
 }
 
 fn check_tuner(tuner: &TunerSettings) -> Result<(), String> {
