@@ -59,99 +59,107 @@ impl Scheduler {
         out: &mut Vec<Output>,
     ) -> (Vec<JobId>, Vec<JobId>) {
         let (mut created, mut duplicates) = (Vec::new(), Vec::new());
-        for (workload, mut extras) in workloads {
-            let (id, content_key) = match policy {
-                CachePolicy::Use => {
-                    let (id, content_key) = workload.job_id_and_content_key();
-                    (id, Some(content_key))
-                }
-                CachePolicy::Bypass => (workload.job_id(), None),
-            };
-            if self.jobs.contains_key(&id) {
-                duplicates.push(id);
-                continue;
+        for (workload, extras) in workloads {
+            match self.submit_one(workload, extras, policy, now, out) {
+                Submitted::New(id) => created.push(id),
+                Submitted::Duplicate(id) => duplicates.push(id),
             }
-            let (answer, content_key) = match content_key {
-                Some(content_key) => {
-                    let answer = self.cache.lookup(&workload, &content_key, &self.jobs);
-                    (answer, Memo::known(content_key))
-                }
-                None => (CacheAnswer::Miss, Memo::default()),
-            };
-            let key = self.next_back;
-            self.next_back += 1;
-            let mut view = JobView {
-                job_id: id.clone(),
-                name: workload.name.clone(),
-                trials_total: workload.trials,
-                workload,
-                state: JobState::Queued,
-                attempts: 0,
-                worker: None,
-                trials_done: 0,
-                best_latency_s: None,
-                records: Vec::new(),
-                history: Vec::new(),
-                errors: Vec::new(),
-                result: None,
-                created_at: now,
-                updated_at: now,
-                started_at: None,
-                finished_at: None,
-                cache_hit: false,
-                cached_from: None,
-                actions: Vec::new(),
-            };
-            match answer {
-                CacheAnswer::Miss => {}
-                CacheAnswer::Hit(from) => {
-                    if let Some(source) = self.jobs.get(&from) {
-                        answer_from(&mut view, source, now);
-                    }
-                }
-                CacheAnswer::Warm {
-                    from,
-                    trials,
-                    start,
-                } => {
-                    if let Some(source) = self.jobs.get(&from) {
-                        view.records = source.view.records.clone();
-                        view.best_latency_s = source.view.best_latency_s;
-                    }
-                    view.trials_done = trials;
-                    view.cached_from = Some(from);
-                    extras.prior_trials = trials;
-                    extras.warm_start = Some(start);
-                }
-            }
-            let answered = view.cache_hit;
-            let target_key = view.workload.target.canonical_json();
-            if !answered {
-                self.seed(&view.workload, content_key.get(), &mut extras);
-                self.open.opened(&target_key, &view.workload.target);
-            }
-            self.jobs.insert(
-                id.clone(),
-                Box::new(Job {
-                    view: Arc::new(view),
-                    lease: Lease::default(),
-                    holder: None,
-                    lease_history: Vec::new(),
-                    last_progress_at: now,
-                    queue_key: key,
-                    extras,
-                    content_key,
-                    target_key: Memo::known(target_key),
-                }),
-            );
-            if !answered {
-                self.enqueue(&id, key);
-            }
-            out.push(Output::JobChanged(id.clone()));
-            created.push(id);
         }
         self.dispatch(now, out);
         (created, duplicates)
+    }
+
+    /// One workload: a job of the same id is a duplicate; otherwise a new
+    /// job, answered or warm-started by the cache where `policy` lets it,
+    /// seeded from imports and queued unless the cache answered it.
+    fn submit_one(
+        &mut self,
+        workload: Workload,
+        mut extras: JobExtras,
+        policy: CachePolicy,
+        now: Millis,
+        out: &mut Vec<Output>,
+    ) -> Submitted {
+        let (id, content_key) = match policy {
+            CachePolicy::Use => {
+                let (id, content_key) = workload.job_id_and_content_key();
+                (id, Some(content_key))
+            }
+            CachePolicy::Bypass => (workload.job_id(), None),
+        };
+        if self.jobs.contains_key(&id) {
+            return Submitted::Duplicate(id);
+        }
+        let (answer, content_key) = match content_key {
+            Some(content_key) => {
+                let answer = self.cache.lookup(&workload, &content_key, &self.jobs);
+                (answer, Memo::known(content_key))
+            }
+            None => (CacheAnswer::Miss, Memo::default()),
+        };
+        let key = self.next_back;
+        self.next_back += 1;
+        let mut view = queued_view(id.clone(), workload, now);
+        self.apply_answer(answer, &mut view, &mut extras, now);
+        let answered = view.cache_hit;
+        let target_key = view.workload.target.canonical_json();
+        if !answered {
+            self.seed(&view.workload, content_key.get(), &mut extras);
+            self.open.opened(&target_key, &view.workload.target);
+        }
+        self.jobs.insert(
+            id.clone(),
+            Box::new(Job {
+                view: Arc::new(view),
+                lease: Lease::default(),
+                holder: None,
+                lease_history: Vec::new(),
+                last_progress_at: now,
+                queue_key: key,
+                extras,
+                content_key,
+                target_key: Memo::known(target_key),
+            }),
+        );
+        if !answered {
+            self.enqueue(&id, key);
+        }
+        out.push(Output::JobChanged(id.clone()));
+        Submitted::New(id)
+    }
+
+    /// What the cache said, applied to a new job: a hit makes it `done`
+    /// with the earlier job's result; a warm start brings the earlier
+    /// records and counts their trials as done.
+    fn apply_answer(
+        &self,
+        answer: CacheAnswer,
+        view: &mut JobView,
+        extras: &mut JobExtras,
+        now: Millis,
+    ) {
+        match answer {
+            CacheAnswer::Miss => {}
+            CacheAnswer::Hit(from) => {
+                if let Some(source) = self.jobs.get(&from) {
+                    answer_from(view, source, now);
+                }
+            }
+            CacheAnswer::Warm {
+                from,
+                trials,
+                start,
+            } => {
+                if let Some(source) = self.jobs.get(&from) {
+                    view.records = source.view.records.clone();
+                    view.best_latency_s = source.view.best_latency_s;
+                }
+                view.trials_done = trials;
+                view.cached_from = Some(from);
+                extras.prior_trials = trials;
+                extras.warm_start = Some(start);
+            }
+        }
     }
 
     /// Adds imported records to a new job's warm start when its workload
@@ -214,6 +222,38 @@ impl Scheduler {
     #[must_use = "skipped rows are to be logged"]
     pub fn restore_imports(&mut self, rows: Vec<(String, String)>) -> Vec<(String, String)> {
         self.imports.restore(rows)
+    }
+}
+
+/// What [`Scheduler::submit_one`] did with a workload.
+enum Submitted {
+    New(JobId),
+    Duplicate(JobId),
+}
+
+/// A new job's view: queued, nothing tried yet.
+fn queued_view(job_id: JobId, workload: Workload, now: Millis) -> JobView {
+    JobView {
+        job_id,
+        name: workload.name.clone(),
+        trials_total: workload.trials,
+        workload,
+        state: JobState::Queued,
+        attempts: 0,
+        worker: None,
+        trials_done: 0,
+        best_latency_s: None,
+        records: Vec::new(),
+        history: Vec::new(),
+        errors: Vec::new(),
+        result: None,
+        created_at: now,
+        updated_at: now,
+        started_at: None,
+        finished_at: None,
+        cache_hit: false,
+        cached_from: None,
+        actions: Vec::new(),
     }
 }
 
