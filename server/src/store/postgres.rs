@@ -34,9 +34,10 @@ use postgres::{Client, Statement};
 use tunefleet_shared::protocol::Millis;
 
 use super::{
-    check_version, cost_models_table, Archived, Backend, CostModelRow, Durability, Found, JobRead,
-    JobWrite, RecordRead, RowBatch, Standby, StoreError, ARCHIVED_INDEX, JOB_COLUMNS,
-    MAX_ARCHIVED_PER_KEY, MODEL_RECORDS_TABLE, SCHEMA_VERSION, WARM_STARTS_TABLE, WORKLOADS_TABLE,
+    check_version, cost_models_table, ArchiveWrite, Archived, Backend, CostModelRow, Durability,
+    Found, JobRead, JobWrite, RecordRead, RecordWrite, RowBatch, Standby, StoreError,
+    ARCHIVED_INDEX, JOB_COLUMNS, MAX_ARCHIVED_PER_KEY, MODEL_RECORDS_TABLE, SCHEMA_VERSION,
+    WARM_STARTS_TABLE, WORKLOADS_TABLE,
 };
 
 mod lead;
@@ -215,6 +216,9 @@ impl PgStore {
         })
     }
 
+    /// Creates the schema in an empty database, migrates an older one, and
+    /// refuses one this release cannot read; in one transaction with the
+    /// version check, so a standby that takes over later finds it done.
     fn create_or_check(&mut self) -> Result<(), StoreError> {
         let path = self.path.clone();
         let err = |cause| StoreError::Postgres {
@@ -231,90 +235,14 @@ impl PgStore {
             .map_err(err)?
             .map(|row| row.get(0));
         match check_version(&path, found.as_deref())? {
-            Found::Empty => {
-                tx.batch_execute(&format!(
-                    "CREATE TABLE jobs (
-                         job_id TEXT PRIMARY KEY,
-                         state TEXT NOT NULL,
-                         queue_key BIGINT NOT NULL,
-                         data TEXT NOT NULL,
-                         archived_at BIGINT,
-                         content_key TEXT
-                     );
-                     {ARCHIVED_INDEX};
-                     {WORKLOADS_TABLE};
-                     CREATE TABLE models (
-                         name TEXT PRIMARY KEY,
-                         state TEXT NOT NULL,
-                         data TEXT NOT NULL
-                     );
-                     {MODEL_RECORDS_TABLE};
-                     {WARM_STARTS_TABLE};
-                     {cost_models};
-                     CREATE TABLE artifacts (
-                         run TEXT NOT NULL,
-                         kind TEXT NOT NULL,
-                         data BYTEA NOT NULL,
-                         PRIMARY KEY (run, kind)
-                     );
-                     CREATE TABLE trace (
-                         seq BIGSERIAL PRIMARY KEY,
-                         at BIGINT NOT NULL,
-                         event TEXT NOT NULL
-                     );",
-                    cost_models = cost_models_table("BYTEA")
-                ))
-                .map_err(err)?;
-                tx.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', $1)",
-                    &[&SCHEMA_VERSION.to_string()],
-                )
-                .map_err(err)?;
-            }
+            Found::Empty => create_schema(&mut tx).map_err(err)?,
             Found::Current => {}
             Found::Older(from @ (2..=5)) => {
-                // In the same transaction as the version check: a standby
-                // that takes over later finds it done.
                 tracing::info!(
                     state = %path,
                     "migrating the state database from schema {from} to {SCHEMA_VERSION}"
                 );
-                // 2 → 3: the archive's columns and index (NULL: nothing is
-                // archived yet).
-                if from == 2 {
-                    tx.batch_execute(&format!(
-                        "ALTER TABLE jobs ADD COLUMN archived_at BIGINT;
-                         ALTER TABLE jobs ADD COLUMN content_key TEXT;
-                         {ARCHIVED_INDEX};"
-                    ))
-                    .map_err(err)?;
-                }
-                // 3 → 4: the workloads to a table of their own.
-                if from <= 3 {
-                    tx.batch_execute(&format!(
-                        "{WORKLOADS_TABLE};
-                         INSERT INTO workloads (job_id, workload) SELECT job_id, workload FROM jobs;
-                         ALTER TABLE jobs DROP COLUMN workload;"
-                    ))
-                    .map_err(err)?;
-                }
-                // 4 → 5: the model records' and warm starts' tables (a
-                // run's records, a job's warm start, move to them with its
-                // next commit).
-                if from <= 4 {
-                    tx.batch_execute(&format!(
-                        "{MODEL_RECORDS_TABLE};
-                         {WARM_STARTS_TABLE};"
-                    ))
-                    .map_err(err)?;
-                }
-                // 5 → 6: the fleet's cost models, none yet.
-                tx.batch_execute(&format!(
-                    "{};
-                     UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';",
-                    cost_models_table("BYTEA")
-                ))
-                .map_err(err)?;
+                migrate_schema(&mut tx, from).map_err(err)?;
             }
             Found::Older(v) => {
                 return Err(StoreError::Migration {
@@ -328,6 +256,10 @@ impl PgStore {
         tx.commit().map_err(err)
     }
 
+    /// Every statement a commit uses, prepared once per connection. Long on
+    /// purpose: one prepared statement per field of `Statements`, each with
+    /// its SQL, reads best as one list (split, the SQL would be scattered
+    /// across helpers that each do nothing but prepare).
     fn prepare(&mut self) -> Result<Statements, StoreError> {
         let path = self.path.clone();
         let err = |cause| StoreError::Postgres {
@@ -442,6 +374,266 @@ pub(super) fn last_write_of_each<'b, 'a>(jobs: &'b [JobWrite<'a>]) -> Vec<&'b Jo
         .collect();
     last.reverse();
     last
+}
+
+/// Every table of the current schema, in an empty database, and its version.
+fn create_schema(tx: &mut postgres::Transaction<'_>) -> Result<(), postgres::Error> {
+    tx.batch_execute(&format!(
+        "CREATE TABLE jobs (
+                         job_id TEXT PRIMARY KEY,
+                         state TEXT NOT NULL,
+                         queue_key BIGINT NOT NULL,
+                         data TEXT NOT NULL,
+                         archived_at BIGINT,
+                         content_key TEXT
+                     );
+                     {ARCHIVED_INDEX};
+                     {WORKLOADS_TABLE};
+                     CREATE TABLE models (
+                         name TEXT PRIMARY KEY,
+                         state TEXT NOT NULL,
+                         data TEXT NOT NULL
+                     );
+                     {MODEL_RECORDS_TABLE};
+                     {WARM_STARTS_TABLE};
+                     {cost_models};
+                     CREATE TABLE artifacts (
+                         run TEXT NOT NULL,
+                         kind TEXT NOT NULL,
+                         data BYTEA NOT NULL,
+                         PRIMARY KEY (run, kind)
+                     );
+                     CREATE TABLE trace (
+                         seq BIGSERIAL PRIMARY KEY,
+                         at BIGINT NOT NULL,
+                         event TEXT NOT NULL
+                     );",
+        cost_models = cost_models_table("BYTEA")
+    ))?;
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('schema_version', $1)",
+        &[&SCHEMA_VERSION.to_string()],
+    )?;
+    Ok(())
+}
+
+/// Schema `from` (2 to 5) to the current one, step by step.
+fn migrate_schema(tx: &mut postgres::Transaction<'_>, from: i64) -> Result<(), postgres::Error> {
+    // 2 → 3: the archive's columns and index (NULL: nothing is
+    // archived yet).
+    if from == 2 {
+        tx.batch_execute(&format!(
+            "ALTER TABLE jobs ADD COLUMN archived_at BIGINT;
+                         ALTER TABLE jobs ADD COLUMN content_key TEXT;
+                         {ARCHIVED_INDEX};"
+        ))?;
+    }
+    // 3 → 4: the workloads to a table of their own.
+    if from <= 3 {
+        tx.batch_execute(&format!(
+            "{WORKLOADS_TABLE};
+                         INSERT INTO workloads (job_id, workload) SELECT job_id, workload FROM jobs;
+                         ALTER TABLE jobs DROP COLUMN workload;"
+        ))?;
+    }
+    // 4 → 5: the model records' and warm starts' tables (a
+    // run's records, a job's warm start, move to them with its
+    // next commit).
+    if from <= 4 {
+        tx.batch_execute(&format!(
+            "{MODEL_RECORDS_TABLE};
+                         {WARM_STARTS_TABLE};"
+        ))?;
+    }
+    // 5 → 6: the fleet's cost models, none yet.
+    tx.batch_execute(&format!(
+        "{};
+                     UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version';",
+        cost_models_table("BYTEA")
+    ))
+}
+
+/// Writes a batch's rows in one transaction, in this order: jobs (changed,
+/// then new), archive marks, model runs, warm starts, the runs' records and
+/// the records gone, artefacts, cost models, trace lines, meta. Rows of a
+/// kind go in one statement of arrays where they can (one round trip each).
+/// Dropping `tx` on an error rolls every write back.
+fn write_batch(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    batch: &RowBatch<'_, '_>,
+) -> Result<(), postgres::Error> {
+    let RowBatch {
+        jobs,
+        archive,
+        models,
+        records,
+        records_gone,
+        warm_starts,
+        artifacts,
+        trace,
+        meta,
+        cost_models,
+    } = *batch;
+    write_jobs(tx, st, jobs)?;
+    mark_archived(tx, st, archive)?;
+    for (name, state, data) in models {
+        tx.execute(&st.upsert_model, &[name, state, data])?;
+    }
+    write_warm_starts(tx, st, warm_starts)?;
+    write_records(tx, st, records, records_gone)?;
+    for (run, kind, bytes) in artifacts {
+        tx.execute(&st.put_artifact, &[run, kind, bytes])?;
+    }
+    write_cost_models(tx, st, cost_models)?;
+    append_trace(tx, st, trace)?;
+    write_meta(tx, meta)
+}
+
+/// Each job's last write: a job without its workload is only updated, one
+/// with it is upserted and its workload written once.
+fn write_jobs(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    jobs: &[JobWrite<'_>],
+) -> Result<(), postgres::Error> {
+    let (new, changed): (Vec<&JobWrite<'_>>, Vec<&JobWrite<'_>>) = last_write_of_each(jobs)
+        .into_iter()
+        .partition(|job| job.workload.is_some());
+    if !changed.is_empty() {
+        let ids: Vec<&str> = changed.iter().map(|j| j.job_id).collect();
+        let states: Vec<&str> = changed.iter().map(|j| j.state).collect();
+        let keys: Vec<i64> = changed.iter().map(|j| j.queue_key).collect();
+        let data: Vec<&str> = changed.iter().map(|j| j.data.as_str()).collect();
+        tx.execute(&st.update_jobs, &[&ids, &states, &keys, &data])?;
+    }
+    if !new.is_empty() {
+        let ids: Vec<&str> = new.iter().map(|j| j.job_id).collect();
+        let states: Vec<&str> = new.iter().map(|j| j.state).collect();
+        let keys: Vec<i64> = new.iter().map(|j| j.queue_key).collect();
+        let data: Vec<&str> = new.iter().map(|j| j.data.as_str()).collect();
+        let workloads: Vec<&str> = new
+            .iter()
+            .map(|j| j.workload.as_deref().unwrap_or_default())
+            .collect();
+        tx.execute(&st.insert_jobs, &[&ids, &states, &keys, &data])?;
+        tx.execute(&st.insert_workloads, &[&ids, &workloads])?;
+    }
+    Ok(())
+}
+
+/// Marks archived jobs (already written above) with when and their content key.
+fn mark_archived(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    archive: &[ArchiveWrite],
+) -> Result<(), postgres::Error> {
+    if !archive.is_empty() {
+        let ids: Vec<&str> = archive.iter().map(|a| a.job_id.as_str()).collect();
+        let at: Vec<i64> = archive.iter().map(|a| a.at.0 as i64).collect();
+        let keys: Vec<&str> = archive.iter().map(|a| a.content_key.as_str()).collect();
+        tx.execute(&st.archive_jobs, &[&ids, &at, &keys])?;
+    }
+    Ok(())
+}
+
+/// Warm starts written (`Some`), then those deleted (`None`).
+fn write_warm_starts(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    warm_starts: &[(&str, Option<String>)],
+) -> Result<(), postgres::Error> {
+    let (put, dropped): (Vec<_>, Vec<_>) = warm_starts.iter().partition(|(_, w)| w.is_some());
+    if !put.is_empty() {
+        let ids: Vec<&str> = put.iter().map(|(id, _)| *id).collect();
+        let data: Vec<&str> = put
+            .iter()
+            .map(|(_, w)| w.as_deref().unwrap_or_default())
+            .collect();
+        tx.execute(&st.put_warm_starts, &[&ids, &data])?;
+    }
+    if !dropped.is_empty() {
+        let ids: Vec<&str> = dropped.iter().map(|(id, _)| *id).collect();
+        tx.execute(&st.drop_warm_starts, &[&ids])?;
+    }
+    Ok(())
+}
+
+/// The runs' new records, then the records they no longer keep.
+fn write_records(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    records: &[RecordWrite<'_>],
+    records_gone: &[(&str, String)],
+) -> Result<(), postgres::Error> {
+    if !records.is_empty() {
+        let models: Vec<&str> = records.iter().map(|r| r.model).collect();
+        let keys: Vec<&str> = records.iter().map(|r| r.key).collect();
+        let tasks: Vec<i64> = records.iter().map(|r| r.task).collect();
+        let data: Vec<&str> = records.iter().map(|r| r.data.as_str()).collect();
+        tx.execute(&st.put_records, &[&models, &keys, &tasks, &data])?;
+    }
+    if !records_gone.is_empty() {
+        let models: Vec<&str> = records_gone.iter().map(|(m, _)| *m).collect();
+        let keys: Vec<&str> = records_gone.iter().map(|(_, k)| k.as_str()).collect();
+        tx.execute(&st.drop_records, &[&models, &keys])?;
+    }
+    Ok(())
+}
+
+/// Cost models kept since the last commit, upserted by target and TVM release.
+fn write_cost_models(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    cost_models: &[CostModelRow],
+) -> Result<(), postgres::Error> {
+    for m in cost_models {
+        tx.execute(
+            &st.put_cost_model,
+            &[
+                &m.target,
+                &m.tvm,
+                &m.id,
+                &m.samples,
+                &m.tvm_version,
+                &m.updated_at,
+                &m.data,
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// Trace lines, appended in the batch's order.
+fn append_trace(
+    tx: &mut postgres::Transaction<'_>,
+    st: &Statements,
+    trace: &[(Millis, String)],
+) -> Result<(), postgres::Error> {
+    if !trace.is_empty() {
+        let at: Vec<i64> = trace.iter().map(|(at, _)| at.0 as i64).collect();
+        let lines: Vec<&str> = trace.iter().map(|(_, line)| line.as_str()).collect();
+        tx.execute(&st.append_trace, &[&at, &lines])?;
+    }
+    Ok(())
+}
+
+/// `meta` rows upserted, or deleted (`None`).
+fn write_meta(
+    tx: &mut postgres::Transaction<'_>,
+    meta: &[(String, Option<String>)],
+) -> Result<(), postgres::Error> {
+    for (key, value) in meta {
+        match value {
+            Some(value) => tx.execute(
+                "INSERT INTO meta (key, value) VALUES ($1, $2)
+                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                &[key, value],
+            ),
+            None => tx.execute("DELETE FROM meta WHERE key = $1", &[key]),
+        }?;
+    }
+    Ok(())
 }
 
 impl Backend for PgStore {
@@ -632,18 +824,6 @@ impl Backend for PgStore {
     }
 
     fn commit(&mut self, batch: &RowBatch<'_, '_>) -> Result<(), StoreError> {
-        let RowBatch {
-            jobs,
-            archive,
-            models,
-            records,
-            records_gone,
-            warm_starts,
-            artifacts,
-            trace,
-            meta,
-            cost_models,
-        } = *batch;
         let path = self.path.clone();
         let err = |cause| StoreError::Postgres {
             path: path.clone(),
@@ -656,105 +836,7 @@ impl Backend for PgStore {
             unreachable!("prepared above");
         };
         let mut tx = self.client.transaction().map_err(err)?;
-        let (new, changed): (Vec<&JobWrite<'_>>, Vec<&JobWrite<'_>>) = last_write_of_each(jobs)
-            .into_iter()
-            .partition(|job| job.workload.is_some());
-        if !changed.is_empty() {
-            let ids: Vec<&str> = changed.iter().map(|j| j.job_id).collect();
-            let states: Vec<&str> = changed.iter().map(|j| j.state).collect();
-            let keys: Vec<i64> = changed.iter().map(|j| j.queue_key).collect();
-            let data: Vec<&str> = changed.iter().map(|j| j.data.as_str()).collect();
-            tx.execute(&st.update_jobs, &[&ids, &states, &keys, &data])
-                .map_err(err)?;
-        }
-        if !new.is_empty() {
-            let ids: Vec<&str> = new.iter().map(|j| j.job_id).collect();
-            let states: Vec<&str> = new.iter().map(|j| j.state).collect();
-            let keys: Vec<i64> = new.iter().map(|j| j.queue_key).collect();
-            let data: Vec<&str> = new.iter().map(|j| j.data.as_str()).collect();
-            let workloads: Vec<&str> = new
-                .iter()
-                .map(|j| j.workload.as_deref().unwrap_or_default())
-                .collect();
-            tx.execute(&st.insert_jobs, &[&ids, &states, &keys, &data])
-                .map_err(err)?;
-            tx.execute(&st.insert_workloads, &[&ids, &workloads])
-                .map_err(err)?;
-        }
-        if !archive.is_empty() {
-            let ids: Vec<&str> = archive.iter().map(|a| a.job_id.as_str()).collect();
-            let at: Vec<i64> = archive.iter().map(|a| a.at.0 as i64).collect();
-            let keys: Vec<&str> = archive.iter().map(|a| a.content_key.as_str()).collect();
-            tx.execute(&st.archive_jobs, &[&ids, &at, &keys])
-                .map_err(err)?;
-        }
-        for (name, state, data) in models {
-            tx.execute(&st.upsert_model, &[name, state, data])
-                .map_err(err)?;
-        }
-        let (put, dropped): (Vec<_>, Vec<_>) = warm_starts.iter().partition(|(_, w)| w.is_some());
-        if !put.is_empty() {
-            let ids: Vec<&str> = put.iter().map(|(id, _)| *id).collect();
-            let data: Vec<&str> = put
-                .iter()
-                .map(|(_, w)| w.as_deref().unwrap_or_default())
-                .collect();
-            tx.execute(&st.put_warm_starts, &[&ids, &data])
-                .map_err(err)?;
-        }
-        if !dropped.is_empty() {
-            let ids: Vec<&str> = dropped.iter().map(|(id, _)| *id).collect();
-            tx.execute(&st.drop_warm_starts, &[&ids]).map_err(err)?;
-        }
-        if !records.is_empty() {
-            let models: Vec<&str> = records.iter().map(|r| r.model).collect();
-            let keys: Vec<&str> = records.iter().map(|r| r.key).collect();
-            let tasks: Vec<i64> = records.iter().map(|r| r.task).collect();
-            let data: Vec<&str> = records.iter().map(|r| r.data.as_str()).collect();
-            tx.execute(&st.put_records, &[&models, &keys, &tasks, &data])
-                .map_err(err)?;
-        }
-        if !records_gone.is_empty() {
-            let models: Vec<&str> = records_gone.iter().map(|(m, _)| *m).collect();
-            let keys: Vec<&str> = records_gone.iter().map(|(_, k)| k.as_str()).collect();
-            tx.execute(&st.drop_records, &[&models, &keys])
-                .map_err(err)?;
-        }
-        for (run, kind, bytes) in artifacts {
-            tx.execute(&st.put_artifact, &[run, kind, bytes])
-                .map_err(err)?;
-        }
-        for m in cost_models {
-            tx.execute(
-                &st.put_cost_model,
-                &[
-                    &m.target,
-                    &m.tvm,
-                    &m.id,
-                    &m.samples,
-                    &m.tvm_version,
-                    &m.updated_at,
-                    &m.data,
-                ],
-            )
-            .map_err(err)?;
-        }
-        if !trace.is_empty() {
-            let at: Vec<i64> = trace.iter().map(|(at, _)| at.0 as i64).collect();
-            let lines: Vec<&str> = trace.iter().map(|(_, line)| line.as_str()).collect();
-            tx.execute(&st.append_trace, &[&at, &lines]).map_err(err)?;
-        }
-        for (key, value) in meta {
-            match value {
-                Some(value) => tx.execute(
-                    "INSERT INTO meta (key, value) VALUES ($1, $2)
-                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                    &[key, value],
-                ),
-                None => tx.execute("DELETE FROM meta WHERE key = $1", &[key]),
-            }
-            .map_err(err)?;
-        }
+        write_batch(&mut tx, st, batch).map_err(err)?;
         tx.commit().map_err(err)
     }
 
