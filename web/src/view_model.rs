@@ -320,17 +320,7 @@ impl Session {
         };
         let mut effects = Vec::new();
         match msg {
-            Incoming::Welcome { id, role } => {
-                if self.pending.remove(&id) == Some(Pending::Hello) {
-                    self.failures = 0;
-                    self.link = Some(Link::Live { role });
-                    let frame = self.frame(
-                        ClientCommand::Subscribe { deltas: true },
-                        Pending::Subscribe,
-                    );
-                    effects.push(Effect::Send(frame));
-                }
-            }
+            Incoming::Welcome { id, role } => effects.extend(self.welcomed(id, role)),
             Incoming::Submitted { id, report } => {
                 self.pending.remove(&id);
                 self.answered(SubmitAnswer::Accepted(report))
@@ -369,32 +359,7 @@ impl Session {
                 self.pending.remove(&id);
             }
             Incoming::Error { id, code, message } => {
-                let pending = id.and_then(|id| self.pending.remove(&id));
-                match pending {
-                    Some(Pending::Hello) => {
-                        self.last_reason = Some(message.clone());
-                        if code == ErrorCode::Unauthorized {
-                            self.link = Some(Link::NeedsToken { reason: message });
-                        } else if code == ErrorCode::ProtocolMismatch {
-                            self.link = Some(Link::Incompatible { reason: message });
-                        }
-                    }
-                    Some(Pending::Submit) => self.answered(SubmitAnswer::Rejected(message)),
-                    Some(Pending::Cancel(job)) | Some(Pending::Retry(job)) => {
-                        effects.push(Effect::Notice {
-                            text: format!("{}: {message}", self.job_label(&job)),
-                            error: true,
-                        })
-                    }
-                    Some(Pending::Results(_)) => effects.push(Effect::Notice {
-                        text: format!("download failed: {message}"),
-                        error: true,
-                    }),
-                    _ => effects.push(Effect::Notice {
-                        text: message,
-                        error: true,
-                    }),
-                }
+                effects.extend(self.refused(id, code, message))
             }
             Incoming::Snapshot { seq, snapshot } => {
                 self.fleet.apply_snapshot(seq, snapshot);
@@ -414,6 +379,55 @@ impl Session {
             }
         }
         effects
+    }
+
+    /// The answer to our `hello`: the link is live, and we subscribe (with
+    /// deltas) at once.
+    fn welcomed(&mut self, id: u64, role: Role) -> Option<Effect> {
+        if self.pending.remove(&id) != Some(Pending::Hello) {
+            return None;
+        }
+        self.failures = 0;
+        self.link = Some(Link::Live { role });
+        let frame = self.frame(
+            ClientCommand::Subscribe { deltas: true },
+            Pending::Subscribe,
+        );
+        Some(Effect::Send(frame))
+    }
+
+    /// An error from the master, handled by the request it answers: a
+    /// refused `hello` changes the link (a token to ask for, a master too
+    /// new), a refused submit is its answer, the rest become notices.
+    fn refused(&mut self, id: Option<u64>, code: ErrorCode, message: String) -> Option<Effect> {
+        let pending = id.and_then(|id| self.pending.remove(&id));
+        match pending {
+            Some(Pending::Hello) => {
+                self.last_reason = Some(message.clone());
+                if code == ErrorCode::Unauthorized {
+                    self.link = Some(Link::NeedsToken { reason: message });
+                } else if code == ErrorCode::ProtocolMismatch {
+                    self.link = Some(Link::Incompatible { reason: message });
+                }
+                None
+            }
+            Some(Pending::Submit) => {
+                self.answered(SubmitAnswer::Rejected(message));
+                None
+            }
+            Some(Pending::Cancel(job)) | Some(Pending::Retry(job)) => Some(Effect::Notice {
+                text: format!("{}: {message}", self.job_label(&job)),
+                error: true,
+            }),
+            Some(Pending::Results(_)) => Some(Effect::Notice {
+                text: format!("download failed: {message}"),
+                error: true,
+            }),
+            _ => Some(Effect::Notice {
+                text: message,
+                error: true,
+            }),
+        }
     }
 
     /// The reducer's step: `action` applied, and what the page must do
