@@ -100,96 +100,125 @@ pub fn only_target(jobs: Vec<JobView>, target: Option<&Target>) -> Vec<JobView> 
 }
 
 pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
-    use tunefleet_shared::model::ModelArtifactKind;
-    let out = args.out.as_deref().filter(|p| *p != Path::new("-"));
     if let Some(name) = &args.model {
-        let (kind, out) = match args.format {
-            ExportFormat::Metaschedule => (
-                ModelArtifactKind::Database,
-                out.context(
-                    "--format metaschedule writes two files: give the directory with --out DIR",
-                )?,
-            ),
-            ExportFormat::Library => (
-                ModelArtifactKind::Library,
-                out.context(
-                    "--format library writes a shared library: give the file with --out FILE.so",
-                )?,
-            ),
-            other => anyhow::bail!(
-                "--model exports `metaschedule` or `library`, not {other:?} (see `results --model`)"
-            ),
-        };
-        return super::model::export(&args.connect, name, kind, out).await;
+        return export_model(&args, name).await;
     }
     if args.format == ExportFormat::Library {
         anyhow::bail!("--format library needs --model NAME");
     }
     if args.format == ExportFormat::Metaschedule {
-        let dir = args
-            .out
-            .as_deref()
-            .filter(|p| *p != Path::new("-"))
-            .context("--format metaschedule writes two files: give the directory with --out DIR")?
-            .to_path_buf();
-        let jobs = only_target(
-            fetch(&args.connect, &args.jobs, true).await?,
-            args.target.as_ref(),
-        );
-        // A MetaSchedule database ignores targets when it is queried
-        // (apache/tvm#15549): one directory per effective target, so records
-        // for one CPU are never applied on another.
-        let groups = group_by_target(jobs);
-        let single = groups.len() == 1;
-        for (target, jobs) in &groups {
-            let dir = if single {
-                dir.clone()
-            } else {
-                dir.join(target_dir_name(target))
-            };
-            let db = match metaschedule_database(jobs) {
-                Ok(db) if args.merge => merge_with_existing(&dir, db)?,
-                Ok(db) => db,
-                Err(e) if !single => {
-                    eprintln!("skipped target {target}: {e}");
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            write_atomically(
-                &dir.join(METASCHEDULE_WORKLOAD_FILE),
-                db.workloads.as_bytes(),
-            )?;
-            write_atomically(&dir.join(METASCHEDULE_RECORD_FILE), db.records.as_bytes())?;
-            let keys_path = dir.join(WORKLOAD_KEYS_FILE);
-            let existing = if args.merge {
-                read_if_present(&keys_path)?
-            } else {
-                String::new()
-            };
-            write_atomically(&keys_path, workload_keys(jobs, &existing).as_bytes())?;
-            eprintln!(
-                "exported {} ({}) for target {target} to {} as a MetaSchedule database{}",
-                plural(db.jobs, "job", "jobs"),
-                plural(db.record_count, "record", "records"),
-                dir.display(),
-                if db.skipped > 0 {
-                    format!(
-                        "; skipped {} without MetaSchedule records",
-                        plural(db.skipped, "job", "jobs")
-                    )
-                } else {
-                    String::new()
-                }
-            );
-        }
-        return Ok(());
+        return export_metaschedule(&args).await;
     }
     if args.merge {
         anyhow::bail!("--merge applies to --format metaschedule only");
     }
+    export_text(&args).await
+}
+
+/// `--model NAME`: a model run's database or library. Both are files on
+/// disk (`-`, standard output, cannot hold them), so `--out` is required.
+async fn export_model(args: &ExportArgs, name: &str) -> anyhow::Result<()> {
+    use tunefleet_shared::model::ModelArtifactKind;
+    let out = args.out.as_deref().filter(|p| *p != Path::new("-"));
+    let (kind, out) = match args.format {
+        ExportFormat::Metaschedule => (
+            ModelArtifactKind::Database,
+            out.context(
+                "--format metaschedule writes two files: give the directory with --out DIR",
+            )?,
+        ),
+        ExportFormat::Library => (
+            ModelArtifactKind::Library,
+            out.context(
+                "--format library writes a shared library: give the file with --out FILE.so",
+            )?,
+        ),
+        other => anyhow::bail!(
+            "--model exports `metaschedule` or `library`, not {other:?} (see `results --model`)"
+        ),
+    };
+    super::model::export(&args.connect, name, kind, out).await
+}
+
+/// `--format metaschedule --out DIR`: the jobs' best records as one
+/// MetaSchedule database per effective target.
+async fn export_metaschedule(args: &ExportArgs) -> anyhow::Result<()> {
+    let dir = args
+        .out
+        .as_deref()
+        .filter(|p| *p != Path::new("-"))
+        .context("--format metaschedule writes two files: give the directory with --out DIR")?
+        .to_path_buf();
+    let jobs = only_target(
+        fetch(&args.connect, &args.jobs, true).await?,
+        args.target.as_ref(),
+    );
+    // A MetaSchedule database ignores targets when it is queried
+    // (apache/tvm#15549): one directory per effective target, so records
+    // for one CPU are never applied on another.
+    let groups = group_by_target(jobs);
+    let single = groups.len() == 1;
+    for (target, jobs) in &groups {
+        let dir = if single {
+            dir.clone()
+        } else {
+            dir.join(target_dir_name(target))
+        };
+        let db = match metaschedule_database(jobs) {
+            Ok(db) if args.merge => merge_with_existing(&dir, db)?,
+            Ok(db) => db,
+            Err(e) if !single => {
+                eprintln!("skipped target {target}: {e}");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        write_database(&dir, target, jobs, &db, args.merge)?;
+    }
+    Ok(())
+}
+
+/// One target's database in `dir`, each file written atomically, with the
+/// workload keys beside it (added to those already there with `--merge`).
+fn write_database(
+    dir: &Path,
+    target: &str,
+    jobs: &[JobView],
+    db: &MetascheduleDb,
+    merge: bool,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    write_atomically(
+        &dir.join(METASCHEDULE_WORKLOAD_FILE),
+        db.workloads.as_bytes(),
+    )?;
+    write_atomically(&dir.join(METASCHEDULE_RECORD_FILE), db.records.as_bytes())?;
+    let keys_path = dir.join(WORKLOAD_KEYS_FILE);
+    let existing = if merge {
+        read_if_present(&keys_path)?
+    } else {
+        String::new()
+    };
+    write_atomically(&keys_path, workload_keys(jobs, &existing).as_bytes())?;
+    eprintln!(
+        "exported {} ({}) for target {target} to {} as a MetaSchedule database{}",
+        plural(db.jobs, "job", "jobs"),
+        plural(db.record_count, "record", "records"),
+        dir.display(),
+        if db.skipped > 0 {
+            format!(
+                "; skipped {} without MetaSchedule records",
+                plural(db.skipped, "job", "jobs")
+            )
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+/// The other formats: one text, to `--out FILE` or standard output.
+async fn export_text(args: &ExportArgs) -> anyhow::Result<()> {
     let jobs = only_target(
         fetch(&args.connect, &args.jobs, true).await?,
         args.target.as_ref(),
