@@ -91,7 +91,7 @@ async fn lead(
     let ticker = spawn_ticker(handle.clone());
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    let (alive_tx, alive_rx) = mpsc::channel::<()>(1);
     let stop = Arc::new(Notify::new());
     raise_open_file_limit(args.max_connections);
     let client_runtime = ClientRuntime::start()?;
@@ -145,7 +145,28 @@ async fn lead(
         stopping,
     )
     .await?;
+    wind_down(
+        local_fleet,
+        alive_rx,
+        ticker,
+        handle,
+        core_thread,
+        client_runtime,
+    )
+    .await
+}
 
+/// After the port closed: waits for the local workers and (5 s at most) the
+/// connections, then stops the ticker and the core thread, in that order,
+/// and says how the lead ended.
+async fn wind_down(
+    local_fleet: Option<tokio::task::JoinHandle<()>>,
+    mut alive_rx: mpsc::Receiver<()>,
+    ticker: tokio::task::JoinHandle<()>,
+    handle: CoreHandle,
+    core_thread: std::thread::JoinHandle<CoreEnd>,
+    client_runtime: ClientRuntime,
+) -> anyhow::Result<CoreEnd> {
     if let Some(fleet) = local_fleet {
         let _ = fleet.await;
     }
