@@ -329,31 +329,7 @@ impl TvmBackend {
         let started = Instant::now();
         let work = WorkDir::create(&self.config, &job)?;
         let job_file = work.path().join("JOB.json");
-        let tuner = &job.tuner;
-        let job_json = serde_json::json!({
-            "workload": job.workload,
-            "nbest": job.nbest,
-            "seed": search_seed(&job),
-            "num_trials_per_iter": tuner.trials_per_round.unwrap_or(self.config.trials_per_round),
-            "max_workers": self.config.max_workers,
-            "warm_start": job.warm_start,
-            "strategy": tuner.strategy,
-            "cost_model": tuner.cost_model,
-            "rules": tuner.rules,
-            "builder_timeout_s": tuner.builder_timeout_s,
-            "runner_timeout_s": tuner.runner_timeout_s,
-            "number": tuner.number,
-            "repeat": tuner.repeat,
-            "check_kernel": !job.model_round,
-            "cost_model_share": shared_model::job_field(work.path(), job.cost_model.as_deref()),
-            "reduction_len": reduction_len(&job.workload),
-            "rpc": self.config.rpc.as_ref().map(|rpc| serde_json::json!({
-                "tracker_host": rpc.host,
-                "tracker_port": rpc.port,
-                "key": rpc.key,
-                "session_timeout_s": rpc.session_timeout_s,
-            })),
-        });
+        let job_json = self.tune_job_json(&job, work.path());
         std::fs::write(
             &job_file,
             serde_json::to_vec_pretty(&job_json).map_err(io_other)?,
@@ -391,11 +367,66 @@ impl TvmBackend {
             return Ok(self.job_result(&job, driver_result, None, started));
         };
 
+        let request = self.verify_request(&job, &driver_result, tuned_lib, reference_lib)?;
+        let verification = request.run_blocking().await.map_err(|e| {
+            TuneError::Failed(format!("verification of the tuned kernel failed: {e}"))
+        })?;
+        tracing::info!(
+            job_id = %job.job_id,
+            tuned_s = verification.tuned_latency_s,
+            untuned_s = verification.reference_latency_s,
+            metaschedule_s = driver_result.best_latency_s,
+            "tuned kernel verified"
+        );
+        drop(work);
+        Ok(self.job_result(&job, driver_result, Some(verification), started))
+    }
+
+    /// `JOB.json`, what the driver reads for a tuning job: the workload, the
+    /// search settings (the job's tuner over this worker's defaults), the
+    /// warm start, the shared cost model and where to measure.
+    fn tune_job_json(&self, job: &JobSpec, work_dir: &Path) -> serde_json::Value {
+        let tuner = &job.tuner;
+        serde_json::json!({
+            "workload": job.workload,
+            "nbest": job.nbest,
+            "seed": search_seed(job),
+            "num_trials_per_iter": tuner.trials_per_round.unwrap_or(self.config.trials_per_round),
+            "max_workers": self.config.max_workers,
+            "warm_start": job.warm_start,
+            "strategy": tuner.strategy,
+            "cost_model": tuner.cost_model,
+            "rules": tuner.rules,
+            "builder_timeout_s": tuner.builder_timeout_s,
+            "runner_timeout_s": tuner.runner_timeout_s,
+            "number": tuner.number,
+            "repeat": tuner.repeat,
+            "check_kernel": !job.model_round,
+            "cost_model_share": shared_model::job_field(work_dir, job.cost_model.as_deref()),
+            "reduction_len": reduction_len(&job.workload),
+            "rpc": self.config.rpc.as_ref().map(|rpc| serde_json::json!({
+                "tracker_host": rpc.host,
+                "tracker_port": rpc.port,
+                "key": rpc.key,
+                "session_timeout_s": rpc.session_timeout_s,
+            })),
+        })
+    }
+
+    /// The check of the tuned kernel against the untuned reference, with
+    /// the runtime library the driver found (else the start-up check's).
+    fn verify_request(
+        &self,
+        job: &JobSpec,
+        driver_result: &DriverResult,
+        tuned_lib: PathBuf,
+        reference_lib: PathBuf,
+    ) -> Result<VerifyRequest, TuneError> {
         let mut options = self.config.verify.clone();
         if options.reduction_len.is_none() {
             options.reduction_len = reduction_len(&job.workload);
         }
-        let request = VerifyRequest {
+        Ok(VerifyRequest {
             tuned_lib,
             reference_lib,
             entry: driver_result.entry.clone(),
@@ -412,19 +443,7 @@ impl TvmBackend {
                     )
                 })?,
             options,
-        };
-        let verification = request.run_blocking().await.map_err(|e| {
-            TuneError::Failed(format!("verification of the tuned kernel failed: {e}"))
-        })?;
-        tracing::info!(
-            job_id = %job.job_id,
-            tuned_s = verification.tuned_latency_s,
-            untuned_s = verification.reference_latency_s,
-            metaschedule_s = driver_result.best_latency_s,
-            "tuned kernel verified"
-        );
-        drop(work);
-        Ok(self.job_result(&job, driver_result, Some(verification), started))
+        })
     }
 
     /// The job's result: the latency measured here when the kernel was
