@@ -285,18 +285,8 @@ impl Worker {
         token: &str,
         mut shutdown: Pin<&mut S>,
     ) -> SessionEnd {
-        for report in &self.pending {
-            info!(job_id = %report.job_id, lease = %report.lease, "re-sending an unacknowledged result");
-            if let Err(e) = conn.send(&report.message(token)).await {
-                return write_failed(e);
-            }
-        }
-        for job in &mut self.running {
-            job.orphaned = true;
-            info!(
-                job_id = %job.job_id, lease = %job.lease,
-                "job from the previous connection still running; its result will be sent when it finishes"
-            );
+        if let Err(end) = self.resume(conn, token).await {
+            return end;
         }
         // `request_job`s sent and not yet answered by an `assign`.
         let mut requested = 0;
@@ -341,42 +331,76 @@ impl Worker {
                 }
             };
 
-            let outgoing = match event {
-                Event::Shutdown => return SessionEnd::Shutdown,
-                Event::Silence => match conn.silent_for() {
-                    Some(silent) => return went_silent(silent),
-                    // Heard from since the deadline was set (a ping).
-                    None => None,
-                },
-                Event::Master(Ok(Received::Message(message))) => {
-                    match self.on_message(message, token) {
-                        Step::Continue(outgoing) => outgoing,
-                        Step::Assigned(outgoing) => {
-                            requested = requested.saturating_sub(1);
-                            outgoing
-                        }
-                        Step::End(end) => return end,
-                    }
-                }
-                Event::Master(Ok(Received::Closed(close))) => {
-                    return closed_in_session(close.as_ref())
-                }
-                Event::Master(Err(e)) if e.is_recoverable() => {
-                    warn!(error = %e, "ignoring a bad message from the master");
-                    None
-                }
-                Event::Master(Err(e)) => return SessionEnd::Lost(e.to_string()),
-                Event::Job((index, JobEvent::Progress(update))) => {
-                    self.progress_message(index, update, token)
-                }
-                Event::Job((index, JobEvent::Finished(joined))) => {
-                    self.finish_job(index, joined, token)
-                }
+            let outgoing = match self.on_event(event, conn, &mut requested, token) {
+                Ok(outgoing) => outgoing,
+                Err(end) => return end,
             };
             if let Some(message) = outgoing {
                 if let Err(e) = conn.feed(&message).await {
                     return write_failed(e);
                 }
+            }
+        }
+    }
+
+    /// What a previous connection left behind: its unacknowledged results
+    /// re-sent first, and its running jobs marked orphaned (their results
+    /// go out on this connection when they finish).
+    async fn resume(&mut self, conn: &mut Transport, token: &str) -> Result<(), SessionEnd> {
+        for report in &self.pending {
+            info!(job_id = %report.job_id, lease = %report.lease, "re-sending an unacknowledged result");
+            conn.send(&report.message(token))
+                .await
+                .map_err(write_failed)?;
+        }
+        for job in &mut self.running {
+            job.orphaned = true;
+            info!(
+                job_id = %job.job_id, lease = %job.lease,
+                "job from the previous connection still running; its result will be sent when it finishes"
+            );
+        }
+        Ok(())
+    }
+
+    /// One event of the session: the message it makes the worker send, if
+    /// any, or how the session ends. An `assign` uses up one of the
+    /// `requested` jobs.
+    fn on_event(
+        &mut self,
+        event: Event,
+        conn: &Transport,
+        requested: &mut usize,
+        token: &str,
+    ) -> Result<Option<WorkerMessage>, SessionEnd> {
+        match event {
+            Event::Shutdown => Err(SessionEnd::Shutdown),
+            Event::Silence => match conn.silent_for() {
+                Some(silent) => Err(went_silent(silent)),
+                // Heard from since the deadline was set (a ping).
+                None => Ok(None),
+            },
+            Event::Master(Ok(Received::Message(message))) => {
+                match self.on_message(message, token) {
+                    Step::Continue(outgoing) => Ok(outgoing),
+                    Step::Assigned(outgoing) => {
+                        *requested = requested.saturating_sub(1);
+                        Ok(outgoing)
+                    }
+                    Step::End(end) => Err(end),
+                }
+            }
+            Event::Master(Ok(Received::Closed(close))) => Err(closed_in_session(close.as_ref())),
+            Event::Master(Err(e)) if e.is_recoverable() => {
+                warn!(error = %e, "ignoring a bad message from the master");
+                Ok(None)
+            }
+            Event::Master(Err(e)) => Err(SessionEnd::Lost(e.to_string())),
+            Event::Job((index, JobEvent::Progress(update))) => {
+                Ok(self.progress_message(index, update, token))
+            }
+            Event::Job((index, JobEvent::Finished(joined))) => {
+                Ok(self.finish_job(index, joined, token))
             }
         }
     }
