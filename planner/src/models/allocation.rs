@@ -5,8 +5,13 @@
 //! task scheduler (`gradient_based.cc`, from Ansor §6), with Ansor's dead-task
 //! rule and a deterministic tie-break:
 //!
-//! 1. **Warm-up**: every live task gets one round, in task order, before the
-//!    gradient rule picks anything.
+//! 1. **Warm-up**: every live task gets one round before the gradient rule
+//!    picks anything, the task that costs most untuned first (its measured
+//!    default-schedule time in the model; task order among equals and
+//!    where none was timed). MetaSchedule goes in task order, which on
+//!    SqueezeNet left the task holding 72% of the model's time for the
+//!    18th round of 22 (docs/benchmarks.md): the estimate, and a short
+//!    budget's result, fall fastest this way.
 //! 2. After each finished round a task's history gains its best latency so far.
 //!    For a task with `k` rounds, best `b = h[k-1]` and window `w`:
 //!    `g1 = (h[k-1-w] - b) / w` when `k > w`, else 0 (the recent improvement);
@@ -41,6 +46,9 @@ pub struct TaskStats<'a> {
     pub busy: bool,
     /// Rounds of this task queued or running.
     pub in_flight: usize,
+    /// What the task costs before it is tuned (seconds per model run, its
+    /// weight included), when extraction timed it.
+    pub untuned_s: Option<f64>,
 }
 
 /// Most rounds of one task in flight at once: past a few, searches from
@@ -50,11 +58,7 @@ pub const MAX_ROUNDS_AT_ONCE: usize = 4;
 /// The task to tune next, or `None` when no live task is free.
 pub fn next_task(tasks: &[TaskStats<'_>]) -> Option<usize> {
     let free = |t: &&TaskStats<'_>| t.live && !t.busy;
-    if let Some((i, _)) = tasks
-        .iter()
-        .enumerate()
-        .find(|(_, t)| free(t) && t.history.is_empty())
-    {
+    if let Some(i) = warm_up_task(tasks) {
         return Some(i);
     }
     let mut best: Option<(usize, f64)> = None;
@@ -62,6 +66,22 @@ pub fn next_task(tasks: &[TaskStats<'_>]) -> Option<usize> {
         let score = score(task.weight, task.history);
         if best.is_none_or(|(_, s)| score > s) {
             best = Some((i, score));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// The free task with no round yet that costs most untuned (rule 1);
+/// the earliest among equals, and where none was timed.
+fn warm_up_task(tasks: &[TaskStats<'_>]) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, task) in tasks.iter().enumerate() {
+        if !task.live || task.busy || !task.history.is_empty() {
+            continue;
+        }
+        let cost = task.untuned_s.unwrap_or(0.0);
+        if best.is_none_or(|(_, c)| cost > c) {
+            best = Some((i, cost));
         }
     }
     best.map(|(i, _)| i)

@@ -678,6 +678,7 @@ fn next_round_task(run: &ModelRun, parallel: usize) -> Option<usize> {
             live: t.live(),
             busy: t.busy(),
             in_flight: t.in_flight(),
+            untuned_s: t.untuned_time_s,
         })
         .collect();
     let idle = run.rounds_in_flight() < parallel;

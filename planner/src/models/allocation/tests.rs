@@ -7,6 +7,7 @@ fn live<'a>(weight: f64, history: &'a [f64]) -> TaskStats<'a> {
         live: true,
         busy: false,
         in_flight: 0,
+        untuned_s: None,
     }
 }
 
@@ -48,6 +49,30 @@ fn warm_up_goes_in_task_order_before_any_second_round() {
     assert_eq!(next_task(&tasks), Some(1));
     let mut tasks = tasks;
     tasks[1].busy = true;
+    assert_eq!(next_task(&tasks), Some(2));
+}
+
+#[test]
+fn warm_up_goes_to_the_costliest_untuned_task_first() {
+    let timed = |weight, untuned| TaskStats {
+        untuned_s: untuned,
+        ..live(weight, &[])
+    };
+    // SqueezeNet's last convolution: 72% of the untuned model, listed late.
+    let mut tasks = [
+        timed(2.0, Some(0.004)),
+        timed(1.0, Some(0.078)),
+        timed(1.0, None),
+        timed(1.0, Some(0.004)),
+    ];
+    assert_eq!(next_task(&tasks), Some(1));
+    tasks[1].busy = true;
+    // Equal costs: the earlier task.
+    assert_eq!(next_task(&tasks), Some(0));
+    tasks[0].busy = true;
+    assert_eq!(next_task(&tasks), Some(3));
+    tasks[3].busy = true;
+    // Not timed: after every timed one.
     assert_eq!(next_task(&tasks), Some(2));
 }
 
