@@ -188,20 +188,18 @@ fn curve(job: &JobView) -> Html {
     let Some(c) = chart::latency_chart(&job.history, job.trials_total) else {
         return html! { <p class="empty">{ "No measurements yet." }</p> };
     };
-    let caption = format!(
-        "x: trials · y: best latency so far{}",
-        if c.log { " (log scale)" } else { "" }
-    );
     chart_svg(
         "job-chart",
         format!("best latency over trials for {}", job.name),
         &c,
-        caption,
+        "x: trials · y: best latency so far",
     )
 }
 
-/// A step curve with its axes, `label` for screen readers, `caption` under it.
-pub(super) fn chart_svg(id: &'static str, label: String, c: &Chart, caption: String) -> Html {
+/// A step curve with its axes, `label` for screen readers, `caption` under
+/// it (with "(log scale)" where the y axis is logarithmic).
+pub(super) fn chart_svg(id: &'static str, label: String, c: &Chart, caption: &str) -> Html {
+    let caption = format!("{caption}{}", if c.log { " (log scale)" } else { "" });
     let (x0, x1) = (chart::LEFT, chart::WIDTH - chart::RIGHT);
     let y_axis = chart::HEIGHT - chart::BOTTOM;
     html! {

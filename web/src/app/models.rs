@@ -177,18 +177,15 @@ fn model_detail(
 fn estimate_chart(m: &ModelView) -> Html {
     let Some(c) = chart::estimate_chart(&m.curve, m.trials_total) else {
         return html! {
-            <p class="empty">{ "No estimate yet: it starts once tasks have measured candidates." }</p>
+            <p class="empty">{ "No estimate yet: it starts once the tasks are extracted and timed." }</p>
         };
     };
-    let caption = format!(
-        "x: trials · y: Σ weight × best latency of the tuned tasks, once every task has a first measurement{}",
-        if c.log { " (log scale)" } else { "" }
-    );
     chart_svg(
         "model-chart",
         format!("estimated latency over trials for {}", m.name),
         &c,
-        caption,
+        "x: trials · y: the whole model's estimated latency (each task at weight × its best, \
+         or its time untuned until it has one)",
     )
 }
 
