@@ -6,10 +6,10 @@ alternated, as `tunefleet compile` times them (the driver's timing module):
 
 LIB.so is what `tunefleet compile MODEL.onnx --out LIB.so` wrote (weights
 compiled in, the graph inputs alone). N rounds (default 5): each loads the
-library as README's snippet does, in a fresh process with no
-TVM_NUM_THREADS (the library sets its own threads), then runs onnxruntime
-in a fresh process on the threads this process may use; 30 runs each, the
-median. Single timings on a shared host vary up to 2x, and two thread pools
+library as README's snippet does, in a fresh process with your environment
+(with no TVM_NUM_THREADS the library sets its own threads), then runs
+onnxruntime in a fresh process on the threads this process may use; 30
+runs each, the median (`tunefleet._driver.timing`, what `compile` uses). Single timings on a shared host vary up to 2x, and two thread pools
 in one process slow each other: hence fresh processes, alternated. Prints
 one JSON line: both medians per round (sorted), TVM's threads, and the
 ratio of the medians and of the minimums. Run it on a quiet host: TVM's
@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -31,39 +30,35 @@ def main() -> None:
         sys.exit(__doc__)
     model, lib = sys.argv[1], sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-    import numpy as np
     import onnx
+    from onnx import helper
 
-    threads = len(os.sched_getaffinity(0))
-    work = tempfile.mkdtemp(prefix="tunefleet-time-")
+    from tunefleet._driver import timing
+
     graph = onnx.load(model).graph
     initializers = {i.name for i in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in initializers]
-    rng = np.random.default_rng(0)
-    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype("float32")
-             for i in inputs}
-    np.savez(os.path.join(work, "feeds.npz"), **feeds)
-    os.makedirs(os.path.join(work, "lib"))
-    np.savez(os.path.join(work, "lib", "feeds.npz"), **{f"arg{k}": v for k, v in enumerate(feeds.values())})
-    shutil.copy(model, os.path.join(work, "model.onnx"))
-    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
-
-    def timed(*args) -> dict:
-        out = subprocess.run([sys.executable, "-m", "tunefleet._driver.timing", *args],
-                             capture_output=True, text=True, env=env, check=True)
-        return json.loads(out.stdout.splitlines()[-1])
-
+    infos = [{"name": i.name, "shape": [d.dim_value for d in i.type.tensor_type.shape.dim],
+              "dtype": helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name}
+             for i in graph.input if i.name not in initializers]
+    inputs = timing.random_inputs(infos, 0)
+    feeds = {info["name"]: x for info, x in zip(infos, inputs)}
+    with open(model, "rb") as f:
+        onnx_bytes = f.read()
+    threads = len(os.sched_getaffinity(0))
+    work = tempfile.mkdtemp(prefix="tunefleet-time-")
     tvm, ort = [], []
-    for _ in range(rounds):
-        tvm.append(timed("library", lib, os.path.join(work, "lib"), "30"))
-        ort.append(timed("onnxruntime", work, str(threads), "30"))
+    try:
+        for _ in range(rounds):
+            tvm.append(timing.time_library(lib, inputs, 30, work))
+            ort.append(timing.time_onnxruntime(onnx_bytes, feeds, threads, 30, work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     tvm_ms = sorted(t["median_s"] * 1e3 for t in tvm)
-    ort_ms = sorted(t["median_s"] * 1e3 for t in ort)
+    ort_ms = sorted(t * 1e3 for t in ort)
     print(json.dumps({"tvm_ms": [round(v, 2) for v in tvm_ms], "ort_ms": [round(v, 2) for v in ort_ms],
                       "tvm_threads": tvm[0].get("threads"), "onnxruntime_threads": threads,
                       "ratio_median": round(tvm_ms[len(tvm_ms) // 2] / ort_ms[len(ort_ms) // 2], 2),
                       "ratio_min": round(tvm_ms[0] / ort_ms[0], 2)}))
-    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
