@@ -57,31 +57,28 @@ pub const MAX_ROUNDS_AT_ONCE: usize = 4;
 
 /// The task to tune next, or `None` when no live task is free.
 pub fn next_task(tasks: &[TaskStats<'_>]) -> Option<usize> {
-    let free = |t: &&TaskStats<'_>| t.live && !t.busy;
-    if let Some(i) = warm_up_task(tasks) {
-        return Some(i);
-    }
-    let mut best: Option<(usize, f64)> = None;
-    for (i, task) in tasks.iter().enumerate().filter(|(_, t)| free(t)) {
-        let score = score(task.weight, task.history);
-        if best.is_none_or(|(_, s)| score > s) {
-            best = Some((i, score));
-        }
-    }
-    best.map(|(i, _)| i)
+    let free = || tasks.iter().enumerate().filter(|(_, t)| t.free());
+    // Warm-up first: the free task with no round yet that costs most
+    // untuned (a task never timed counts 0: after the timed ones, in order).
+    let warm_up = free()
+        .filter(|(_, t)| t.history.is_empty())
+        .map(|(i, t)| (i, t.untuned_s.unwrap_or(0.0)));
+    first_max(warm_up).or_else(|| first_max(free().map(|(i, t)| (i, score(t.weight, t.history)))))
 }
 
-/// The free task with no round yet that costs most untuned (rule 1);
-/// the earliest among equals, and where none was timed.
-fn warm_up_task(tasks: &[TaskStats<'_>]) -> Option<usize> {
+impl TaskStats<'_> {
+    /// Live, with no round in flight: it may get the next round.
+    fn free(&self) -> bool {
+        self.live && !self.busy
+    }
+}
+
+/// The index of the highest key; the earliest among equals (rule 3).
+fn first_max(keys: impl Iterator<Item = (usize, f64)>) -> Option<usize> {
     let mut best: Option<(usize, f64)> = None;
-    for (i, task) in tasks.iter().enumerate() {
-        if !task.live || task.busy || !task.history.is_empty() {
-            continue;
-        }
-        let cost = task.untuned_s.unwrap_or(0.0);
-        if best.is_none_or(|(_, c)| cost > c) {
-            best = Some((i, cost));
+    for (i, key) in keys {
+        if best.is_none_or(|(_, b)| key > b) {
+            best = Some((i, key));
         }
     }
     best.map(|(i, _)| i)
