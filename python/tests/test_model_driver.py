@@ -449,6 +449,55 @@ def test_recipe_2_lowers_a_concatenation_as_copies_tuned_and_compiled():
     assert "if_then_else" in old_concat["tvmscript"] and "copy0" not in old_concat["tvmscript"]
 
 
+def _classifier_model(channels: int = 126) -> bytes:
+    """A 1x1 convolution with bias to `channels` outputs, then a Relu
+    (SqueezeNet's classifier has 1000): a count that is no whole number of
+    vector registers on any x86 CPU."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal((channels, 8, 1, 1)).astype("float32"), "w"),
+             numpy_helper.from_array(rng.standard_normal(channels).astype("float32"), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "classifier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 6, 6])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_recipe_3_pads_output_channels_to_whole_vectors_tuned_and_compiled():
+    """Recipe 3: a channels-last convolution with 126 output channels is
+    tuned on 128 (whole vector registers, the padded weights folded into
+    constants) and sliced back in the same kernel; a round of it tunes, and
+    the compiled model gives onnxruntime's outputs. Recipe 2 keeps 126."""
+    mode = {"prepack": True, "layout": "NHWC", "recipe": 3}
+    model = _classifier_model()
+    ex = _result(*run_driver(_job("extract", model=model, input_shapes={}, **mode), "lanes_extract"))
+    conv = next(t for t in ex["tasks"] if "conv2d" in t["name"])
+    assert "T.int64(128), T.int64(1), T.int64(1), T.int64(8)" in conv["tvmscript"], conv["tvmscript"]
+    assert "T_strided_slice" in conv["tvmscript"] and "relu" in conv["name"], conv["name"]
+    assert not any("pad_channels" in t["name"] for t in ex["tasks"]), [t["name"] for t in ex["tasks"]]
+    wl = {"name": conv["name"], "op": "tvmscript", "tvmscript": conv["tvmscript"], "target": TARGET, "trials": 2}
+    job = {"workload": wl, "nbest": 4, "seed": 0, "num_trials_per_iter": 2, "max_workers": 2, "rpc": None,
+           "check_kernel": False}
+    r = _result(*run_driver(job, "lanes_round", module=TUNE, timeout=600))
+    tasks = [{"name": conv["name"], "workload": r["workload"], "records": [x["record"] for x in r["records"]]}]
+    c = _result(*run_driver(_job("compile", model=model, input_shapes={}, tasks=tasks, **mode), "lanes_compile"))
+    assert c["verified"] is True and c["applied"] >= 1 and c["tasks_matched"] == 1, c
+    assert c["recipe"] == 3 and c["layout"] == "NHWC", c
+    old = _result(*run_driver(_job("extract", model=model, input_shapes={}, **dict(mode, recipe=2)), "lanes_recipe2"))
+    old_conv = next(t for t in old["tasks"] if "conv2d" in t["name"])
+    assert "T.int64(126), T.int64(1), T.int64(1), T.int64(8)" in old_conv["tvmscript"]
+    assert "T_strided_slice" not in old_conv["tvmscript"]
+
+
+def test_padded_channels():
+    from tunefleet.relax import padded_channels
+
+    assert padded_channels(1000, 16) == 1008 and padded_channels(1000, 8) == 1000
+    assert padded_channels(126, 4) == 128 and padded_channels(24, 16) == 24 and padded_channels(64, 16) == 64
+
+
 def _mask_model() -> bytes:
     """Conv, then a Dropout whose mask is an output: TVM's ConvertLayout
     cannot carry NHWC through that tuple."""

@@ -585,7 +585,7 @@ def _read_yaml(workloads, filename):
 
 #: Lowering recipe of new ONNX runs (the master's `LATEST_RECIPE`,
 #: shared/src/model.rs; `tunefleet.relax.LATEST_RECIPE` on the TVM side).
-_RECIPE = 2
+_RECIPE = 3
 
 
 def _mode(prepack: bool | None, layout: str | None) -> dict:

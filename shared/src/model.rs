@@ -192,14 +192,15 @@ pub struct ModelSource {
     /// How operators are lowered (`tunefleet.relax.RECIPES`): 1, TVM's own
     /// legalization (every run before recipes were named, so absent means
     /// 1: [`ModelSource::recipe`]); 2, concatenations as one copy loop per
-    /// input. A run is compiled with the recipe it was extracted with: its
-    /// records are keyed by the PrimFuncs it made.
+    /// input; 3, as 2 with channels-last convolutions padded to whole vector
+    /// registers of output channels. A run is compiled with the recipe it
+    /// was extracted with: its records are keyed by the PrimFuncs it made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recipe: Option<u32>,
 }
 
 /// The newest lowering recipe: what new ONNX submissions ask for.
-pub const LATEST_RECIPE: u32 = 2;
+pub const LATEST_RECIPE: u32 = 3;
 
 impl ModelSource {
     /// The run's lowering recipe (absent: 1).

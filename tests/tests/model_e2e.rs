@@ -307,7 +307,7 @@ for name, tail, outs in (
 
 /// Without `--prepack`, `--no-prepack` or `--layout`, `submit` gives the
 /// best mode: weights pre-packed, convolutions channels-last, lowering
-/// recipe 2, chosen by the farm; a model NHWC cannot carry falls back to
+/// recipe 3, chosen by the farm; a model NHWC cannot carry falls back to
 /// NCHW on its own, and `results` says so and why.
 #[cfg(feature = "tvm")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,7 +353,7 @@ async fn the_default_mode_is_the_best_and_falls_back_on_its_own() {
     assert_eq!(conv["mode"]["layout"], "NHWC", "{:#}", conv["mode"]);
     assert_eq!(conv["mode"]["prepack"], true);
     assert_eq!(conv["mode"]["auto"], true);
-    assert_eq!(conv["mode"]["recipe"], 2);
+    assert_eq!(conv["mode"]["recipe"], 3);
     assert!(conv["mode"]["note"].is_null());
     let mask = extracted("mask").await;
     assert_ne!(mask["state"], "failed", "{mask:#}");

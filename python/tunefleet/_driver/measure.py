@@ -19,6 +19,7 @@ import os
 import sys
 
 from ..errors import shorten
+from ..relax import vector_bits
 from .protocol import JobError, int_field, summarise_error
 
 # --------------------------------------------------------------------------
@@ -99,18 +100,6 @@ def cpu_build(mod, target, _params):
 #: Records from any of them replay anywhere (a trace names its own steps);
 #: the result says which was searched.
 RULE_SETS = ("default", "wide", "union")
-
-
-def vector_bits(target) -> int:
-    """The widest vector register the target's CPU has, in bits."""
-    import tvm
-
-    has = tvm.target.codegen.target_has_features
-    if has("avx512f", target):
-        return 512
-    if has("avx2", target) or has("avx", target):
-        return 256
-    return 128
 
 
 def _wide_rules(ms, target) -> list:
