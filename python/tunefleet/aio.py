@@ -28,6 +28,7 @@ from . import metaschedule, onnx_strip
 from ._conn import Connection
 from .errors import ConnectionLost, RunFailed, TunefleetError
 from .progress import Progress
+from .relax import LATEST_RECIPE
 from .views import ImportReport, Job, ModelRunView, Status, SubmitReport
 
 TERMINAL_JOB_STATES = ("done", "failed", "cancelled")
@@ -583,9 +584,10 @@ def _read_yaml(workloads, filename):
     return workloads, filename or "upload.yaml"
 
 
-#: Lowering recipe of new ONNX runs (the master's `LATEST_RECIPE`,
-#: shared/src/model.rs; `tunefleet.relax.LATEST_RECIPE` on the TVM side).
-_RECIPE = 3
+#: Lowering recipe of new ONNX runs: the TVM side's own (`tunefleet.relax`,
+#: importable without TVM), which the master's `LATEST_RECIPE`
+#: (shared/src/model.rs) must equal.
+_RECIPE = LATEST_RECIPE
 
 
 def _mode(prepack: bool | None, layout: str | None) -> dict:
