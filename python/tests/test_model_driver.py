@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 
-from conftest import need, slow
+from conftest import REPO, need, slow
 
 need("tvm", "TVM (scripts/setup-tvm.sh)")
 need("onnx", "the onnx package (scripts/setup-tvm.sh)")
@@ -489,6 +489,16 @@ def test_recipe_3_pads_output_channels_to_whole_vectors_tuned_and_compiled():
     old_conv = next(t for t in old["tasks"] if "conv2d" in t["name"])
     assert "T.int64(126), T.int64(1), T.int64(1), T.int64(8)" in old_conv["tvmscript"]
     assert "T_strided_slice" not in old_conv["tvmscript"]
+
+
+def test_the_master_and_the_drivers_agree_on_the_latest_recipe():
+    """New runs get the master's LATEST_RECIPE (shared/src/model.rs); the
+    drivers must know it and the Python client must ask for the same one."""
+    from tunefleet import aio, relax
+
+    model_rs = (REPO / "shared/src/model.rs").read_text()
+    master = int(re.search(r"pub const LATEST_RECIPE: u32 = (\d+);", model_rs).group(1))
+    assert master == relax.LATEST_RECIPE == max(relax.RECIPES) == aio._RECIPE
 
 
 def test_padded_channels():
