@@ -491,6 +491,58 @@ def test_recipe_3_pads_output_channels_to_whole_vectors_tuned_and_compiled():
     assert "T_strided_slice" not in old_conv["tvmscript"]
 
 
+def _fire_model() -> bytes:
+    """SqueezeNet's fire module: a 1x1 and a 3x3 convolution (bias, Relu)
+    of one input, concatenated along channels, then a 1x1 convolution."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+
+    def conv(name, inp, out_ch, in_ch, k):
+        inits.append(numpy_helper.from_array(rng.standard_normal((out_ch, in_ch, k, k)).astype("float32"), name + "_w"))
+        inits.append(numpy_helper.from_array(rng.standard_normal(out_ch).astype("float32"), name + "_b"))
+        nodes.append(helper.make_node("Conv", [inp, name + "_w", name + "_b"], [name + "_c"], pads=[k // 2] * 4))
+        nodes.append(helper.make_node("Relu", [name + "_c"], [name]))
+
+    inits, nodes = [], []
+    conv("e1", "x", 16, 8, 1)
+    conv("e3", "x", 32, 8, 3)
+    nodes.append(helper.make_node("Concat", ["e1", "e3"], ["cat"], axis=1))
+    conv("y", "cat", 16, 48, 1)
+    graph = helper.make_graph(nodes, "fire", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_recipe_4_writes_a_concatenation_in_place_tuned_and_compiled():
+    """Recipe 4: the two convolutions write their slices of the
+    concatenation's buffer themselves (no concatenation task is left); a
+    round of each tunes, and the compiled model, its weights pre-packed in
+    the tuned layouts (the in-place kernel's too), gives onnxruntime's
+    outputs. Recipe 3 keeps the copy."""
+    mode = {"prepack": True, "layout": "NHWC", "recipe": 4}
+    model = _fire_model()
+    ex = _result(*run_driver(_job("extract", model=model, input_shapes={}, **mode), "fire_extract"))
+    names = [t["name"] for t in ex["tasks"]]
+    assert not any("concatenate" in n for n in names), names
+    writers = [t for t in ex["tasks"] if "_concat" in t["name"]]
+    assert len(writers) == 2 and all("concat_slice" in t["tvmscript"] for t in writers), names
+    tasks = []
+    for t in writers:
+        wl = {"name": t["name"], "op": "tvmscript", "tvmscript": t["tvmscript"], "target": TARGET, "trials": 2}
+        job = {"workload": wl, "nbest": 4, "seed": 0, "num_trials_per_iter": 2, "max_workers": 2, "rpc": None,
+               "check_kernel": False}
+        r = _result(*run_driver(job, "fire_round", module=TUNE, timeout=600))
+        tasks.append({"name": t["name"], "workload": r["workload"], "records": [x["record"] for x in r["records"]]})
+    c = _result(*run_driver(_job("compile", model=model, input_shapes={}, tasks=tasks, **mode), "fire_compile"))
+    assert c["verified"] is True and c["applied"] >= 2 and c["tasks_matched"] == 2, c
+    assert c["recipe"] == 4 and c["layout"] == "NHWC", c
+    assert c["prepacked"] == 2, c  # both tuned kernels, the in-place one too
+    old = _result(*run_driver(_job("extract", model=model, input_shapes={}, **dict(mode, recipe=3)), "fire_recipe3"))
+    assert any("concatenate" in t["name"] for t in old["tasks"]), [t["name"] for t in old["tasks"]]
+
+
 def test_the_master_and_the_drivers_agree_on_the_latest_recipe():
     """New runs get the master's LATEST_RECIPE (shared/src/model.rs); the
     drivers must know it and the Python client must ask for the same one."""

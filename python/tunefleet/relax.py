@@ -66,8 +66,11 @@ def make_target(target):
 #: 3: as 2, and in a pre-packed channels-last run a convolution whose output
 #:    channels are a few short of a whole number of vector registers computes
 #:    the padded count and slices it back (`conv2d_lane_padded`).
-RECIPES = (1, 2, 3)
-LATEST_RECIPE = 3
+#: 4: as 3, and a concatenation whose inputs are each a fused kernel's result
+#:    costs nothing: those kernels write into their slice of its buffer
+#:    (`tunefleet.concat_in_place`).
+RECIPES = (1, 2, 3, 4)
+LATEST_RECIPE = 4
 
 
 def check_recipe(recipe) -> int:
@@ -78,6 +81,12 @@ def check_recipe(recipe) -> int:
 
 def _pass(name: str, recipe: int, lane_padding: bool = False):
     from tvm import relax
+
+    if name == "FuseTIR" and check_recipe(recipe) >= 4:
+        from .concat_in_place import concat_in_place
+
+        tvm = require_tvm("lowering a concatenation in place")
+        return tvm.transform.Sequential([concat_in_place(), relax.transform.FuseTIR()])
 
     if name == "LegalizeOps" and check_recipe(recipe) >= 2:
         custom = {"relax.concat": concat_as_copies}
@@ -270,7 +279,15 @@ def prepack_sequence(layout: str = "NCHW", recipe: int = 1):
         passes += [relax.transform.FoldConstant(),
                    relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})]
     passes += [_pass(p, recipe, lane_padding=layout == "NHWC") for p in PREPACK_PASSES]
-    return tvm.transform.Sequential(passes + [relax.transform.AttachAttrLayoutFreeBuffers()])
+    return tvm.transform.Sequential(passes + [_in_place_aware(relax.transform.AttachAttrLayoutFreeBuffers())])
+
+
+def _in_place_aware(pass_):
+    """`pass_` (one of TVM's that reads call_tir only) applied to the
+    in-place calls of recipe 4 too (`concat_in_place.around_in_place`)."""
+    from .concat_in_place import around_in_place
+
+    return around_in_place(pass_)
 
 
 def fuse(mod, target):
@@ -325,7 +342,7 @@ def fold_layout_rewrites(mod, target):
     from tvm import relax
 
     with make_target(target):
-        mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+        mod = _in_place_aware(relax.transform.SplitLayoutRewritePreproc())(mod)
         # TVM names the split-out rewrite `<kernel>_weight_prepack`.
         rewrites = {gv.name_hint for gv, f in mod.functions_items()
                     if isinstance(f, tvm.tirx.PrimFunc) and gv.name_hint.endswith("_weight_prepack")}
@@ -428,7 +445,10 @@ def task_rows(fused, target, rebuild=None, args=None) -> list:
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    tasks = ms.relax_integration.extract_tasks(fused, target, module_equality="structural")
+    from .concat_in_place import in_place_as_call_tir
+
+    # TVM's extraction reads call_tir only: recipe 4's in-place kernels are tasks too.
+    tasks = ms.relax_integration.extract_tasks(in_place_as_call_tir(fused), target, module_equality="structural")
     rows = []
     for task in tasks:
         func = task.mod["main"]
