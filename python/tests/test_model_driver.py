@@ -543,6 +543,31 @@ def test_recipe_4_writes_a_concatenation_in_place_tuned_and_compiled():
     assert any("concatenate" in t["name"] for t in old["tasks"]), [t["name"] for t in old["tasks"]]
 
 
+def test_recipe_4_is_a_cpu_lowering():
+    """With the weights as arguments too; a CUDA target keeps the copies."""
+    import base64
+
+    from tunefleet._driver.prepare import prepare_model
+
+    def script(target):
+        job = {"model_b64": base64.b64encode(_fire_model()).decode(), "recipe": 4, "target": target}
+        return prepare_model(job).mod["main"].script()
+
+    assert "call_tir_inplace" in script(TARGET)
+    cuda = script({"kind": "cuda", "arch": "sm_90"})
+    assert "call_tir_inplace" not in cuda and "concatenate" in cuda
+
+
+def test_concat_axis():
+    from tunefleet.concat_in_place import _concat_axis
+
+    assert _concat_axis([[1, 5, 5, 16], [1, 5, 5, 32]], [1, 5, 5, 48]) == 3
+    assert _concat_axis([[1, 16, 5, 5], [1, 32, 5, 5]], [1, 48, 5, 5]) == 1
+    assert _concat_axis([[1, 5, 5, 16], [1, 4, 5, 32]], [1, 5, 5, 48]) is None  # two axes differ
+    assert _concat_axis([[1, 5, 16], [1, 5, 5, 32]], [1, 5, 5, 48]) is None  # ranks differ
+    assert _concat_axis([[1, 5, 5, 16], [1, 5, 5, 16]], [1, 5, 5, 48]) is None  # does not add up
+
+
 def test_the_master_and_the_drivers_agree_on_the_latest_recipe():
     """New runs get the master's LATEST_RECIPE (shared/src/model.rs); the
     drivers must know it and the Python client must ask for the same one."""
