@@ -307,7 +307,7 @@ for name, tail, outs in (
 
 /// Without `--prepack`, `--no-prepack` or `--layout`, `submit` gives the
 /// best mode: weights pre-packed, convolutions channels-last, lowering
-/// recipe 3, chosen by the farm; a model NHWC cannot carry falls back to
+/// the latest recipe, chosen by the farm; a model NHWC cannot carry falls back to
 /// NCHW on its own, and `results` says so and why.
 #[cfg(feature = "tvm")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

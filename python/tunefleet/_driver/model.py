@@ -57,7 +57,7 @@ mode=compile result::
      "tolerance": {"rtol": 1e-3, "atol": a, "rule": "..."},
      "latency_s": {"untuned": s, "tuned": s, "onnxruntime": s}, "repeat": r,
      "threads": {"tvm": n, "onnxruntime": n, "tuned_timed_as": "..."},
-     "layout": "NHWC", "recipe": 3,
+     "layout": "NHWC", "recipe": 4,
      "library": "/abs/model.so", "library_bytes": n,   (null: prepack with random weights)
      "inputs": [...], "params": [...], "outputs": [...]}
 
