@@ -52,9 +52,9 @@ export TUNEFLEET_TOKEN="$TOKEN" TUNEFLEET_SERVER="ws://$BIND"
 # A small model too: SqueezeNet from the onnx wheel (nothing is downloaded),
 # a small budget (MODEL_TRIALS), then compiled here with its own weights.
 MODEL=${TUNEFLEET_MODEL:-$(.venv/bin/python -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_squeezenet.onnx"))')}
-# 72: with the example workloads on one 2-core worker, 7.4 minutes of tuning
-# and compile for 1.85x onnxruntime's time with lowering recipe 3 (2.9x with
-# recipe 2; docs/benchmarks.md, "The README's run with recipe 3").
+# 72: with the example workloads on one 2-core worker, 7.2 minutes of tuning
+# and compile for 1.70x onnxruntime's time with lowering recipe 4 (1.85x with
+# recipe 3, 2.9x with recipe 2; docs/benchmarks.md, "Concatenations in place").
 MODEL_TRIALS=${MODEL_TRIALS:-72}
 "$BIN/tunefleet" submit "$MODEL" --name squeezenet --trials "$MODEL_TRIALS" --trials-per-round 4
 
