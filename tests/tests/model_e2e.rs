@@ -353,7 +353,10 @@ async fn the_default_mode_is_the_best_and_falls_back_on_its_own() {
     assert_eq!(conv["mode"]["layout"], "NHWC", "{:#}", conv["mode"]);
     assert_eq!(conv["mode"]["prepack"], true);
     assert_eq!(conv["mode"]["auto"], true);
-    assert_eq!(conv["mode"]["recipe"], tunefleet_shared::model::LATEST_RECIPE);
+    assert_eq!(
+        conv["mode"]["recipe"],
+        tunefleet_shared::model::LATEST_RECIPE
+    );
     assert!(conv["mode"]["note"].is_null());
     let mask = extracted("mask").await;
     assert_ne!(mask["state"], "failed", "{mask:#}");
