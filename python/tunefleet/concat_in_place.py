@@ -224,7 +224,7 @@ def concat_in_place():
             body = func.body
             new = relax.SeqExpr([rewriter.block(b) for b in body.blocks], body.body)
             rewriter.bb.update_func(gv, relax.Function(func.params, new, func.ret_ty, func.is_pure, func.attrs))
-        return relax.transform.DeadCodeElimination()(rewriter.bb.get())
+        return _normalized(relax.transform.DeadCodeElimination()(rewriter.bb.get()))
 
     return _pass
 
@@ -251,7 +251,18 @@ def _map_calls(mod, fn):
             blocks.append(type(block)(bindings))
         out[gv] = relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure,
                                  func.attrs)
-    return out
+    return _normalized(out)
+
+
+def _normalized(mod):
+    """`mod` with every node's type filled in. Nodes built here come without
+    one, and TVM's BlockBuilder fills them in place while a pass runs: a
+    function hashed before that no longer matches itself after, and
+    `SplitLayoutRewritePreproc` failed its `UpdateFunction` check on a
+    partly tuned model."""
+    from tvm import relax
+
+    return relax.transform.Normalize()(mod)
 
 
 def _op(name):
