@@ -22,6 +22,7 @@ keeps its copies.
 from __future__ import annotations
 
 from .errors import require_tvm
+from .relax import copy_block, module_copy, tensor_dims, tir_dims
 
 #: The copy blocks recipe 2's concatenation is made of (relax.concat_as_copies).
 _COPY_BLOCK = "copy"
@@ -31,29 +32,20 @@ def _slice_writer(in_shape: list, out_shape: list, axis: int, offset: int, dtype
     """The PrimFunc `(a, out)` storing `a` into `out` at `offset` along
     `axis` (the rest of `out` untouched)."""
     tvm = require_tvm("writing a concatenation in place")
-    rank = len(in_shape)
-
-    def dims(shape):
-        return ", ".join(f"T.int64({d})" for d in shape)
-
-    loops = ", ".join(f"i{k}" for k in range(rank))
-    iters = ", ".join(f"v{k}" for k in range(rank))
-    dst = ", ".join(f"v{k} + T.int64({offset})" if k == axis else f"v{k}" for k in range(rank))
-    text = "\n".join([
-        "@T.prim_func(private=True, s_tir=True)",
-        f'def concat_slice(a: T.Buffer(({dims(in_shape)}), "{dtype}"), out: T.Buffer(({dims(out_shape)}), "{dtype}")):',
-        '    T.func_attr({"tirx.noalias": True})',
-        f"    for {loops} in T.grid({dims(in_shape)}):",
-        '        with T.sblock("concat_slice"):',
-        f'            {iters} = T.axis.remap("{"S" * rank}", [{loops}])',
-        f"            out[{dst}] = a[{iters}]",
-    ])
-    return tvm.script.from_source(text + "\n")
+    lines = ["@T.prim_func(private=True, s_tir=True)",
+             f'def concat_slice(a: T.Buffer(({tir_dims(in_shape)}), "{dtype}"), '
+             f'out: T.Buffer(({tir_dims(out_shape)}), "{dtype}")):',
+             '    T.func_attr({"tirx.noalias": True})']
+    lines += copy_block("a", "concat_slice", in_shape, axis, offset)
+    return tvm.script.from_source("\n".join(lines) + "\n")
 
 
 def _dims(ty) -> list | None:
-    values = [getattr(d, "value", None) for d in getattr(getattr(ty, "shape", None), "values", None) or []]
-    return values if values and all(isinstance(v, int) for v in values) else None
+    """A tensor type's static shape as ints, or None."""
+    from tvm import relax
+
+    shape = getattr(ty, "shape", None) if isinstance(ty, relax.TensorType) else None
+    return tensor_dims(shape) if shape is not None else None
 
 
 def _is_copies_concat(mod, call) -> bool:
@@ -62,6 +54,8 @@ def _is_copies_concat(mod, call) -> bool:
     from tvm import relax
 
     if not (isinstance(call, relax.Call) and call.op.same_as(tvm.ir.Op.get("relax.call_tir"))):
+        return False
+    if not call.args[0].name_hint.startswith("concatenate"):  # concat_as_copies' name; spares a schedule per kernel
         return False
     func = mod[call.args[0]]
     if not isinstance(func, tvm.tirx.PrimFunc):
@@ -218,9 +212,7 @@ def concat_in_place():
         if target is None or target.kind.name != "llvm":
             return mod  # measured on CPUs only; a GPU run keeps recipe 2's copies
         rewriter = _Rewriter(mod)
-        for gv, func in mod.functions_items():
-            if not isinstance(func, relax.Function) or (func.attrs is not None and "Primitive" in func.attrs):
-                continue
+        for gv, func in _entry_functions(mod):
             body = func.body
             new = relax.SeqExpr([rewriter.block(b) for b in body.blocks], body.body)
             rewriter.bb.update_func(gv, relax.Function(func.params, new, func.ret_ty, func.is_pure, func.attrs))
@@ -237,13 +229,10 @@ def concat_in_place():
 def _map_calls(mod, fn):
     """`mod` with every top-level binding value of its non-primitive Relax
     functions replaced by `fn(value)`."""
-    tvm = require_tvm("writing a concatenation in place")
     from tvm import relax
 
-    out = tvm.IRModule(mod.functions, attrs=mod.attrs) if mod.attrs else tvm.IRModule(mod.functions)
-    for gv, func in mod.functions_items():
-        if not isinstance(func, relax.Function) or (func.attrs is not None and "Primitive" in func.attrs):
-            continue
+    out = module_copy(mod)
+    for gv, func in _entry_functions(mod):
         blocks = []
         for block in func.body.blocks:
             bindings = [relax.VarBinding(b.var, fn(b.value)) if isinstance(b, relax.VarBinding) else b
@@ -252,6 +241,15 @@ def _map_calls(mod, fn):
         out[gv] = relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure,
                                  func.attrs)
     return _normalized(out)
+
+
+def _entry_functions(mod) -> list:
+    """(GlobalVar, function) of `mod`'s Relax functions that are not fused
+    groups (`Primitive`): `main`, where the kernels are called."""
+    from tvm import relax
+
+    return [(gv, f) for gv, f in mod.functions_items()
+            if isinstance(f, relax.Function) and not (f.attrs is not None and "Primitive" in f.attrs)]
 
 
 def _normalized(mod):

@@ -102,38 +102,53 @@ def fusion_sequence(recipe: int = 1):
     return tvm.transform.Sequential([_pass(p, recipe) for p in FUSION_PASSES])
 
 
-def _tensor_dims(shape) -> list | None:
+def tensor_dims(shape) -> list | None:
     """A static shape as ints, or None."""
     values = [getattr(d, "value", None) for d in shape]
     return values if all(isinstance(v, int) for v in values) else None
+
+
+def tir_dims(shape) -> str:
+    """A static shape as TVMScript's `T.int64(..), ...`."""
+    return ", ".join(f"T.int64({d})" for d in shape)
+
+
+def copy_block(src: str, block: str, shape: list, axis: int, offset: int) -> list:
+    """TVMScript lines of one block copying buffer `src` (of `shape`) into
+    `out` at `offset` along `axis`: recipe 2's concatenation has one per
+    input, recipe 4's in-place store one."""
+    rank = len(shape)
+    loops = ", ".join(f"i{k}" for k in range(rank))
+    iters = ", ".join(f"v{k}" for k in range(rank))
+    dst = ", ".join(f"v{k} + T.int64({offset})" if k == axis else f"v{k}" for k in range(rank))
+    return [f"    for {loops} in T.grid({tir_dims(shape)}):",
+            f'        with T.sblock("{block}"):',
+            f'            {iters} = T.axis.remap("{"S" * rank}", [{loops}])',
+            f"            out[{dst}] = {src}[{iters}]"]
 
 
 def _copies_func(shapes: list, axis: int, dtype: str):
     """The PrimFunc of a concatenation as one copy block per input, each
     writing its input into its slice of the output."""
     tvm = require_tvm("lowering a concatenation")
-    rank = len(shapes[0])
     out = list(shapes[0])
     out[axis] = sum(shape[axis] for shape in shapes)
-
-    def dims(shape):
-        return ", ".join(f"T.int64({d})" for d in shape)
-
-    loops = ", ".join(f"i{k}" for k in range(rank))
-    iters = ", ".join(f"v{k}" for k in range(rank))
-    params = [f'a{i}: T.Buffer(({dims(shape)}), "{dtype}")' for i, shape in enumerate(shapes)]
+    params = [f'a{i}: T.Buffer(({tir_dims(shape)}), "{dtype}")' for i, shape in enumerate(shapes)]
     lines = [f'@T.prim_func(private=True, s_tir=True)\ndef concatenate({", ".join(params)}, '
-             f'out: T.Buffer(({dims(out)}), "{dtype}")):',
+             f'out: T.Buffer(({tir_dims(out)}), "{dtype}")):',
              '    T.func_attr({"tirx.noalias": True})']
     offset = 0
     for i, shape in enumerate(shapes):
-        dst = ", ".join(f"v{k} + T.int64({offset})" if k == axis else f"v{k}" for k in range(rank))
-        lines += [f"    for {loops} in T.grid({dims(shape)}):",
-                  f'        with T.sblock("copy{i}"):',
-                  f'            {iters} = T.axis.remap("{"S" * rank}", [{loops}])',
-                  f"            out[{dst}] = a{i}[{iters}]"]
+        lines += copy_block(f"a{i}", f"copy{i}", shape, axis, offset)
         offset += shape[axis]
     return tvm.script.from_source("\n".join(lines) + "\n")
+
+
+def module_copy(mod):
+    """A new IRModule with `mod`'s functions and attributes (to replace
+    functions in without touching `mod`)."""
+    tvm = require_tvm("copying a module")
+    return tvm.IRModule(mod.functions, attrs=mod.attrs) if mod.attrs else tvm.IRModule(mod.functions)
 
 
 def _tuple_fields(bb, expr) -> list:
@@ -166,7 +181,7 @@ def concat_as_copies(bb, call):
     from tvm.relax.transform.legalize_ops import manipulate
 
     fields = _tuple_fields(bb, call.args[0])
-    shapes = [_tensor_dims(f.ty.shape) if isinstance(f.ty, relax.TensorType) else None for f in fields]
+    shapes = [tensor_dims(f.ty.shape) if isinstance(f.ty, relax.TensorType) else None for f in fields]
     if call.attrs.axis is None or any(s is None for s in shapes) or len({len(s) for s in shapes}) != 1:
         return manipulate._concat(bb, call)
     axis = int(call.attrs.axis) % len(shapes[0])
@@ -216,7 +231,7 @@ def conv2d_lane_padded(bb, call):
     attrs = call.attrs
     target = tvm.target.Target.current(allow_none=True)
     weight_ty, out_ty = call.args[1].ty, call.ty
-    shapes = [_tensor_dims(t.shape) if isinstance(t, relax.TensorType) else None for t in (weight_ty, out_ty)]
+    shapes = [tensor_dims(t.shape) if isinstance(t, relax.TensorType) else None for t in (weight_ty, out_ty)]
     if (target is None or target.kind.name != "llvm" or None in shapes or attrs.data_layout != "NHWC"
             or attrs.out_layout != "NHWC" or attrs.kernel_layout != "OHWI" or int(attrs.groups) != 1):
         return legal_nn._nn_conv2d(bb, call)
@@ -686,7 +701,7 @@ def apply_database(mod, db, target, generic=True):
     other PrimFunc gets `generic_schedule` where it has one (`generic_names`)."""
     tvm = require_tvm("applying tuning records")
 
-    out = tvm.IRModule(mod.functions, attrs=mod.attrs) if mod.attrs else tvm.IRModule(mod.functions)
+    out = module_copy(mod)
     total = 0
     applied_names = []
     matched_keys = []  # workload hashes (database_workload.json's first column) that matched
