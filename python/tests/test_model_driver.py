@@ -572,6 +572,64 @@ def test_concat_axis():
     assert _concat_axis([[1, 5, 5, 16], [1, 5, 5, 16]], [1, 5, 5, 48]) is None  # does not add up
 
 
+def _conv_bn_model() -> bytes:
+    """ResNet's two shapes of convolution + batch norm: one without a bias
+    (then a Relu), one with (then added to the input, a residual)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    inits, nodes = [], []
+
+    def conv_bn(name, inp, bias, out):
+        arrays = {"w": rng.standard_normal((8, 8, 3, 3)) * 0.2, "gamma": rng.uniform(0.5, 2, 8),
+                  "beta": rng.standard_normal(8), "mean": rng.standard_normal(8), "var": rng.uniform(0.2, 3, 8)}
+        if bias:
+            arrays["b"] = rng.standard_normal(8)
+        inits.extend(numpy_helper.from_array(v.astype("float32"), f"{name}_{k}") for k, v in arrays.items())
+        conv_in = [inp, f"{name}_w"] + ([f"{name}_b"] if bias else [])
+        nodes.append(helper.make_node("Conv", conv_in, [f"{name}_c"], pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("BatchNormalization", [f"{name}_c"] + [f"{name}_{k}" for k in
+                                      ("gamma", "beta", "mean", "var")], [out], epsilon=1e-3))
+
+    conv_bn("a", "x", False, "a_bn")
+    nodes.append(helper.make_node("Relu", ["a_bn"], ["a"]))
+    conv_bn("b", "a", True, "b_bn")
+    nodes.append(helper.make_node("Add", ["b_bn", "x"], ["y"]))
+    graph = helper.make_graph(nodes, "conv_bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_recipe_5_folds_batch_norms_into_the_weights_tuned_and_compiled():
+    """Recipe 5: each batch norm folds into its convolution's weights and a
+    bias (the kernels read no mean or variance and divide nothing), with or
+    without the convolution's own bias; a round of a folded kernel tunes,
+    and the model compiled with it, channels-last and in NCHW, gives
+    onnxruntime's outputs. Recipe 4 keeps the norm in the epilogue."""
+    model = _conv_bn_model()
+    for layout in ("NHWC", "NCHW"):
+        mode = {"prepack": True, "layout": layout, "recipe": 5}
+        ex = _result(*run_driver(_job("extract", model=model, input_shapes={}, **mode), f"bn_extract_{layout}"))
+        convs = [t for t in ex["tasks"] if "conv2d" in t["name"]]
+        assert len(convs) == 2, [t["name"] for t in ex["tasks"]]
+        for t in convs:
+            assert "divide" not in t["name"] and "subtract" not in t["name"], t["name"]
+            assert "T.Div" not in t["tvmscript"] and " / " not in t["tvmscript"], t["tvmscript"]
+        wl = {"name": convs[0]["name"], "op": "tvmscript", "tvmscript": convs[0]["tvmscript"], "target": TARGET,
+              "trials": 2}
+        job = {"workload": wl, "nbest": 4, "seed": 0, "num_trials_per_iter": 2, "max_workers": 2, "rpc": None,
+               "check_kernel": False}
+        r = _result(*run_driver(job, f"bn_round_{layout}", module=TUNE, timeout=600))
+        tasks = [{"name": convs[0]["name"], "workload": r["workload"], "records": [x["record"] for x in r["records"]]}]
+        c = _result(*run_driver(_job("compile", model=model, input_shapes={}, tasks=tasks, **mode),
+                                f"bn_compile_{layout}"))
+        assert c["verified"] is True and c["tasks_matched"] == 1 and c["applied"] >= 1, c
+        assert c["recipe"] == 5 and c["layout"] == layout, c
+    old = _result(*run_driver(_job("extract", model=model, input_shapes={}, **dict(mode, recipe=4)), "bn_recipe4"))
+    assert sum("divide" in t["name"] for t in old["tasks"]) == 2, [t["name"] for t in old["tasks"]]
+
+
 def test_the_master_and_the_drivers_agree_on_the_latest_recipe():
     """New runs get the master's LATEST_RECIPE (shared/src/model.rs); the
     drivers must know it and the Python client must ask for the same one."""

@@ -69,8 +69,11 @@ def make_target(target):
 #: 4: as 3, and a concatenation whose inputs are each a fused kernel's result
 #:    costs nothing: those kernels write into their slice of its buffer
 #:    (`tunefleet.concat_in_place`).
-RECIPES = (1, 2, 3, 4)
-LATEST_RECIPE = 4
+#: 5: as 4, and in a pre-packed run a batch norm after a convolution folds
+#:    into its weights and a bias (`tunefleet.batch_norm`) instead of being
+#:    four operations in the kernel's epilogue.
+RECIPES = (1, 2, 3, 4, 5)
+LATEST_RECIPE = 5
 
 
 def check_recipe(recipe) -> int:
@@ -290,9 +293,16 @@ def prepack_sequence(layout: str = "NCHW", recipe: int = 1):
     from tvm import relax
 
     passes = []
-    if check_layout(layout) == "NHWC":
-        passes += [relax.transform.FoldConstant(),
-                   relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})]
+    nhwc = check_layout(layout) == "NHWC"
+    if nhwc or check_recipe(recipe) >= 5:
+        passes.append(relax.transform.FoldConstant())
+    if recipe >= 5:
+        # Before the layout conversion: the fold reads NCHW/OIHW.
+        from .batch_norm import fold_batch_norms
+
+        passes += [fold_batch_norms(), relax.transform.FoldConstant()]
+    if nhwc:
+        passes.append(relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}))
     passes += [_pass(p, recipe, lane_padding=layout == "NHWC") for p in PREPACK_PASSES]
     return tvm.transform.Sequential(passes + [_in_place_aware(relax.transform.AttachAttrLayoutFreeBuffers())])
 

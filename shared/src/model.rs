@@ -194,7 +194,8 @@ pub struct ModelSource {
     /// 1: [`ModelSource::recipe`]); 2, concatenations as one copy loop per
     /// input; 3, as 2 with channels-last convolutions padded to whole vector
     /// registers of output channels; 4, as 3 with a concatenation's inputs
-    /// written in place by the kernels that make them. A run is compiled with
+    /// written in place by the kernels that make them; 5, as 4 with batch
+    /// norms folded into their convolutions' weights. A run is compiled with
     /// the recipe it was extracted with: its records are keyed by the
     /// PrimFuncs it made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,7 +203,7 @@ pub struct ModelSource {
 }
 
 /// The newest lowering recipe: what new ONNX submissions ask for.
-pub const LATEST_RECIPE: u32 = 4;
+pub const LATEST_RECIPE: u32 = 5;
 
 impl ModelSource {
     /// The run's lowering recipe (absent: 1).

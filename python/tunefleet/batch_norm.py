@@ -1,0 +1,81 @@
+"""Batch norms folded into their convolutions (lowering recipe 5).
+
+An inference batch norm after a convolution is an affine map per output
+channel, `(y - mean) / sqrt(var + eps) * gamma + beta`. Up to recipe 4 it
+was decomposed and fused into the convolution's kernel as an epilogue:
+four operations on every output element, one of them a division (LLVM may
+not turn `x / c` into a multiplication without fast-math, and a 16-lane
+division costs as much as several FMAs). Where the weights are constants
+(a pre-packed run, the default mode), the map folds into the weights
+instead, the way onnxruntime's graph optimizer does it:
+
+    W' = W * s    (s = gamma / sqrt(var + eps), per output channel)
+    b' = beta - mean * s  (+ bias * s when the convolution had one)
+
+and the kernel's epilogue is one bias add. The folded weights are relax
+expressions on constants; `FoldConstant` right after computes them.
+
+Only a 2-D convolution in NCHW/OIHW (the ONNX layout, before any layout
+conversion), whose weight and the norm's four parameters are constants,
+with the norm on the channel axis, is folded; anything else is left as it
+was. The rounding differs from the unfolded form by a few ulps.
+"""
+
+from __future__ import annotations
+
+from .errors import require_tvm
+from .relax import tensor_dims
+
+
+def fold_batch_norms():
+    """The function pass: conv2d (+ a constant bias) + batch_norm on
+    constants becomes conv2d with scaled weights + a bias add."""
+    tvm = require_tvm("folding batch norms into convolutions")
+    from tvm import relax
+    from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
+
+    data, weight, bias = wildcard(), is_const(), is_const()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    biased = is_op("relax.add")(conv, bias)
+    gamma, beta, mean, var = is_const(), is_const(), is_const(), is_const()
+    norm = is_op("relax.nn.batch_norm")(conv | biased, gamma, beta, mean, var)
+    pattern = TupleGetItemPattern(norm, 0)
+
+    def rewrite(expr, m):
+        call, bn = m[conv], m[norm]
+        channels = _foldable(call, bn, m[weight], m[bias] if bias in m else None)
+        if channels is None:
+            return expr
+        dtype = str(m[var].ty.dtype)
+        eps = relax.const(float(bn.attrs.epsilon), dtype)
+        scale = relax.op.divide(m[gamma], relax.op.sqrt(relax.op.add(m[var], eps)))
+        shift = relax.op.subtract(m[beta], relax.op.multiply(m[mean], scale))
+        if bias in m:
+            shift = relax.op.add(shift, relax.op.multiply(relax.op.reshape(m[bias], (channels,)), scale))
+        scaled = relax.op.multiply(m[weight], relax.op.reshape(scale, (channels, 1, 1, 1)))
+        out = relax.Call(call.op, (m[data], scaled), call.attrs)
+        return relax.op.add(out, relax.op.reshape(shift, (1, channels, 1, 1)))
+
+    @relax.transform.function_pass(opt_level=0, name="FoldBatchNorms")
+    def fold(func, mod, ctx):
+        if int(func.attrs.get("Primitive", 0) if func.attrs else 0):
+            return func
+        return rewrite_call(pattern, rewrite, func)
+
+    return tvm.transform.Sequential([fold, relax.transform.Normalize()], name="FoldBatchNormsNormalized")
+
+
+def _foldable(conv, bn, weight, bias):
+    """The output channel count if this conv + batch norm folds, else None."""
+    attrs = conv.attrs
+    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
+        return None
+    if int(bn.attrs.axis) not in (1, -3) or not (bn.attrs.center and bn.attrs.scale):
+        return None
+    shape = tensor_dims(weight.ty.shape)
+    if shape is None or len(shape) != 4:
+        return None
+    channels = shape[0]
+    if bias is not None and tensor_dims(bias.ty.shape) not in ([1, channels, 1, 1], [channels, 1, 1]):
+        return None
+    return channels
