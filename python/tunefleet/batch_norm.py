@@ -12,8 +12,14 @@ instead, the way onnxruntime's graph optimizer does it:
     W' = W * s    (s = gamma / sqrt(var + eps), per output channel)
     b' = beta - mean * s  (+ bias * s when the convolution had one)
 
-and the kernel's epilogue is one bias add. The folded weights are relax
-expressions on constants; `FoldConstant` right after computes them.
+and the kernel's epilogue is one bias add. The folded weights are computed
+here, with numpy, and become new constants: as Relax expressions left to
+`FoldConstant`, each one was compiled and run by TVM, and ResNet-50's
+preparation took 35 s instead of 22 s.
+
+TVM's own `relax.transform.FoldBatchnormToConv2D` does the same rewrite,
+but not for a convolution with a bias (ONNX `Conv` with three inputs), and
+it checks only the kernel's layout, not the data's or the norm's axis.
 
 Only a 2-D convolution in NCHW/OIHW (the ONNX layout, before any layout
 conversion), whose weight and the norm's four parameters are constants,
@@ -34,6 +40,8 @@ def fold_batch_norms():
     from tvm import relax
     from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
 
+    import numpy as np
+
     data, weight, bias = wildcard(), is_const(), is_const()
     conv = is_op("relax.nn.conv2d")(data, weight)
     biased = is_op("relax.add")(conv, bias)
@@ -43,18 +51,18 @@ def fold_batch_norms():
 
     def rewrite(expr, m):
         call, bn = m[conv], m[norm]
-        channels = _foldable(call, bn, m[weight], m[bias] if bias in m else None)
+        conv_bias = m[bias] if bias in m else None
+        channels = _foldable(call, bn, m[weight], conv_bias)
         if channels is None:
             return expr
-        dtype = str(m[var].ty.dtype)
-        eps = relax.const(float(bn.attrs.epsilon), dtype)
-        scale = relax.op.divide(m[gamma], relax.op.sqrt(relax.op.add(m[var], eps)))
-        shift = relax.op.subtract(m[beta], relax.op.multiply(m[mean], scale))
-        if bias in m:
-            shift = relax.op.add(shift, relax.op.multiply(relax.op.reshape(m[bias], (channels,)), scale))
-        scaled = relax.op.multiply(m[weight], relax.op.reshape(scale, (channels, 1, 1, 1)))
+        w, g, b, mu, v = (m[p].value.numpy() for p in (weight, gamma, beta, mean, var))
+        scale = g / np.sqrt(v + np.asarray(float(bn.attrs.epsilon), v.dtype))
+        shift = b - mu * scale
+        if conv_bias is not None:
+            shift = shift + conv_bias.value.numpy().reshape(channels) * scale
+        scaled = relax.const(w * scale.reshape(channels, 1, 1, 1))
         out = relax.Call(call.op, (m[data], scaled), call.attrs)
-        return relax.op.add(out, relax.op.reshape(shift, (1, channels, 1, 1)))
+        return relax.op.add(out, relax.const(shift.reshape(1, channels, 1, 1)))
 
     @relax.transform.function_pass(opt_level=0, name="FoldBatchNorms")
     def fold(func, mod, ctx):

@@ -300,7 +300,7 @@ def prepack_sequence(layout: str = "NCHW", recipe: int = 1):
         # Before the layout conversion: the fold reads NCHW/OIHW.
         from .batch_norm import fold_batch_norms
 
-        passes += [fold_batch_norms(), relax.transform.FoldConstant()]
+        passes.append(fold_batch_norms())
     if nhwc:
         passes.append(relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}))
     passes += [_pass(p, recipe, lane_padding=layout == "NHWC") for p in PREPACK_PASSES]
