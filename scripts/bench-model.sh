@@ -9,7 +9,9 @@
 #   scripts/bench-model.sh light_resnet50 400 16     # the defaults
 #
 # MODEL is a model of the onnx wheel's test data (light_squeezenet,
-# light_resnet50, ...) or a path to an .onnx file. Output: target/bench-model/
+# light_resnet50, ...) or a path to an .onnx file. The tuned library is
+# compiled and timed on a copy with random normal-range weights
+# (WEIGHTS=own: the file's own). Output: target/bench-model/
 # (fleet.json = `tunefleet results --model`, direct.json, logs) and a summary
 # on stdout. Nothing is downloaded.
 set -euo pipefail
@@ -57,8 +59,16 @@ end=$(date +%s.%N)
 "$BIN/tunefleet" results --model bench --format json >"$OUT/fleet.json"
 # Every job of the run, for the per-round split (wall against MetaSchedule's own time).
 "$BIN/tunefleet" results --format json >"$OUT/fleet-jobs.json"
-# The user's model with its own weights, compiled with the run's records here.
-"$BIN/tunefleet" compile "$model" --model bench --out "$OUT/bench_tuned.so" --format json \
+# The model compiled with the run's records here, as a user compiles theirs:
+# by default a copy with normal-range random weights (scripts/random-weights.py:
+# the light models' own weights are all one constant, which flatters TVM),
+# WEIGHTS=own for the file's own.
+compiled="$model"
+if [[ "${WEIGHTS:-random}" == random ]]; then
+  compiled="$OUT/model-random-weights.onnx"
+  .venv/bin/python scripts/random-weights.py "$model" "$compiled"
+fi
+"$BIN/tunefleet" compile "$compiled" --model bench --out "$OUT/bench_tuned.so" --format json \
   >"$OUT/compile.json" 2>"$OUT/compile.log" || echo "bench-model: tunefleet compile failed (see $OUT/compile.log)" >&2
 cleanup
 pids=()
@@ -70,7 +80,7 @@ echo "== direct MetaSchedule, same settings" >&2
   >"$OUT/direct.log" 2>&1
 
 python3 - "$OUT" "$fleet_wall" <<'EOF'
-import json, sys
+import json, os, sys
 out, fleet_wall = sys.argv[1], float(sys.argv[2])
 f = json.load(open(f"{out}/fleet.json"))
 d = json.load(open(f"{out}/direct.json"))
@@ -98,7 +108,7 @@ if split:
 try:
     c = json.load(open(f"{out}/compile.json"))
     cl = c["latency_s"]
-    print(f"tunefleet compile (weights bound): applied {c['applied']}/{c['tuned_functions']}, tasks {c['tasks']}, "
+    print(f"tunefleet compile ({os.environ.get('WEIGHTS', 'random')} weights): applied {c['applied']}/{c['tuned_functions']}, tasks {c['tasks']}, "
           f"untuned {ms(cl['untuned'])}, tuned {ms(cl['tuned'])}, onnxruntime {ms(cl['onnxruntime'])}, "
           f"verified {c['verified']}")
 except (OSError, ValueError, KeyError) as err:
