@@ -329,23 +329,3 @@ def test_a_round_under_the_wide_rules_replays_in_a_fresh_process(tmp):
 def test_the_rule_set_is_checked(tmp):
     events, _, rc, _, _ = run_driver(_job(dict(MATMUL, trials=2), rules="fastest"), os.path.join(tmp, "err_rules"))
     assert rc == 1 and "job field `rules` must be one of default, wide, union" in events[-1]["message"], events
-
-
-def test_a_models_round_times_its_candidates_with_cold_caches(tmp):
-    """A model's round on a CPU (`cold_cache: true`, as the worker sends it)
-    times every candidate call after flushing the weights out of the caches,
-    one call per repeat: each record holds measure.COLD_REPEAT timings and
-    the result says so. A kernel job keeps MetaSchedule's warm timing (one
-    mean of calls repeated for 100 ms). Which one is faster is the
-    benchmark's question (docs/benchmarks.md), not this test's."""
-    from tunefleet._driver import measure
-
-    runs = {}
-    for cold in (True, False):
-        mm = dict(MATMUL, trials=4)
-        events, stderr, rc, _, _ = run_driver(_job(mm, cold_cache=cold),
-                                              os.path.join(tmp, f"cold{cold}"))
-        result = check_result_protocol(events, rc, stderr, 4)
-        assert result["cold_cache"] is cold, result["cold_cache"]
-        runs[cold] = {len(r["record"][1]) for r in result["records"]}
-    assert runs == {True: {measure.COLD_REPEAT}, False: {1}}, runs

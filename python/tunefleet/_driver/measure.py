@@ -182,47 +182,11 @@ def _rpc_runner(ms, rpc):
     return ms.runner.RPCRunner(rpc_config=rpc_config, max_workers=1)
 
 
-#: Calls timed per candidate when caches are flushed (`cold_cache`): one
-#: call per repeat, each after the flush, so every call is cold.
-COLD_REPEAT = 12
-
-
-def cold_cache(job: dict, target_json: dict) -> bool:
-    """Whether a round times its candidates with the weights out of the
-    caches (`cold_cache: true`, a model's round on a CPU, measured here).
-
-    Why: in a model, a kernel's weights were last read one inference ago, and
-    between them every other layer's went through the caches (ResNet-50's
-    are 100 MB), so the kernel reads them from memory. MetaSchedule's
-    default timing repeats the kernel until 100 ms have passed, all but the
-    first call with the weights in L2. Measured on a 2,000-trial ResNet-50
-    run: the tuned kernels took 1.2-2.7x their tuning time inside the model
-    (the late 1x1 and 3x3 convolutions, whose weights are largest, the
-    most), and the fastest warm candidate was not the fastest cold one
-    (the 7x7 3x3 512->512: 1.58 ms, against 1.19 ms for the 4th warm).
-    So the search ranks what the model will see, and the estimate is the
-    model's time. TVM's `cache_flush_cpu_non_first_arg` evicts every
-    argument but the first, which is the kernel's input: the layer before
-    just wrote it, so it is in cache in the model too."""
-    return (job.get("cold_cache") is True and job.get("rpc") is None
-            and isinstance(target_json, dict) and target_json.get("kind") == "llvm")
-
-
-def runner(ms, job: dict, run_timeout: int, target_json: dict | None = None):
+def runner(ms, job: dict, run_timeout: int):
     """The job's runner: its RPC tracker's devices, or this machine (with the
-    job's `number`/`repeat` when it sets them; with flushed caches for a
-    model's round on a CPU, `cold_cache`)."""
+    job's `number`/`repeat` when it sets them)."""
     if job.get("rpc") is not None:
         return _rpc_runner(ms, job["rpc"])
-    if cold_cache(job, target_json or {}):
-        repeat = int_field(job, "repeat", COLD_REPEAT)
-
-        def make_cold():
-            evaluator = ms.runner.EvaluatorConfig(number=1, repeat=repeat, min_repeat_ms=0,
-                                                  enable_cpu_cache_flush=True)
-            return ms.runner.LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator)
-
-        return _kept(("cold runner", run_timeout, repeat), make_cold)
     number = job.get("number")
     repeat = job.get("repeat")
     if number is not None or repeat is not None:

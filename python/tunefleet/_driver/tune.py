@@ -15,7 +15,6 @@ JOB.json::
      "cost_model": "xgb" | "random" | "mlp", "strategy": "evolutionary" |
      "replay-trace" | "replay-func", "builder_timeout_s": 30, "runner_timeout_s": 30,
      "check_kernel": true, "rules": "default" | "wide" | "union" (measure.RULE_SETS),
-     "cold_cache": false (true: candidates timed with flushed caches, measure.cold_cache),
      "warm_start": null | {"workload": [hash, b64], "records": [[trace, run_secs, target, args_info], ...]},
      "cost_model_share": null | {"path": null | "/abs/model.npz", "id": "...", "samples": N}}
 
@@ -250,7 +249,7 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
     measure.prepare_tvm_for_target(wl.get("target"))
     built = build_workload(wl)
     settings = _settings(job, built)
-    runner = measure.runner(ms, job, settings["run_timeout"], built.target_json)
+    runner = measure.runner(ms, job, settings["run_timeout"])
     builder = measure.builder(ms, built.target_json, settings["max_workers"], settings["build_timeout"])
     proto.emit({"event": "started", "tvm_version": tvm.__version__, "trials_total": settings["trials"]})
 
@@ -310,8 +309,6 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
         "cost_model": cost_model.finish(shared, work_dir),
         # The rule set searched (measure.RULE_SETS).
         "rules": settings["rules"],
-        # Candidates timed with the weights out of the caches (measure.cold_cache).
-        "cold_cache": measure.cold_cache(job, built.target_json),
     }
 
 

@@ -5,8 +5,7 @@
 //! 1. A work directory is made for the job (under `--work-dir`, or the system
 //!    temp dir) and `JOB.json` written into it:
 //!    `{"workload": <wire form>, "nbest": N, "seed": 0, "num_trials_per_iter": T,
-//!    "max_workers": W, "check_kernel": bool, "cold_cache": bool (a model's
-//!    round: candidates timed with flushed caches), "rpc": null | {"tracker_host",
+//!    "max_workers": W, "check_kernel": bool, "rpc": null | {"tracker_host",
 //!    "tracker_port", "key", "session_timeout_s"}}`.
 //! 2. The job goes to the worker's long-lived driver (the Python package's
 //!    `tunefleet._driver`, see `live.rs`), started on the first job as
@@ -403,10 +402,6 @@ impl TvmBackend {
             "number": tuner.number,
             "repeat": tuner.repeat,
             "check_kernel": !job.model_round,
-            // A kernel inside a model reads its weights from memory, not
-            // from the caches its tuning warmed (the driver's
-            // `measure.cold_cache`): a model's rounds time candidates cold.
-            "cold_cache": job.model_round,
             "cost_model_share": shared_model::job_field(work_dir, job.cost_model.as_deref()),
             "reduction_len": reduction_len(&job.workload),
             "rpc": self.config.rpc.as_ref().map(|rpc| serde_json::json!({
