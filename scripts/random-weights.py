@@ -5,9 +5,9 @@
 
 Why: the onnx wheel's light models (light_resnet50, light_squeezenet, ...)
 build every weight with `ConstantOfShape`, so all of ResNet-50's weights are
-0.02. onnxruntime runs slower on them than on trained weights (denser
-activations, no zeros after the ReLUs), TVM barely moves, and a library timed
-on them flatters TVM: ResNet-50 read 0.95-1.08x onnxruntime on its own
+0.02. onnxruntime runs slower on them than on normal-range weights (36
+against 43-45 ms; why was not measured), TVM barely moves, and a library
+timed on them flatters TVM: ResNet-50 read 0.95-1.08x onnxruntime on its own
 weights and 1.09-1.19x on these (docs/benchmarks.md, 2026-11-29). Benchmarks
 compile and time this copy instead, which has what a trained model has:
 weights of the scale a network keeps its activations in range with (He init,
