@@ -35,6 +35,8 @@ from conftest import REPO, need, slow
 need("tvm", "TVM (scripts/setup-tvm.sh)")
 need("onnx", "the onnx package (scripts/setup-tvm.sh)")
 
+from tunefleet._driver import cold_choice  # noqa: E402
+
 DRIVER = "tunefleet._driver.model"
 TUNE = "tunefleet._driver.tune"
 PYTHON = sys.executable
@@ -196,6 +198,7 @@ x, (w, b, fc) = ins[0], ps
 def test_compile_no_records():
     r = _result(*run_driver(_job("compile", tasks=[]), "compile"))
     assert r["applied"] == 0 and r["tuned_functions"] == 0 and r["functions"] >= 3, r
+    assert r["cold_choice"] is None, r["cold_choice"]  # no record, nothing to choose
     # No records: the generic parallel schedule covers what it can (the conv,
     # the pooling), and the outputs below still match numpy.
     assert r["generic_schedules"] >= 2, r["default_schedule"]
@@ -263,6 +266,8 @@ def test_errors():
     assert "unsupported ONNX operator" in msg and "FancyOp" in msg, msg
     msg = _error(*run_driver(_job("extract", input_shapes={"y": [1]}), "err_name")[::2])
     assert "unknown input" in msg and "x" in msg, msg
+    msg = _error(*run_driver(_job("compile", tasks=[], cold_choice=-1), "err_cold_choice")[::2])
+    assert "job field `cold_choice` must be an integer >= 0, got -1" in msg, msg
     print("ok errors", flush=True)
 
 
@@ -295,6 +300,10 @@ def test_warm_start():
     tasks = [{"name": conv["name"], "workload": r2["workload"], "records": [x["record"] for x in r2["records"]]}]
     c = _result(*run_driver(_job("compile", tasks=tasks), "warm_compile"))
     assert c["applied"] == 1 and c["tasks_matched"] == 1 and c["verified"] is True, c
+    # The compile re-timed the task's best records cold and kept the fastest.
+    cc = c["cold_choice"]
+    assert cc["tasks"] == 1 and 1 <= cc["records_timed"] <= min(len(tasks[0]["records"]), cold_choice.TOP_K), cc
+    assert cc["failed"] == 0 and 0 < cc["kernels_cold_s"]["chosen"] <= cc["kernels_cold_s"]["warm_best"], cc
     print(f"ok warm (round 1 best {r1['best_latency_s']:.3g} s, round 2 best {r2['best_latency_s']:.3g} s "
           f"after {len(warm['records'])} warm records, search picked {picked[0]} from the database; "
           f"compile applied {c['applied']}, "
@@ -539,6 +548,8 @@ def test_recipe_4_writes_a_concatenation_in_place_tuned_and_compiled():
     assert c["verified"] is True and c["applied"] >= 2 and c["tasks_matched"] == 2, c
     assert c["recipe"] == 4 and c["layout"] == "NHWC", c
     assert c["prepacked"] == 2, c  # both tuned kernels, the in-place one too
+    # Each task's records built and timed cold on their own, the in-place writer's too.
+    assert c["cold_choice"]["tasks"] == 2 and c["cold_choice"]["failed"] == 0, c["cold_choice"]
     # Partly tuned (a run stopped early): once failed in TVM's pre-packing pass.
     for one in tasks:
         c = _result(*run_driver(_job("compile", model=model, input_shapes={}, tasks=[one], **mode), "fire_part"))

@@ -707,8 +707,10 @@ def apply_database(mod, db, target, generic=True):
     """`mod` (fused) with every PrimFunc that has a record replaced by its
     best schedule. Returns (mod, stats): `functions` (PrimFuncs), `tuned_functions`
     (those the database knows), `applied` (and their names, `applied_names`),
-    `matched_keys` (workload hashes) and `failures`. With `generic`, every
-    other PrimFunc gets `generic_schedule` where it has one (`generic_names`)."""
+    `matched_keys` (workload hashes), `workload_of` (function name: the hash
+    of each function the database knows) and `failures`. With `generic`,
+    every other PrimFunc gets `generic_schedule` where it has one
+    (`generic_names`)."""
     tvm = require_tvm("applying tuning records")
 
     out = module_copy(mod)
@@ -717,11 +719,15 @@ def apply_database(mod, db, target, generic=True):
     matched_keys = []  # workload hashes (database_workload.json's first column) that matched
     failures = []
     generic_names = []
+    workload_of = {}
     for gv, func in mod.functions_items():
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
         total += 1
+        known = len(matched_keys)
         new = _best_schedule(db, gv, func, target, matched_keys, failures)
+        if len(matched_keys) > known:
+            workload_of[gv.name_hint] = matched_keys[-1]
         if new is not None:
             _install(out, gv, func, new)
             applied_names.append(gv.name_hint)
@@ -732,8 +738,30 @@ def apply_database(mod, db, target, generic=True):
                 _install(out, gv, func, new)
                 generic_names.append(gv.name_hint)
     return out, {"functions": total, "tuned_functions": len(matched_keys), "applied": len(applied_names),
-                 "applied_names": applied_names, "matched_keys": matched_keys, "failures": failures,
+                 "applied_names": applied_names, "matched_keys": matched_keys, "workload_of": workload_of,
+                 "failures": failures,
                  "generic_names": generic_names}
+
+
+def call_sites(mod) -> dict:
+    """{PrimFunc name: how many calls the module's Relax functions make to
+    it}. The fusion gives identical subgraphs one PrimFunc (ResNet-50's
+    repeated blocks), which then runs once per call."""
+    tvm = require_tvm("counting a module's calls")
+    from tvm import relax
+
+    counts = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Call):
+            for x in (expr.op, *expr.args):
+                if isinstance(x, tvm.ir.GlobalVar):
+                    counts[x.name_hint] = counts.get(x.name_hint, 0) + 1
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return counts
 
 
 def _best_schedule(db, gv, func, target, matched_keys: list, failures: list):

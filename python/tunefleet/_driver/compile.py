@@ -8,6 +8,9 @@ each a function below:
 1. open the records (`_open_database`);
 2. apply them with the `main`-keyed lookup, counting what applied, and give
    what no record covers the generic parallel schedule (`tunefleet.relax`);
+   choose, of each task's best records by tuning time, the fastest timed
+   cold, as the model runs it (cold_choice.py), and apply those
+   (`cold_choice` in the job: records per task, 0 for the warm-fastest);
 3. pre-pack: fold the weight layouts the schedules chose into the weights
    (a `prepack` run);
 4. build the tuned and the untuned model; write the tuned library
@@ -33,6 +36,7 @@ import traceback
 
 from .. import relax as relax_prep
 from ..errors import shorten
+from . import cold_choice
 from . import prepare as prep_opts
 from .protocol import JobError, int_field
 from .timing import as_list, median_time, onnxruntime_session, random_inputs, time_library, time_onnxruntime
@@ -141,6 +145,31 @@ def _apply_records(job: dict, prep, db, task_names: list):
     for f in stats["failures"]:
         print(f"tunefleet: no schedule applied to {f}", file=sys.stderr)
     return tuned_mod, stats, unmatched
+
+
+def _choose_cold(job: dict, prep, db, task_names: list, applied: tuple) -> tuple:
+    """(tuned module, stats, unmatched, cold choice report or None): the
+    records applied again, each task's cold-fastest of its `cold_choice`
+    best (default cold_choice.TOP_K) in place of its warm-fastest."""
+    top_k = int_field(job, "cold_choice", cold_choice.TOP_K, lo=0)
+    stats = applied[1]
+    if top_k == 0 or not stats["matched_keys"]:
+        return applied + (None,)
+    calls = relax_prep.call_sites(prep.mod)
+    weights = {}
+    for name, key in stats["workload_of"].items():
+        weights[key] = weights.get(key, 0) + calls.get(name, 1)
+    cold_db, report = cold_choice.choose(db, weights, prep.target, top_k)
+    if not report["changed"]:
+        return applied + (report,)
+    # The cold database holds the tasks with records only: the counts of
+    # what the run's database matched stay the first application's.
+    tuned_mod, cold_stats, _ = _apply_records(job, prep, cold_db, task_names)
+    if cold_stats["applied_names"] != stats["applied_names"]:
+        print("tunefleet: cold choice: its records did not apply to the same functions; "
+              "the warm-fastest records are applied", file=sys.stderr)
+        return applied + (dict(report, changed=0),)
+    return tuned_mod, stats, applied[2], report
 
 
 def _prepack_weights(tuned_mod, prep):
@@ -342,7 +371,9 @@ def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
     repeat = int_field(job, "repeat", 10)
     seed = int_field(job, "seed", 0, lo=0)
     db, task_names = _open_database(job, work_dir)
-    tuned_mod, stats, unmatched = _timed(prep, "apply_s", lambda: _apply_records(job, prep, db, task_names))
+    applied = _timed(prep, "apply_s", lambda: _apply_records(job, prep, db, task_names))
+    tuned_mod, stats, unmatched, cold = _timed(prep, "cold_choice_s",
+                                               lambda: _choose_cold(job, prep, db, task_names, applied))
     proto.emit({"event": "progress", "stage": "records_applied", "applied": stats["applied"],
                 "functions": stats["functions"], "elapsed_s": round(time.monotonic() - t0, 3)})
     prepacked = None
@@ -402,6 +433,9 @@ def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
         "target": prep.target_json,
         "host_cpu": _host_cpu(),
         "records": len(db.get_all_tuning_records()),
+        # Of each task's best records by tuning time, the one timed fastest
+        # cold (as in the model): what it timed and changed.
+        "cold_choice": cold,
         "repeat": repeat,
         "library": os.path.abspath(lib_path) if lib_path else None,
         "library_bytes": os.path.getsize(lib_path) if lib_path else None,

@@ -72,6 +72,11 @@ pub struct CompileArgs {
     /// Timed runs of each of the three models (median reported).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub repeat: u32,
+    /// Of each task's N best records by tuning time, apply the one fastest
+    /// timed cold, as kernels run in a model (caches flushed before each
+    /// call); 0 applies the best tuning time as it is.
+    #[arg(long = "cold-choice", value_name = "N", default_value_t = 6)]
+    pub cold_choice: u32,
 }
 
 pub async fn run(args: CompileArgs) -> anyhow::Result<()> {
@@ -93,7 +98,7 @@ pub async fn run(args: CompileArgs) -> anyhow::Result<()> {
         std::fs::write(db_dir.join(name), text)
             .with_context(|| format!("cannot write {}", db_dir.join(name).display()))?;
     }
-    let job = driver_job(&view, &model_file, &db_dir, &out, args.repeat);
+    let job = driver_job(&view, &model_file, &db_dir, &out, &args);
     let job_path = work.path().join("job.json");
     std::fs::write(&job_path, serde_json::to_vec(&job)?).context("cannot write the job file")?;
 
@@ -159,7 +164,13 @@ async fn fetch_run(
 
 /// The model driver's job: the user's file, its weights bound, the run's
 /// target and input shapes (the records were tuned for exactly those).
-fn driver_job(view: &ModelView, model: &Path, db_dir: &Path, out: &Path, repeat: u32) -> Value {
+fn driver_job(
+    view: &ModelView,
+    model: &Path,
+    db_dir: &Path,
+    out: &Path,
+    args: &CompileArgs,
+) -> Value {
     let input_shapes: serde_json::Map<String, Value> = view.io["inputs"]
         .as_array()
         .into_iter()
@@ -180,7 +191,8 @@ fn driver_job(view: &ModelView, model: &Path, db_dir: &Path, out: &Path, repeat:
         "recipe": view.mode.recipe.max(1),
         "database_dir": db_dir,
         "out": out,
-        "repeat": repeat.max(1),
+        "repeat": args.repeat.max(1),
+        "cold_choice": args.cold_choice,
     })
 }
 
@@ -303,10 +315,29 @@ fn report(view: &ModelView, result: &Value) -> Value {
         "recipe",
         "threads",
         "generic_schedules",
+        "cold_choice",
     ] {
         report[key] = result[key].clone();
     }
     report
+}
+
+/// The cold choice in one line: what it timed, what it changed, and the
+/// tuned kernels' cold time (what they cost in the model) before and after.
+fn cold_choice_text(choice: &Value) -> Option<String> {
+    let cold = &choice["kernels_cold_s"];
+    let (chosen, warm_best) = (cold["chosen"].as_f64()?, cold["warm_best"].as_f64()?);
+    Some(format!(
+        "cold choice: the {} best records of {} tasks timed cold ({} records, {:.0} s), \
+         {} tasks changed record; tuned kernels' cold time {} (warm-fastest records: {})\n",
+        choice["top_k"],
+        choice["tasks"],
+        choice["records_timed"],
+        choice["wall_s"].as_f64().unwrap_or(0.0),
+        choice["changed"],
+        format_latency(chosen),
+        format_latency(warm_best),
+    ))
 }
 
 fn to_text(report: &Value) -> String {
@@ -341,6 +372,9 @@ fn to_text(report: &Value) -> String {
         out.push_str(&format!(" ({:.2}x onnxruntime's time)", tuned / ort));
     }
     out.push('\n');
+    if let Some(line) = cold_choice_text(&report["cold_choice"]) {
+        out.push_str(&line);
+    }
     if let Some(n) = report["prepacked"].as_u64() {
         out.push_str(&format!(
             "weights pre-packed at compile time for {n} kernels (the run was submitted with --prepack{})\n",
