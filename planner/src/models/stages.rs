@@ -319,6 +319,9 @@ pub(super) fn compile_ended(run: &mut ModelRun, job: &JobView, now: Millis) -> b
             .cloned()
             .unwrap_or_else(|| Value::from("CPUExecutionProvider")),
         "device": get("device").cloned().unwrap_or(Value::Null),
+        // Which of each task's best records the compile applied (the one
+        // fastest timed cold) and the tuned kernels' cold time in the model.
+        "cold_choice": get("cold_choice").cloned().unwrap_or(Value::Null),
     });
     if !run.verified {
         fail(

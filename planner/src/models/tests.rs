@@ -216,6 +216,7 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
     let measured = serde_json::json!({
         "verified": true, "applied": 2, "tuned_functions": 2,
         "latency_s": {"untuned": 0.3, "tuned": 0.01, "onnxruntime": 0.012},
+        "cold_choice": {"tasks": 1, "changed": 1, "kernels_cold_s": {"chosen": 0.009, "warm_best": 0.011}},
     });
     let plan = runs.job_ended(&done(&compile, measured, &[]), Millis(9), &one_worker);
     assert!(plan.jobs.is_empty());
@@ -223,6 +224,11 @@ fn a_run_extracts_warms_up_allocates_and_compiles() {
     assert_eq!(view.state, ModelState::Done);
     assert!(view.verified);
     assert_eq!(view.latency_s.tuned, Some(0.01));
+    // What the compile's cold choice did reaches the run's results.
+    assert_eq!(
+        view.verification["cold_choice"]["kernels_cold_s"]["chosen"],
+        0.009
+    );
     assert_eq!(view.trials_done, 10);
     assert!(view.tasks[1].trivial && view.tasks[1].trials == 0);
 }
