@@ -676,6 +676,20 @@ async fn squeezenet_in_faster_squeezenet_out() {
     );
     let applied = report["applied"].as_u64().expect("applied");
     assert!(applied >= tuned.len() as u64, "{report:#}");
+    // Both compiles chose each task's record by timing its best ones cold.
+    for choice in [&report["cold_choice"], &view["verification"]["cold_choice"]] {
+        let timed = choice["tasks"].as_u64().unwrap_or(0);
+        assert!(
+            timed >= 1 && choice["records_timed"].as_u64() >= Some(timed),
+            "{choice:#}"
+        );
+        let cold = &choice["kernels_cold_s"];
+        let (chosen, warm) = (cold["chosen"].as_f64(), cold["warm_best"].as_f64());
+        assert!(
+            chosen.is_some_and(|c| c > 0.0) && chosen <= warm,
+            "{choice:#}"
+        );
+    }
     assert_eq!(
         Some(applied),
         report["tuned_functions"].as_u64(),

@@ -30,6 +30,7 @@ use tunefleet_shared::model::{ModelArtifactKind, ModelView};
 use tunefleet_shared::onnx;
 use tunefleet_shared::protocol::{ClientCommand, ReplyBody};
 
+use super::model::cold_choice_text;
 use super::{emit, ConnectArgs};
 
 /// The model driver: a module of the `tunefleet` Python package.
@@ -320,24 +321,6 @@ fn report(view: &ModelView, result: &Value) -> Value {
         report[key] = result[key].clone();
     }
     report
-}
-
-/// The cold choice in one line: what it timed, what it changed, and the
-/// tuned kernels' cold time (what they cost in the model) before and after.
-fn cold_choice_text(choice: &Value) -> Option<String> {
-    let cold = &choice["kernels_cold_s"];
-    let (chosen, warm_best) = (cold["chosen"].as_f64()?, cold["warm_best"].as_f64()?);
-    Some(format!(
-        "cold choice: the {} best records of {} tasks timed cold ({} records, {:.0} s), \
-         {} tasks changed record; tuned kernels' cold time {} (warm-fastest records: {})\n",
-        choice["top_k"],
-        choice["tasks"],
-        choice["records_timed"],
-        choice["wall_s"].as_f64().unwrap_or(0.0),
-        choice["changed"],
-        format_latency(chosen),
-        format_latency(warm_best),
-    ))
 }
 
 fn to_text(report: &Value) -> String {

@@ -352,6 +352,24 @@ pub fn to_json(view: &ModelView) -> anyhow::Result<String> {
     Ok(format!("{}\n", serde_json::to_string_pretty(view)?))
 }
 
+/// The cold choice in one line: what it timed, what it changed, and the
+/// tuned kernels' cold time (what they cost in the model) before and after.
+pub fn cold_choice_text(choice: &serde_json::Value) -> Option<String> {
+    let cold = &choice["kernels_cold_s"];
+    let (chosen, warm_best) = (cold["chosen"].as_f64()?, cold["warm_best"].as_f64()?);
+    Some(format!(
+        "cold choice: the {} best records of {} tasks timed cold ({} records, {:.0} s), \
+         {} tasks changed record; tuned kernels' cold time {} (warm-fastest records: {})\n",
+        choice["top_k"],
+        choice["tasks"],
+        choice["records_timed"],
+        choice["wall_s"].as_f64().unwrap_or(0.0),
+        choice["changed"],
+        format_latency(chosen),
+        format_latency(warm_best),
+    ))
+}
+
 /// The per-task table and the run's summary, for people.
 pub fn to_table(view: &ModelView) -> String {
     let lat = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_latency);
@@ -385,6 +403,10 @@ pub fn to_table(view: &ModelView) -> String {
             view.records_applied.map_or("-".into(), |n| n.to_string()),
             view.functions_tuned.map_or("-".into(), |n| n.to_string()),
         ));
+        if let Some(line) = cold_choice_text(&view.verification["cold_choice"]) {
+            out.push('\n');
+            out.push_str(line.trim_end());
+        }
     }
     if let Some(e) = &view.error {
         out.push_str(&format!("\nerror: {e}"));

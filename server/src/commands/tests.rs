@@ -73,3 +73,21 @@ fn client_cli_parses_every_subcommand() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_runs_results_say_what_its_compiles_cold_choice_did() {
+    use tunefleet_shared::model::ModelState;
+    let mut view = tunefleet_shared::testing::model_view("r50", ModelState::Done);
+    view.latency_s.tuned = Some(0.0335);
+    let table = model::to_table(&view);
+    assert!(!table.contains("cold choice"), "{table}");
+    view.verification = serde_json::json!({"cold_choice": {
+        "top_k": 6, "tasks": 26, "records_timed": 156, "wall_s": 64.2, "changed": 19,
+        "kernels_cold_s": {"chosen": 0.0349, "warm_best": 0.0363},
+    }});
+    let table = model::to_table(&view);
+    assert!(
+        table.contains("cold choice: the 6 best records of 26 tasks timed cold (156 records, 64 s), 19 tasks changed record; tuned kernels' cold time 34.900 ms (warm-fastest records: 36.300 ms)\n"),
+        "{table}"
+    );
+}
