@@ -29,6 +29,7 @@ import sys
 import time
 
 from ..errors import shorten
+from .measure import cpu_build
 
 #: Records per task re-timed: the best by their tuning time.
 TOP_K = 6
@@ -36,22 +37,20 @@ TOP_K = 6
 CALLS = 30
 
 
-def _cold_time(mod, target, seed: int) -> float:
+def _cold_time(mod, args_info, target, seed: int) -> float:
     """The median of `CALLS` single calls of the scheduled PrimFunc module
     `mod`, every argument but the first flushed from the caches before each.
-    Built as MetaSchedule's builder builds a candidate (layout rewrites
-    removed: the weights arrive re-laid out)."""
+    Built as MetaSchedule's builder builds a candidate (`measure.cpu_build`:
+    layout rewrites removed, the weights arrive re-laid out), its arguments
+    as the record's runner allocated them (`args_info`)."""
     import numpy as np
     import tvm
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    lib = tvm.compile(mod, target=target).mod
+    lib = cpu_build(mod, target, None)
     dev = tvm.cpu()
     rng = np.random.default_rng(seed)
     args = []
-    for info in ms.arg_info.ArgInfo.from_prim_func(mod["main"]):
+    for info in args_info:
         shape, dtype = [int(x) for x in info.shape], str(info.dtype)
         data = rng.random(shape).astype(dtype) if dtype.startswith("float") else np.zeros(shape, dtype)
         args.append(tvm.runtime.tensor(data, dev))
@@ -70,7 +69,7 @@ def _time_records(records: list, target) -> list:
         try:
             sch = Schedule(rec.workload.mod)
             rec.trace.apply_to_schedule(sch, remove_postproc=False)
-            timed.append((_cold_time(sch.mod, target, rank), rank))
+            timed.append((_cold_time(sch.mod, rec.args_info, target, rank), rank))
         except Exception as err:  # noqa: BLE001
             print(f"tunefleet: cold choice: record {rank} does not build or run: "
                   f"{type(err).__name__}: {shorten(str(err), 200)}", file=sys.stderr)
