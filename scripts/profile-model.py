@@ -2,7 +2,7 @@
 """Where a compiled model's time goes, against onnxruntime, by kind of
 operator.
 
-    .venv/bin/python scripts/profile-model.py MODEL.onnx LIB.so [--threads N] [--repeat 20]
+    .venv/bin/python scripts/profile-model.py MODEL.onnx LIB.so [--threads N] [--repeat 20] [--by-shape]
 
 LIB.so is what `tunefleet compile MODEL.onnx --out LIB.so` wrote (weights
 compiled in, inputs alone). Both runtimes run the same seeded random inputs
@@ -15,6 +15,11 @@ and the rest; the runtime's own time between kernels is the difference to
 the whole-model median. The question it answers: is a gap to onnxruntime in
 the kernels MetaSchedule tuned (more trials, better schedules) or around
 them (the untuned functions, the runtime)?
+
+`--by-shape` answers the next question, which convolutions: each shape
+(input channels and size, output channels and size, kernel size), TVM's
+calls against onnxruntime's Conv nodes of that shape (MLAS), slowest gap
+first. TVM's side is read from each call's tensors, in either layout.
 """
 
 from __future__ import annotations
@@ -49,6 +54,46 @@ def ort_kind(op: str) -> str:
     if "Pool" in op:
         return "pool"
     return "other"
+
+
+def ort_conv_shape(args: dict):
+    """(C in, H×W in, C out, H×W out, kernel) of a Conv node from its
+    profile event, whose shapes onnxruntime reports channels-first (also for
+    the nodes it runs blocked, NCHWc); None when they are not 2-D."""
+    try:
+        x = args["input_type_shape"][0]["float"]
+        w = args["input_type_shape"][1]["float"]
+        y = args["output_type_shape"][0]["float"]
+        return (x[1], f"{x[2]}x{x[3]}", y[1], f"{y[2]}x{y[3]}", f"{w[2]}x{w[3]}")
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def tvm_conv_shape(known: set):
+    """A `time_functions` key for TVM's convolution calls: the same tuple
+    as `ort_conv_shape`, read from the call's tensors (input first, output
+    last, the weight second, pre-packed or not: only its size is used). A
+    kernel's layout is not in its name, so both readings of a 4-D input are
+    tried and the one onnxruntime also has is kept (channels-last when
+    neither is)."""
+
+    def key(symbol: str, call_args) -> tuple | None:
+        if tvm_kind(symbol) != "conv" or len(call_args) < 3:
+            return None
+        x, y = [int(d) for d in call_args[0].shape], [int(d) for d in call_args[-1].shape]
+        weight = 1
+        for d in call_args[1].shape:
+            weight *= int(d)
+        if len(x) != 4 or len(y) != 4:
+            return None
+        readings = []
+        for cin, hin, win, cout, hout, wout in ((x[3], x[1], x[2], y[3], y[1], y[2]),
+                                                (x[1], x[2], x[3], y[1], y[2], y[3])):
+            k = round((weight / (cin * cout)) ** 0.5) if cin * cout else 0
+            readings.append((cin, f"{hin}x{win}", cout, f"{hout}x{wout}", f"{k}x{k}"))
+        return next((r for r in readings if r in known), readings[0])
+
+    return key
 
 
 def random_feeds(sess, seed: int) -> dict:
@@ -101,21 +146,29 @@ def profile_onnxruntime(model: str, feeds: dict, threads: int, repeat: int) -> t
     with open(path) as f:
         events = json.load(f)
     by_node: dict = {}
+    conv_shapes: dict = {}
     for e in events:
         if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
             continue
         op = e.get("args", {}).get("op_name", "?")
         by_node.setdefault((e["name"], op), []).append(e["dur"] * 1e-6)
+        if op == "Conv":
+            conv_shapes[e["name"]] = ort_conv_shape(e["args"])
     kinds = {k: 0.0 for k in KINDS}
     ops: dict = {}
-    for (_, op), durs in by_node.items():
+    shapes: dict = {}
+    for (name, op), durs in by_node.items():
         mean = sum(durs[1:]) / max(1, len(durs) - 1)  # the first run warms up
         kinds[ort_kind(op)] += mean
         ops[op] = ops.get(op, 0.0) + mean
-    return total, {"kinds": kinds, "ops": ops}
+        shape = conv_shapes.get(name)
+        if shape is not None:
+            time_s, calls = shapes.get(shape, (0.0, 0))
+            shapes[shape] = (time_s + mean, calls + 1)
+    return total, {"kinds": kinds, "ops": ops, "conv_shapes": shapes}
 
 
-def profile_tvm(lib: str, feeds: dict, repeat: int) -> tuple[float, dict]:
+def profile_tvm(lib: str, feeds: dict, repeat: int, ort_shapes: dict) -> tuple[float, dict]:
     import tvm
     from tvm import relax
 
@@ -133,7 +186,44 @@ def profile_tvm(lib: str, feeds: dict, repeat: int) -> tuple[float, dict]:
         if s.startswith("vm.builtin.") or s.startswith("relax."):
             continue  # the runtime's own calls: in the remainder
         kinds[tvm_kind(s)] += secs
-    return total, {"kinds": kinds, "funcs": funcs}
+    calls: dict = {}
+    count = tvm_conv_shape(set(ort_shapes))
+
+    def counted(symbol, call_args):
+        shape = count(symbol, call_args)
+        if shape is not None:
+            calls[shape] = calls.get(shape, 0) + 1
+        return shape
+
+    shapes = time_functions(ex, args, runs=repeat, key=counted)
+    shapes = {k: (secs, calls.get(k, 0) // max(1, repeat)) for k, secs in shapes.items()}
+    return total, {"kinds": kinds, "funcs": funcs, "conv_shapes": shapes}
+
+
+def shape_rows(tvm_shapes: dict, ort_shapes: dict) -> list:
+    """One row per convolution shape either runtime ran, the largest gap
+    (TVM's time less onnxruntime's) first."""
+    rows = []
+    for shape in set(tvm_shapes) | set(ort_shapes):
+        t_s, t_n = tvm_shapes.get(shape, (0.0, 0))
+        o_s, o_n = ort_shapes.get(shape, (0.0, 0))
+        cin, hin, cout, hout, k = shape
+        rows.append({"shape": f"{k} {cin}->{cout} {hin}->{hout}", "tvm_calls": t_n, "ort_calls": o_n,
+                     "tvm_s": t_s, "onnxruntime_s": o_s})
+    return sorted(rows, key=lambda r: -(r["tvm_s"] - r["onnxruntime_s"]))
+
+
+def print_shapes(rows: list) -> None:
+    print("\nconvolutions by shape (kernel, channels, size), largest gap first; milliseconds per run")
+    print(f"{'shape':<28}{'calls':>7}{'TVM':>9}{'onnxruntime':>13}{'TVM / ort':>11}{'gap':>9}")
+    for r in rows:
+        a, b = r["tvm_s"], r["onnxruntime_s"]
+        calls = str(r["tvm_calls"]) if r["tvm_calls"] == r["ort_calls"] else f"{r['tvm_calls']}/{r['ort_calls']}"
+        ratio = f"{a / b:10.2f}x" if b else f"{'-':>11}"
+        print(f"{r['shape']:<28}{calls:>7}{a * 1e3:9.3f}{b * 1e3:13.3f}{ratio}{(a - b) * 1e3:9.3f}")
+    a, b = sum(r["tvm_s"] for r in rows), sum(r["onnxruntime_s"] for r in rows)
+    if b:
+        print(f"{'all convolutions':<35}{a * 1e3:9.3f}{b * 1e3:13.3f}{a / b:10.2f}x{(a - b) * 1e3:9.3f}")
 
 
 def main() -> int:
@@ -145,6 +235,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--top", type=int, default=12, help="TVM functions listed by time")
     ap.add_argument("--format", choices=("text", "json"), default="text")
+    ap.add_argument("--by-shape", action="store_true", help="a table of the convolutions by shape")
     args = ap.parse_args()
     for path in (args.model, args.lib):
         if not os.path.isfile(path):
@@ -154,10 +245,12 @@ def main() -> int:
 
     feeds = random_feeds(ort.InferenceSession(args.model, providers=["CPUExecutionProvider"]), args.seed)
     ort_total, o = profile_onnxruntime(args.model, feeds, args.threads, args.repeat)
-    tvm_total, t = profile_tvm(args.lib, feeds, args.repeat)
+    tvm_total, t = profile_tvm(args.lib, feeds, args.repeat, o["conv_shapes"])
+    by_shape = shape_rows(t.pop("conv_shapes"), o.pop("conv_shapes"))
     if args.format == "json":
         print(json.dumps({"threads": args.threads, "repeat": args.repeat,
-                          "tvm": {"total_s": tvm_total, **t}, "onnxruntime": {"total_s": ort_total, **o}}))
+                          "tvm": {"total_s": tvm_total, **t}, "onnxruntime": {"total_s": ort_total, **o},
+                          "conv_shapes": by_shape}))
         return 0
     ms = lambda s: f"{s * 1e3:9.2f}"  # noqa: E731
     print(f"{args.model}: {args.threads} threads, {args.repeat} runs; milliseconds per run")
@@ -170,6 +263,8 @@ def main() -> int:
     print(f"{'whole model (median)':<22}{ms(tvm_total)}{ms(ort_total):>13}{tvm_total / ort_total:>10.2f}x")
     print("\nonnxruntime by operator:", ", ".join(f"{op} {s * 1e3:.2f}" for op, s in
                                                  sorted(o["ops"].items(), key=lambda x: -x[1])))
+    if args.by_shape:
+        print_shapes(by_shape)
     print(f"\nTVM's {args.top} slowest functions:")
     for s, secs in sorted(t["funcs"].items(), key=lambda x: -x[1])[: args.top]:
         print(f"  {ms(secs)}  {100 * secs / tvm_total:5.1f}%  {s}")

@@ -507,11 +507,13 @@ def task_rows(fused, target, rebuild=None, args=None) -> list:
     return rows
 
 
-def time_functions(ex, args: list, runs: int = 1) -> dict:
+def time_functions(ex, args: list, runs: int = 1, key=None) -> dict:
     """Seconds each function call of one run of `main` took, summed by
     symbol, after a warm-up run (the VM's instrument hook: TVM 0.27's VM has
     no profiler). With `runs` > 1, the median over that many runs (a symbol
-    a run did not call counts 0 in it)."""
+    a run did not call counts 0 in it). `key(symbol, call_args)` groups the
+    calls otherwise (by the shapes of their tensors, say); a call it maps to
+    None is left out."""
     tvm = require_tvm("timing a model")
     import statistics
     import time
@@ -529,7 +531,10 @@ def time_functions(ex, args: list, runs: int = 1) -> dict:
         if before_run:
             started[symbol] = now
         elif symbol in started:
-            spent[symbol] = spent.get(symbol, 0.0) + now - started.pop(symbol)
+            took = now - started.pop(symbol)
+            group = symbol if key is None else key(symbol, call_args)
+            if group is not None:
+                spent[group] = spent.get(group, 0.0) + took
         return 0
 
     vm.set_instrument(instrument)
@@ -538,8 +543,8 @@ def time_functions(ex, args: list, runs: int = 1) -> dict:
         vm["main"](*args)
     if len(per_run) == 1:
         return per_run[0]
-    symbols = {s for run in per_run for s in run}
-    return {s: statistics.median(run.get(s, 0.0) for run in per_run) for s in symbols}
+    groups = {g for run in per_run for g in run}
+    return {g: statistics.median(run.get(g, 0.0) for run in per_run) for g in groups}
 
 
 def random_args(fused, seed: int = 0) -> list:

@@ -18,8 +18,9 @@ use crate::scheduler::JobExtras;
 /// Records kept per task (best first); a warm start needs the good ones, and
 /// MetaSchedule seeds its population from the top of the database.
 const MAX_TASK_RECORDS: usize = 512;
-/// Records handed to the compile job per task: it times them cold and
-/// applies the fastest (python/tunefleet/_driver/cold_choice.py, TOP_K).
+/// Records handed to the compile job per task: it times every one of them
+/// cold and applies the fastest (python/tunefleet/_driver/cold_choice.py),
+/// so this is the one place the fleet's cold choice is sized.
 const COMPILE_RECORDS: usize = 6;
 /// Points kept on a run's estimated-latency curve.
 const MAX_CURVE_POINTS: usize = 512;

@@ -150,8 +150,12 @@ def _apply_records(job: dict, prep, db, task_names: list):
 def _choose_cold(job: dict, prep, db, task_names: list, applied: tuple) -> tuple:
     """(tuned module, stats, unmatched, cold choice report or None): the
     records applied again, each task's cold-fastest of its `cold_choice`
-    best (default cold_choice.TOP_K) in place of its warm-fastest."""
-    top_k = int_field(job, "cold_choice", cold_choice.TOP_K, lo=0)
+    best in place of its warm-fastest. By default a fleet's job (records
+    handed per task, `tasks`) times every record it was handed: how many is
+    the planner's choice (COMPILE_RECORDS), made once; a database read from
+    a directory, its best cold_choice.TOP_K."""
+    handed = max((len(t.get("records") or []) for t in job.get("tasks") or []), default=0)
+    top_k = int_field(job, "cold_choice", handed or cold_choice.TOP_K, lo=0)
     stats = applied[1]
     if top_k == 0 or not stats["matched_keys"]:
         return applied + (None,)

@@ -75,9 +75,10 @@ pub struct CompileArgs {
     pub repeat: u32,
     /// Of each task's N best records by tuning time, apply the one fastest
     /// timed cold, as kernels run in a model (caches flushed before each
-    /// call); 0 applies the best tuning time as it is.
-    #[arg(long = "cold-choice", value_name = "N", default_value_t = 6)]
-    pub cold_choice: u32,
+    /// call); 0 applies the best tuning time as it is. Default: the model
+    /// driver's (`cold_choice.TOP_K`, six).
+    #[arg(long = "cold-choice", value_name = "N")]
+    pub cold_choice: Option<u32>,
 }
 
 pub async fn run(args: CompileArgs) -> anyhow::Result<()> {
@@ -193,6 +194,7 @@ fn driver_job(
         "database_dir": db_dir,
         "out": out,
         "repeat": args.repeat.max(1),
+        // Absent: the driver's own default, defined there once.
         "cold_choice": args.cold_choice,
     })
 }
