@@ -56,26 +56,43 @@ def ort_kind(op: str) -> str:
     return "other"
 
 
+# A shape's label, as onnxruntime's profile gave it (else TVM's call).
+LABELS: dict = {}
+
+
+def conv_key(cin: int, hw_in: str, cout: int, hw_out: str, k: int) -> tuple:
+    """A convolution's shape as both runtimes are matched on: channels
+    rounded up to 16, since a blocked layout pads them (onnxruntime reports
+    SqueezeNet's classifier as 1008 channels, TVM pre-packs its weight so)."""
+    up = lambda c: -(-c // 16) * 16  # noqa: E731
+    key = (up(cin), hw_in, up(cout), hw_out, f"{k}x{k}")
+    LABELS.setdefault(key, f"{k}x{k} {cin}->{cout} {hw_in}->{hw_out}")
+    return key
+
+
 def ort_conv_shape(args: dict):
-    """(C in, H×W in, C out, H×W out, kernel) of a Conv node from its
-    profile event, whose shapes onnxruntime reports channels-first (also for
-    the nodes it runs blocked, NCHWc); None when they are not 2-D."""
+    """`conv_key` of a Conv node from its profile event (onnxruntime reports
+    shapes channels-first, also for the nodes it runs blocked); None when
+    they are not 2-D."""
     try:
         x = args["input_type_shape"][0]["float"]
         w = args["input_type_shape"][1]["float"]
         y = args["output_type_shape"][0]["float"]
-        return (x[1], f"{x[2]}x{x[3]}", y[1], f"{y[2]}x{y[3]}", f"{w[2]}x{w[3]}")
+        if w[2] != w[3]:
+            return None
+        return conv_key(x[1], f"{x[2]}x{x[3]}", y[1], f"{y[2]}x{y[3]}", w[2])
     except (KeyError, IndexError, TypeError):
         return None
 
 
 def tvm_conv_shape(known: set):
-    """A `time_functions` key for TVM's convolution calls: the same tuple
-    as `ort_conv_shape`, read from the call's tensors (input first, output
-    last, the weight second, pre-packed or not: only its size is used). A
-    kernel's layout is not in its name, so both readings of a 4-D input are
-    tried and the one onnxruntime also has is kept (channels-last when
-    neither is)."""
+    """A `time_functions` key for TVM's convolution calls: a `conv_key`
+    read from the call's tensors (input first, output last, the weight
+    second: pre-packed, only its size is used). A kernel's layout is not in
+    its name, nor its output channels when it writes into a concatenation's
+    buffer (lowering recipe 4), so each reading (either layout, the kernel
+    sizes the weight's size allows) is tried and the one onnxruntime also
+    ran is kept."""
 
     def key(symbol: str, call_args) -> tuple | None:
         if tvm_kind(symbol) != "conv" or len(call_args) < 3:
@@ -89,9 +106,10 @@ def tvm_conv_shape(known: set):
         readings = []
         for cin, hin, win, cout, hout, wout in ((x[3], x[1], x[2], y[3], y[1], y[2]),
                                                 (x[1], x[2], x[3], y[1], y[2], y[3])):
-            k = round((weight / (cin * cout)) ** 0.5) if cin * cout else 0
-            readings.append((cin, f"{hin}x{win}", cout, f"{hout}x{wout}", f"{k}x{k}"))
-        return next((r for r in readings if r in known), readings[0])
+            for k in (1, 3, 5, 7, 2, 4, 11):
+                if cin and weight % (cin * k * k) == 0 and weight // (cin * k * k) <= -(-cout // 16) * 16:
+                    readings.append(conv_key(cin, f"{hin}x{win}", weight // (cin * k * k), f"{hout}x{wout}", k))
+        return next((r for r in readings if r in known), readings[0] if readings else None)
 
     return key
 
@@ -207,8 +225,7 @@ def shape_rows(tvm_shapes: dict, ort_shapes: dict) -> list:
     for shape in set(tvm_shapes) | set(ort_shapes):
         t_s, t_n = tvm_shapes.get(shape, (0.0, 0))
         o_s, o_n = ort_shapes.get(shape, (0.0, 0))
-        cin, hin, cout, hout, k = shape
-        rows.append({"shape": f"{k} {cin}->{cout} {hin}->{hout}", "tvm_calls": t_n, "ort_calls": o_n,
+        rows.append({"shape": LABELS.get(shape, str(shape)), "tvm_calls": t_n, "ort_calls": o_n,
                      "tvm_s": t_s, "onnxruntime_s": o_s})
     return sorted(rows, key=lambda r: -(r["tvm_s"] - r["onnxruntime_s"]))
 
