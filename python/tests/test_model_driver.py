@@ -559,6 +559,35 @@ def test_recipe_4_writes_a_concatenation_in_place_tuned_and_compiled():
     assert any("concatenate" in t["name"] for t in old["tasks"]), [t["name"] for t in old["tasks"]]
 
 
+PROFILE_MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "profile-model.py")
+
+
+def test_profile_model_finds_every_convolution_by_shape():
+    """scripts/profile-model.py --by-shape, as a user runs it on the library
+    `compile` wrote, finds each of the fire module's convolutions on both
+    sides, by shape: channels-last, where two kernels write into the
+    concatenation's buffer (their output tensor has the concatenation's
+    channels, not theirs), and channels-first."""
+    model = _fire_model()
+    path = os.path.join(_tmp(), "fire.onnx")
+    with open(path, "wb") as f:
+        f.write(model)
+    for name, mode in (("nhwc", {"prepack": True, "layout": "NHWC", "recipe": 4}), ("nchw", {})):
+        out = os.path.join(_tmp(), f"fire_{name}.so")
+        job = _job("compile", model=model, input_shapes={}, tasks=[], weights="bound", model_path=path, out=out,
+                   **mode)
+        r = _result(*run_driver(job, f"profile_{name}"))
+        assert r["verified"] is True and os.path.isfile(r["library"]), r
+        p = subprocess.run([PYTHON, PROFILE_MODEL, path, r["library"], "--by-shape", "--format", "json",
+                            "--repeat", "3"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        rows = json.loads(p.stdout)["conv_shapes"]
+        assert sorted(row["shape"] for row in rows) == [
+            "1x1 48->16 10x10->10x10", "1x1 8->16 10x10->10x10", "3x3 8->32 10x10->10x10"], (name, rows)
+        for row in rows:
+            assert row["tvm_calls"] == row["ort_calls"] == 1 and row["tvm_s"] > 0 and row["onnxruntime_s"] > 0, row
+
+
 def test_recipe_4_is_a_cpu_lowering():
     """With the weights as arguments too; a CUDA target keeps the copies."""
     import base64
