@@ -186,7 +186,10 @@ def profile_onnxruntime(model: str, feeds: dict, threads: int, repeat: int) -> t
     return total, {"kinds": kinds, "ops": ops, "conv_shapes": shapes}
 
 
-def profile_tvm(lib: str, feeds: dict, repeat: int, ort_shapes: dict) -> tuple[float, dict]:
+def profile_tvm(lib: str, feeds: dict, repeat: int, ort_shapes: dict | None) -> tuple[float, dict]:
+    """(whole-model median, by kind and by function); with `ort_shapes`
+    (`--by-shape`), a second instrumented pass times the convolutions by
+    shape too."""
     import tvm
     from tvm import relax
 
@@ -204,6 +207,8 @@ def profile_tvm(lib: str, feeds: dict, repeat: int, ort_shapes: dict) -> tuple[f
         if s.startswith("vm.builtin.") or s.startswith("relax."):
             continue  # the runtime's own calls: in the remainder
         kinds[tvm_kind(s)] += secs
+    if ort_shapes is None:
+        return total, {"kinds": kinds, "funcs": funcs}
     calls: dict = {}
     count = tvm_conv_shape(set(ort_shapes))
 
@@ -262,12 +267,15 @@ def main() -> int:
 
     feeds = random_feeds(ort.InferenceSession(args.model, providers=["CPUExecutionProvider"]), args.seed)
     ort_total, o = profile_onnxruntime(args.model, feeds, args.threads, args.repeat)
-    tvm_total, t = profile_tvm(args.lib, feeds, args.repeat, o["conv_shapes"])
-    by_shape = shape_rows(t.pop("conv_shapes"), o.pop("conv_shapes"))
+    ort_shapes = o.pop("conv_shapes")
+    tvm_total, t = profile_tvm(args.lib, feeds, args.repeat, ort_shapes if args.by_shape else None)
+    by_shape = shape_rows(t.pop("conv_shapes"), ort_shapes) if args.by_shape else None
     if args.format == "json":
-        print(json.dumps({"threads": args.threads, "repeat": args.repeat,
-                          "tvm": {"total_s": tvm_total, **t}, "onnxruntime": {"total_s": ort_total, **o},
-                          "conv_shapes": by_shape}))
+        report = {"threads": args.threads, "repeat": args.repeat,
+                  "tvm": {"total_s": tvm_total, **t}, "onnxruntime": {"total_s": ort_total, **o}}
+        if by_shape is not None:
+            report["conv_shapes"] = by_shape
+        print(json.dumps(report))
         return 0
     ms = lambda s: f"{s * 1e3:9.2f}"  # noqa: E731
     print(f"{args.model}: {args.threads} threads, {args.repeat} runs; milliseconds per run")
@@ -280,7 +288,7 @@ def main() -> int:
     print(f"{'whole model (median)':<22}{ms(tvm_total)}{ms(ort_total):>13}{tvm_total / ort_total:>10.2f}x")
     print("\nonnxruntime by operator:", ", ".join(f"{op} {s * 1e3:.2f}" for op, s in
                                                  sorted(o["ops"].items(), key=lambda x: -x[1])))
-    if args.by_shape:
+    if by_shape is not None:
         print_shapes(by_shape)
     print(f"\nTVM's {args.top} slowest functions:")
     for s, secs in sorted(t["funcs"].items(), key=lambda x: -x[1])[: args.top]:

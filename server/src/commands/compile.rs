@@ -194,7 +194,7 @@ fn driver_job(
         "database_dir": db_dir,
         "out": out,
         "repeat": args.repeat.max(1),
-        // Absent: the driver's own default, defined there once.
+        // None (null): the driver's own default, defined there once.
         "cold_choice": args.cold_choice,
     })
 }
