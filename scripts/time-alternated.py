@@ -5,12 +5,14 @@ alternated, as `tunefleet compile` times them (the driver's timing module):
     .venv/bin/python scripts/time-alternated.py MODEL.onnx LIB.so [N]
 
 LIB.so is what `tunefleet compile MODEL.onnx --out LIB.so` wrote (weights
-compiled in, the graph inputs alone). N rounds (default 5): each loads the
-library as README's snippet does, in a fresh process with your environment
-(with no TVM_NUM_THREADS the library sets its own threads), then runs
-onnxruntime in a fresh process on the threads this process may use; 30
-runs each, the median (`tunefleet._driver.timing`, what `compile` uses). Single timings on a shared host vary up to 2x, and two thread pools
-in one process slow each other: hence fresh processes, alternated. Prints
+compiled in, the graph inputs alone). N rounds (default 5) of
+`tunefleet._driver.timing.alternate`, what `compile` uses (three rounds
+there): each loads the library as README's snippet does, in a fresh process
+with your environment (with no TVM_NUM_THREADS the library sets its own
+threads), then runs onnxruntime in a fresh process on the threads the
+library ran on; 30 runs each, the median. Single timings on a shared host
+vary up to 2x, and two thread pools in one process slow each other: hence
+fresh processes, alternated. Prints
 one JSON line: both medians per round (sorted), TVM's threads, and the
 ratio of the medians and of the minimums. Run it on a quiet host: TVM's
 thread pool spins at every barrier and suffers far more from a loaded CPU
@@ -19,7 +21,6 @@ than onnxruntime does."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -44,22 +45,17 @@ def main() -> None:
     feeds = {info["name"]: x for info, x in zip(infos, inputs)}
     with open(model, "rb") as f:
         onnx_bytes = f.read()
-    threads = len(os.sched_getaffinity(0))
     work = tempfile.mkdtemp(prefix="tunefleet-time-")
-    tvm, ort = [], []
     try:
-        for _ in range(rounds):
-            tvm.append(timing.time_library(lib, inputs, 30, work))
-            ort.append(timing.time_onnxruntime(onnx_bytes, feeds, threads, 30, work))
+        timed = timing.alternate(lib, inputs, onnx_bytes, feeds, rounds, 30, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    tvm_ms = sorted(t["median_s"] * 1e3 for t in tvm)
-    ort_ms = sorted(t * 1e3 for t in ort)
+    tvm_ms = sorted(t * 1e3 for t in timed["tuned_s"])
+    ort_ms = sorted(t * 1e3 for t in timed["onnxruntime_s"])
     print(json.dumps({"tvm_ms": [round(v, 2) for v in tvm_ms], "ort_ms": [round(v, 2) for v in ort_ms],
-                      "tvm_threads": tvm[0].get("threads"), "onnxruntime_threads": threads,
+                      "tvm_threads": timed["threads"], "onnxruntime_threads": timed["threads"],
                       "ratio_median": round(tvm_ms[len(tvm_ms) // 2] / ort_ms[len(ort_ms) // 2], 2),
                       "ratio_min": round(tvm_ms[0] / ort_ms[0], 2)}))
-
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -215,6 +216,11 @@ def test_compile_no_records():
     # onnxruntime ran on the same threads.
     assert r["threads"]["tuned_timed_as"].startswith("the library"), r["threads"]
     assert r["threads"]["tvm"] == r["threads"]["onnxruntime"] == len(os.sched_getaffinity(0)), r["threads"]
+    # Alternated in the driver's default rounds, and the median of them is the figure.
+    rounds = r["latency_rounds_s"]
+    for k in ("tuned", "onnxruntime"):
+        assert len(rounds[k]) == 3 and all(t > 0 for t in rounds[k]), rounds
+        assert lat[k] == statistics.median(rounds[k]), (lat, rounds)
     print(f"ok compile (applied 0 of {r['functions']}, verified, max err {r['max_abs_err']:.2g}, "
           f"fresh-process load_and_run {p.stdout.strip()})", flush=True)
 

@@ -703,6 +703,17 @@ async fn squeezenet_in_faster_squeezenet_out() {
         lat["tuned"].as_f64() < lat["untuned"].as_f64(),
         "tuned must beat untuned: {lat}"
     );
+    // The library and onnxruntime alternated in the default three rounds;
+    // the figure is the median round (the middle of three).
+    for key in ["tuned", "onnxruntime"] {
+        let mut rounds: Vec<f64> = report["latency_rounds_s"][key]
+            .as_array()
+            .map(|v| v.iter().filter_map(|t| t.as_f64()).collect())
+            .unwrap_or_default();
+        rounds.sort_by(f64::total_cmp);
+        assert_eq!(rounds.len(), 3, "{report:#}");
+        assert_eq!(lat[key].as_f64(), Some(rounds[1]), "{report:#}");
+    }
     let snippet = readme
         .split("<!-- compile-snippet -->\n```python\n")
         .nth(1)

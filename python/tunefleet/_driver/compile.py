@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -39,13 +40,16 @@ from ..errors import shorten
 from . import cold_choice
 from . import prepare as prep_opts
 from .protocol import JobError, int_field
-from .timing import as_list, median_time, onnxruntime_session, random_inputs, time_library, time_onnxruntime
+from .timing import alternate, as_list, median_time, onnxruntime_session, random_inputs, time_onnxruntime
 
 RTOL = 1e-3
 ATOL = 1e-4
 
 #: Runs of the tuned model whose per-function median is its profile.
 PROFILE_RUNS = 7
+#: Rounds in which the written library and onnxruntime are timed, alternated
+#: (timing.alternate), by default: `latency_s` is the median of the rounds.
+TIMING_ROUNDS = 3
 
 #: Linked into every library written here. TVM's runtime sizes its thread
 #: pool, when it first runs a parallel loop, as half the hardware threads on
@@ -327,23 +331,31 @@ def _default_schedule(tuned_ex, tuned_mod, args: list, generic: set) -> list:
     return sorted(rows, key=lambda f: -f["time_s"])
 
 
-def _time_models(prep, vms: tuple, args: list, lib_path: str | None, feeds: dict, repeat: int,
+def _time_models(prep, vms: tuple, args: list, lib_path: str | None, feeds: dict, job: dict,
                  work_dir: str, onnx_bytes: bytes) -> tuple:
-    """(latency_s, threads): untuned and tuned TVM, and onnxruntime on the
-    threads the tuned model ran on. The tuned model is the written library
-    in a fresh process when there is one (what its user gets), else the
-    module built here (a worker's pre-packed compile writes none)."""
+    """(latency_s, threads, rounds): untuned and tuned TVM, and onnxruntime
+    on the threads the tuned model ran on. The tuned model is the written
+    library when there is one (what its user gets), alternated with
+    onnxruntime in `timing_rounds` rounds, each runtime in a fresh process
+    (`rounds`: their medians, `latency_s` the median of those); else the
+    module built here (a worker's pre-packed compile writes none), once."""
     tuned_vm, untuned_vm = vms
+    repeat = int_field(job, "repeat", 10)
     latency = {"untuned": median_time(lambda: untuned_vm["main"](*args), repeat)}
-    if lib_path:
-        timed = time_library(lib_path, [a.numpy() for a in args], repeat, work_dir)
-        latency["tuned"], threads = timed["median_s"], timed["threads"]
-        timed_as = "the library, loaded in a fresh process as README's snippet loads it"
-    else:
+    if not lib_path:
         latency["tuned"], threads = median_time(lambda: tuned_vm["main"](*args), repeat), prep.num_cores
-        timed_as = "the module built in the compile process"
-    latency["onnxruntime"] = time_onnxruntime(onnx_bytes, feeds, threads, repeat, work_dir)
-    return latency, {"tvm": threads, "onnxruntime": threads, "tuned_timed_as": timed_as}
+        latency["onnxruntime"] = time_onnxruntime(onnx_bytes, feeds, threads, repeat, work_dir)
+        return latency, {"tvm": threads, "onnxruntime": threads,
+                         "tuned_timed_as": "the module built in the compile process"}, None
+    n = int_field(job, "timing_rounds", TIMING_ROUNDS, lo=1)
+    timed = alternate(lib_path, [a.numpy() for a in args], onnx_bytes, feeds, n, repeat, work_dir)
+    latency["tuned"] = statistics.median(timed["tuned_s"])
+    latency["onnxruntime"] = statistics.median(timed["onnxruntime_s"])
+    threads = timed["threads"]
+    timed_as = (f"the library, loaded in a fresh process as README's snippet loads it; "
+                f"alternated with onnxruntime, {n} rounds")
+    rounds = {"tuned": timed["tuned_s"], "onnxruntime": timed["onnxruntime_s"]}
+    return latency, {"tvm": threads, "onnxruntime": threads, "tuned_timed_as": timed_as}, rounds
 
 
 def _host_cpu() -> str | None:
@@ -402,8 +414,8 @@ def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
 
     generic = set(stats["generic_names"])
     default_schedule = _timed(prep, "profile_s", lambda: _default_schedule(tuned_ex, tuned_mod, args, generic))
-    latency, threads = _timed(prep, "timing_s", lambda: _time_models(
-        prep, (tuned_vm, untuned_vm), args, lib_path, feeds, repeat, work_dir, onnx_bytes))
+    latency, threads, rounds = _timed(prep, "timing_s", lambda: _time_models(
+        prep, (tuned_vm, untuned_vm), args, lib_path, feeds, job, work_dir, onnx_bytes))
 
     return {
         "event": "result",
@@ -423,6 +435,9 @@ def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
                       "rule": "|tvm - onnxruntime| <= atol + rtol*|onnxruntime|, "
                               "atol = 1e-4 * max|onnxruntime output| (per output)"},
         "latency_s": latency,
+        # Each round's medians of the tuned library and onnxruntime (seconds):
+        # how far the host moved them. None where the library was not written.
+        "latency_rounds_s": rounds,
         "threads": threads,
         "weights": prep_opts.weights_mode(job),
         "prepack": prep_opts.prepack(job),

@@ -56,6 +56,11 @@ mode=compile result::
      "verified": true, "max_abs_err": x, "untuned_max_abs_err": y,
      "tolerance": {"rtol": 1e-3, "atol": a, "rule": "..."},
      "latency_s": {"untuned": s, "tuned": s, "onnxruntime": s}, "repeat": r,
+     "latency_rounds_s": {"tuned": [s, ...], "onnxruntime": [s, ...]},
+                         (the job's `timing_rounds`, default 3: the library and
+                          onnxruntime alternated, each in a fresh process;
+                          latency_s holds the median of each; null when no
+                          library is written)
      "threads": {"tvm": n, "onnxruntime": n, "tuned_timed_as": "..."},
      "layout": "NHWC", "recipe": 4,
      "library": "/abs/model.so", "library_bytes": n,   (null: prepack with random weights)

@@ -49,7 +49,7 @@ class JobError(TunefleetError):
 #: TVM's thread settings as the driver's caller gave them, captured before
 #: the driver sets its own (TVM_NUM_THREADS = the target's cores, for
 #: tuning): a compiled library is timed in a child with these, as its user
-#: will run it (timing.time_library).
+#: will run it (timing.alternate).
 CALLER_THREAD_ENV = {k: os.environ.get(k) for k in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
 
 

@@ -1,6 +1,6 @@
 """Timing a model the way a user will meet it, and onnxruntime beside it.
 
-Two rules, both learnt the hard way (docs/benchmarks.md):
+The rules, all learnt the hard way (docs/benchmarks.md):
 - each runtime is timed in a process of its own: TVM's thread pool and
   onnxruntime's both spin between calls and slow each other down (timed
   after TVM in one process, onnxruntime's SqueezeNet read 3-7 ms where it
@@ -15,7 +15,10 @@ Two rules, both learnt the hard way (docs/benchmarks.md):
   carries its own default (compile.THREADS_ADDON), and this is where that
   is measured;
 - a median over at least a second of calls, not a handful: one burst of the
-  host's other work moves a short median.
+  host's other work moves a short median;
+- the two alternated, in rounds, and the median of the rounds reported
+  (`alternate`): the host's other work comes in phases longer than one
+  child's timing.
 """
 
 from __future__ import annotations
@@ -123,14 +126,23 @@ def _child(args: list, env: dict | None, what: str) -> dict:
         raise JobError(f"timing {what} printed no time: {shorten(p.stdout)}") from err
 
 
-def time_onnxruntime(onnx_bytes: bytes, feeds: dict, threads: int, repeat: int, work_dir: str) -> float:
-    """onnxruntime's median time for the model `onnx_bytes` on `feeds`, in a
-    process of its own (see the module docs)."""
+def _onnxruntime_dir(work_dir: str, onnx_bytes: bytes, feeds: dict) -> str:
+    """The directory an onnxruntime child reads: the model and its feeds."""
     d = os.path.join(work_dir, "onnxruntime-timing")
     _save_feeds(d, feeds)
     with open(os.path.join(d, "model.onnx"), "wb") as f:
         f.write(onnx_bytes)
+    return d
+
+
+def _time_onnxruntime_in(d: str, threads: int, repeat: int) -> float:
     return _child(["onnxruntime", d, str(threads), str(repeat)], None, "onnxruntime")["median_s"]
+
+
+def time_onnxruntime(onnx_bytes: bytes, feeds: dict, threads: int, repeat: int, work_dir: str) -> float:
+    """onnxruntime's median time for the model `onnx_bytes` on `feeds`, in a
+    process of its own (see the module docs)."""
+    return _time_onnxruntime_in(_onnxruntime_dir(work_dir, onnx_bytes, feeds), threads, repeat)
 
 
 def caller_env() -> dict:
@@ -145,25 +157,43 @@ def caller_env() -> dict:
     return env
 
 
-def time_library(lib_path: str, inputs: list, repeat: int, work_dir: str) -> dict:
-    """The library's median time on `inputs` (arrays, in `main`'s order)
-    and the threads TVM ran it on, loaded in a fresh process as README's
-    snippet loads it, with the caller's thread settings:
-    `{"median_s", "threads"}`."""
-    d = os.path.join(work_dir, "library-timing")
-    _save_feeds(d, {f"arg{i}": x for i, x in enumerate(inputs)})
-    return _child(["library", lib_path, d, str(repeat)], caller_env(), "the compiled library")
+def alternate(lib_path: str, inputs: list, onnx_bytes: bytes, feeds: dict, rounds: int, repeat: int,
+              work_dir: str) -> dict:
+    """The library against onnxruntime in `rounds` alternations: each round
+    loads the library in a fresh process as README's snippet loads it, with
+    the caller's thread settings, then runs onnxruntime in a fresh process
+    on the threads the library ran on; each child reports its median of
+    `repeat` or more calls on `inputs` (arrays, in `main`'s order) and
+    `feeds`. Returns `{"tuned_s": [a median per round], "onnxruntime_s":
+    [...], "threads"}`.
+
+    Why rounds: on a shared host the neighbours' load comes and goes in
+    phases of a fraction of a second to seconds, and TVM's thread pool,
+    which waits at every kernel's barrier for its slowest thread, feels
+    them far more than onnxruntime. One pair of timings can land either
+    side of the truth: one compile read 1.39x onnxruntime where five
+    alternations read 2.38x (docs/benchmarks.md)."""
+    lib_dir = os.path.join(work_dir, "library-timing")
+    _save_feeds(lib_dir, {f"arg{i}": x for i, x in enumerate(inputs)})
+    ort_dir = _onnxruntime_dir(work_dir, onnx_bytes, feeds)
+    out: dict = {"tuned_s": [], "onnxruntime_s": [], "threads": None}
+    for _ in range(max(1, rounds)):
+        lib = _child(["library", lib_path, lib_dir, str(repeat)], caller_env(), "the compiled library")
+        out["threads"] = lib["threads"]
+        out["tuned_s"].append(lib["median_s"])
+        out["onnxruntime_s"].append(_time_onnxruntime_in(ort_dir, lib["threads"], repeat))
+    return out
 
 
 def _onnxruntime_main(d: str, threads: int, repeat: int) -> dict:
-    """The child of `time_onnxruntime`."""
+    """The child of `time_onnxruntime` and `alternate`."""
     sess = onnxruntime_session(os.path.join(d, "model.onnx"), threads)
     feeds = _load_feeds(d)
     return {"median_s": median_time(lambda: sess.run(None, feeds), repeat), "threads": threads}
 
 
 def _library_main(lib_path: str, d: str, repeat: int) -> dict:
-    """The child of `time_library`: README's snippet, then the clock."""
+    """The library's child of `alternate`: README's snippet, then the clock."""
     import tvm
     import tvm_ffi
     from tvm import relax

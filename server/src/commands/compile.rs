@@ -73,6 +73,13 @@ pub struct CompileArgs {
     /// Timed runs of each of the three models (median reported).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub repeat: u32,
+    /// Rounds in which the written library and onnxruntime are timed,
+    /// alternated, each in a fresh process; `latency_s` holds the median
+    /// of the rounds, `latency_rounds_s` every round. A shared host's load
+    /// comes in phases that one timing can fall into. Default: the model
+    /// driver's (`compile.TIMING_ROUNDS`, three).
+    #[arg(long = "timing-rounds", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub timing_rounds: Option<u32>,
     /// Of each task's N best records by tuning time, apply the one fastest
     /// timed cold, as kernels run in a model (caches flushed before each
     /// call); 0 applies the best tuning time as it is. Default: the model
@@ -194,6 +201,8 @@ fn driver_job(
         "database_dir": db_dir,
         "out": out,
         "repeat": args.repeat.max(1),
+        // None (null): the driver's own default, as for `cold_choice`.
+        "timing_rounds": args.timing_rounds,
         // None (null): the driver's own default, defined there once.
         "cold_choice": args.cold_choice,
     })
@@ -302,6 +311,7 @@ fn report(view: &ModelView, result: &Value) -> Value {
         "max_abs_err",
         "tolerance",
         "latency_s",
+        "latency_rounds_s",
         "repeat",
         "library",
         "library_bytes",
@@ -323,6 +333,31 @@ fn report(view: &ModelView, result: &Value) -> Value {
         report[key] = result[key].clone();
     }
     report
+}
+
+/// The spread of the alternated rounds, when there were several: a reader
+/// sees how much the host moved the figures above.
+fn rounds_text(rounds: &Value) -> Option<String> {
+    let spread = |k: &str| -> Option<(usize, f64, f64)> {
+        let v: Vec<f64> = rounds[k]
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_f64)
+            .collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        (v.len() > 1).then_some((v.len(), lo, hi))
+    };
+    let (n, t_lo, t_hi) = spread("tuned")?;
+    let (_, o_lo, o_hi) = spread("onnxruntime")?;
+    Some(format!(
+        "  (medians of {n} rounds, tuned and onnxruntime alternated, each in a fresh process: \
+         tuned {}–{}, onnxruntime {}–{})\n",
+        format_latency(t_lo),
+        format_latency(t_hi),
+        format_latency(o_lo),
+        format_latency(o_hi),
+    ))
 }
 
 fn to_text(report: &Value) -> String {
@@ -357,6 +392,9 @@ fn to_text(report: &Value) -> String {
         out.push_str(&format!(" ({:.2}x onnxruntime's time)", tuned / ort));
     }
     out.push('\n');
+    if let Some(line) = rounds_text(&report["latency_rounds_s"]) {
+        out.push_str(&line);
+    }
     if let Some(line) = cold_choice_text(&report["cold_choice"]) {
         out.push_str(&line);
     }
@@ -408,4 +446,28 @@ fn to_text(report: &Value) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_text_shows_the_spread_of_several_rounds_only() {
+        let three =
+            json!({"tuned": [0.0052, 0.0061, 0.0055], "onnxruntime": [0.0030, 0.0029, 0.0031]});
+        let line = rounds_text(&three).expect("three rounds have a spread");
+        assert!(line.contains("medians of 3 rounds"), "{line}");
+        assert!(
+            line.contains(&format_latency(0.0052)) && line.contains(&format_latency(0.0061)),
+            "{line}"
+        );
+        assert!(
+            line.contains(&format_latency(0.0029)) && line.contains(&format_latency(0.0031)),
+            "{line}"
+        );
+        let one = json!({"tuned": [0.005], "onnxruntime": [0.003]});
+        assert_eq!(rounds_text(&one), None);
+        assert_eq!(rounds_text(&Value::Null), None);
+    }
 }
