@@ -2,7 +2,7 @@
 """Where a compiled model's time goes, against onnxruntime, by kind of
 operator.
 
-    .venv/bin/python scripts/profile-model.py MODEL.onnx LIB.so [--threads N] [--repeat 20] [--by-shape]
+    .venv/bin/python scripts/profile-model.py MODEL.onnx LIB.so [--threads N] [--repeat 20] [--rounds 3] [--by-shape]
 
 LIB.so is what `tunefleet compile MODEL.onnx --out LIB.so` wrote (weights
 compiled in, inputs alone). Both runtimes run the same seeded random inputs
@@ -12,7 +12,8 @@ instrument hook (median over the runs); onnxruntime's per node from its own
 profiler (mean over the runs). Functions and nodes are grouped by kind:
 convolutions (with what is fused into them), matrix products, poolings,
 and the rest; the runtime's own time between kernels is the difference to
-the whole-model median. The question it answers: is a gap to onnxruntime in
+the whole-model median. Both profiles run `--rounds` times, alternated,
+and each figure is its median round. The question it answers: is a gap to onnxruntime in
 the kernels MetaSchedule tuned (more trials, better schedules) or around
 them (the untuned functions, the runtime)?
 
@@ -248,12 +249,37 @@ def print_shapes(rows: list) -> None:
         print(f"{'all convolutions':<35}{a * 1e3:9.3f}{b * 1e3:13.3f}{a / b:10.2f}x{(a - b) * 1e3:9.3f}")
 
 
+def median_of(rounds: list):
+    """The median across rounds of like-shaped results: numbers, tuples
+    and dicts of them (a dict key counts in the rounds that have it), and
+    `(seconds, calls)` pairs, whose calls every round counts alike. A
+    shared host's other work comes in phases of seconds: one round can
+    read TVM twice slow, three rarely all do."""
+    first = rounds[0]
+    if isinstance(first, dict):
+        return {k: median_of([r[k] for r in rounds if k in r]) for k in {k for r in rounds for k in r}}
+    if isinstance(first, tuple) and len(first) == 2 and isinstance(first[1], int):
+        return (statistics.median(r[0] for r in rounds), first[1])
+    if isinstance(first, tuple):
+        return tuple(median_of([r[i] for r in rounds]) for i in range(len(first)))
+    return statistics.median(rounds)
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("lib")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--rounds", type=_positive, default=3,
+                    help="rounds of both profiles, alternated; each figure is its median round")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--top", type=int, default=12, help="TVM functions listed by time")
     ap.add_argument("--format", choices=("text", "json"), default="text")
@@ -266,19 +292,25 @@ def main() -> int:
     import onnxruntime as ort
 
     feeds = random_feeds(ort.InferenceSession(args.model, providers=["CPUExecutionProvider"]), args.seed)
-    ort_total, o = profile_onnxruntime(args.model, feeds, args.threads, args.repeat)
+    ort_rounds, tvm_rounds = [], []
+    for _ in range(args.rounds):
+        ort_total, o = profile_onnxruntime(args.model, feeds, args.threads, args.repeat)
+        ort_rounds.append((ort_total, o))
+        tvm_rounds.append(profile_tvm(args.lib, feeds, args.repeat, o["conv_shapes"] if args.by_shape else None))
+    ort_total, o = median_of(ort_rounds)
+    tvm_total, t = median_of(tvm_rounds)
     ort_shapes = o.pop("conv_shapes")
-    tvm_total, t = profile_tvm(args.lib, feeds, args.repeat, ort_shapes if args.by_shape else None)
     by_shape = shape_rows(t.pop("conv_shapes"), ort_shapes) if args.by_shape else None
     if args.format == "json":
-        report = {"threads": args.threads, "repeat": args.repeat,
+        report = {"threads": args.threads, "repeat": args.repeat, "rounds": args.rounds,
                   "tvm": {"total_s": tvm_total, **t}, "onnxruntime": {"total_s": ort_total, **o}}
         if by_shape is not None:
             report["conv_shapes"] = by_shape
         print(json.dumps(report))
         return 0
     ms = lambda s: f"{s * 1e3:9.2f}"  # noqa: E731
-    print(f"{args.model}: {args.threads} threads, {args.repeat} runs; milliseconds per run")
+    print(f"{args.model}: {args.threads} threads, {args.repeat} runs, median of {args.rounds} rounds; "
+          "milliseconds per run")
     print(f"{'kind':<22}{'TVM':>9}{'onnxruntime':>13}{'TVM / ort':>11}")
     for k in KINDS:
         a, b = t["kinds"][k], o["kinds"][k]
