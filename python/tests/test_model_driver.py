@@ -273,6 +273,8 @@ def test_errors():
     assert "unknown input" in msg and "x" in msg, msg
     msg = _error(*run_driver(_job("compile", tasks=[], cold_choice=-1), "err_cold_choice")[::2])
     assert "job field `cold_choice` must be an integer >= 0, got -1" in msg, msg
+    msg = _error(*run_driver(_job("compile", tasks=[], timing_rounds=0), "err_timing_rounds")[::2])
+    assert "job field `timing_rounds` must be an integer >= 1, got 0" in msg, msg
     print("ok errors", flush=True)
 
 

@@ -331,23 +331,23 @@ def _default_schedule(tuned_ex, tuned_mod, args: list, generic: set) -> list:
     return sorted(rows, key=lambda f: -f["time_s"])
 
 
-def _time_models(prep, vms: tuple, args: list, lib_path: str | None, feeds: dict, job: dict,
+def _time_models(prep, vms: tuple, args: list, lib_path: str | None, feeds: dict, counts: tuple,
                  work_dir: str, onnx_bytes: bytes) -> tuple:
     """(latency_s, threads, rounds): untuned and tuned TVM, and onnxruntime
     on the threads the tuned model ran on. The tuned model is the written
     library when there is one (what its user gets), alternated with
-    onnxruntime in `timing_rounds` rounds, each runtime in a fresh process
-    (`rounds`: their medians, `latency_s` the median of those); else the
-    module built here (a worker's pre-packed compile writes none), once."""
+    onnxruntime in rounds, each runtime in a fresh process (`rounds`: their
+    medians, `latency_s` the median of those); else the module built here
+    (a worker's pre-packed compile writes none), once. `counts`: (timed
+    calls per median, rounds)."""
     tuned_vm, untuned_vm = vms
-    repeat = int_field(job, "repeat", 10)
+    repeat, n = counts
     latency = {"untuned": median_time(lambda: untuned_vm["main"](*args), repeat)}
     if not lib_path:
         latency["tuned"], threads = median_time(lambda: tuned_vm["main"](*args), repeat), prep.num_cores
         latency["onnxruntime"] = time_onnxruntime(onnx_bytes, feeds, threads, repeat, work_dir)
         return latency, {"tvm": threads, "onnxruntime": threads,
                          "tuned_timed_as": "the module built in the compile process"}, None
-    n = int_field(job, "timing_rounds", TIMING_ROUNDS, lo=1)
     timed = alternate(lib_path, [a.numpy() for a in args], onnx_bytes, feeds, n, repeat, work_dir)
     latency["tuned"] = statistics.median(timed["tuned_s"])
     latency["onnxruntime"] = statistics.median(timed["onnxruntime_s"])
@@ -385,6 +385,7 @@ def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
     from tvm import relax
 
     repeat = int_field(job, "repeat", 10)
+    rounds = int_field(job, "timing_rounds", TIMING_ROUNDS, lo=1)
     seed = int_field(job, "seed", 0, lo=0)
     db, task_names = _open_database(job, work_dir)
     applied = _timed(prep, "apply_s", lambda: _apply_records(job, prep, db, task_names))
@@ -414,8 +415,8 @@ def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
 
     generic = set(stats["generic_names"])
     default_schedule = _timed(prep, "profile_s", lambda: _default_schedule(tuned_ex, tuned_mod, args, generic))
-    latency, threads, rounds = _timed(prep, "timing_s", lambda: _time_models(
-        prep, (tuned_vm, untuned_vm), args, lib_path, feeds, job, work_dir, onnx_bytes))
+    latency, threads, latency_rounds = _timed(prep, "timing_s", lambda: _time_models(
+        prep, (tuned_vm, untuned_vm), args, lib_path, feeds, (repeat, rounds), work_dir, onnx_bytes))
 
     return {
         "event": "result",
@@ -437,7 +438,7 @@ def run_compile(job: dict, prep, work_dir: str, proto, t0: float) -> dict:
         "latency_s": latency,
         # Each round's medians of the tuned library and onnxruntime (seconds):
         # how far the host moved them. None where the library was not written.
-        "latency_rounds_s": rounds,
+        "latency_rounds_s": latency_rounds,
         "threads": threads,
         "weights": prep_opts.weights_mode(job),
         "prepack": prep_opts.prepack(job),
