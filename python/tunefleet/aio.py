@@ -543,7 +543,9 @@ def _compile_job(view: ModelRunView, model: str, db_dir: str, out: str) -> dict:
             "input_shapes": {i["name"]: i["shape"] for i in inputs if "name" in i and "shape" in i},
             "target": view.target, "seed": 0, "prepack": bool(view.mode.get("prepack")),
             "layout": view.mode.get("layout") or "NCHW", "recipe": max(int(view.mode.get("recipe") or 1), 1),
-            "database_dir": db_dir, "out": out, "repeat": 1}
+            # Building the library is the point here, not timing it: one
+            # short round (`tunefleet compile` times three).
+            "database_dir": db_dir, "out": out, "repeat": 1, "timing_rounds": 1}
 
 
 async def _run_model_driver(job_path: str, work_dir: str) -> dict:
