@@ -57,5 +57,6 @@ def main() -> None:
                       "ratio_median": round(tvm_ms[len(tvm_ms) // 2] / ort_ms[len(ort_ms) // 2], 2),
                       "ratio_min": round(tvm_ms[0] / ort_ms[0], 2)}))
 
+
 if __name__ == "__main__":
     main()
