@@ -300,32 +300,44 @@ def test_errors(tmp):
     print(f"ok errors (last: rc={rc} {events[-1]})", flush=True)
 
 
-def test_a_round_under_the_wide_rules_replays_in_a_fresh_process(tmp):
-    """A round that searches the wide rule set (the innermost tile one
-    vector register of output channels) says so, its schedules carry the
-    rule's tiling, and its record, written as an exported database, is
-    applied by TVM in a fresh process (apply_exported.py: outputs equal to
-    the untuned kernel's, and faster)."""
-    conv = dict(CONV, op="conv2d_nhwc", name="conv16nhwc", trials=4)
-    events, stderr, rc, _, _ = run_driver(_job(conv, rules="wide", num_trials_per_iter=4), os.path.join(tmp, "wide"))
+def _a_round_under(rules: str, tmp: str) -> list:
+    """One 4-trial round of an NHWC convolution under `rules`: checks the
+    result says which rule set was searched, and that its record, written as
+    an exported database, is applied by TVM in a fresh process
+    (apply_exported.py: outputs equal to the untuned kernel's, and faster).
+    Returns the records' instructions."""
+    conv = dict(CONV, op="conv2d_nhwc", name=f"conv16nhwc_{rules}", trials=4)
+    events, stderr, rc, _, _ = run_driver(_job(conv, rules=rules, num_trials_per_iter=4), os.path.join(tmp, rules))
     result = check_result_protocol(events, rc, stderr, 4)
-    assert result["rules"] == "wide", result["rules"]
-    # The rule's mark: the output channels split by exactly one vector
-    # register's lanes (from the target's features: 4 fp32 lanes here, the
-    # target naming no mcpu), where MultiLevelTiling samples the factor.
+    assert result["rules"] == rules, result["rules"]
+    db = os.path.join(tmp, f"{rules}_db")
+    write_database([result], db)
+    lines = apply_exported(db, [conv])
+    assert lines[0]["ok"] and lines[0]["speedup"] > 1.0, lines
+    return [record["record"][0][0] for record in result["records"]]
+
+
+def test_a_round_under_the_wide_rules_replays_in_a_fresh_process(tmp):
+    """The wide rule set's mark: the output channels split by exactly one
+    vector register's lanes (from the target's features: 4 fp32 lanes here,
+    the target naming no mcpu), where MultiLevelTiling samples the factor."""
     import tvm
     from tunefleet._driver import measure
 
     lanes = measure.vector_bits(tvm.target.Target(TARGET)) // 32
-    for record in result["records"]:
-        instructions = record["record"][0][0]
+    for instructions in _a_round_under("wide", tmp):
         assert any(i[0] == "Split" and i[1][1:] == ["None", lanes] for i in instructions), instructions[:12]
-    db = os.path.join(tmp, "wide_db")
-    write_database([result], db)
-    lines = apply_exported(db, [conv])
-    assert lines[0]["ok"] and lines[0]["speedup"] > 1.0, lines
+
+
+def test_a_round_under_the_blocked_rules_replays_in_a_fresh_process(tmp):
+    """The blocked rule set's mark: every record's convolution is tiled on
+    the structure "SRS" (outer tiles, the whole reduction, the register
+    tile), where TVM's own rule tiles "SSRSRS"."""
+    for instructions in _a_round_under("blocked", tmp):
+        tiling = [i for i in instructions if i[0] == "Annotate" and i[2] == ["meta_schedule.tiling_structure"]]
+        assert tiling and all(i[1][1] == '"SRS"' for i in tiling), tiling or instructions[:12]
 
 
 def test_the_rule_set_is_checked(tmp):
     events, _, rc, _, _ = run_driver(_job(dict(MATMUL, trials=2), rules="fastest"), os.path.join(tmp, "err_rules"))
-    assert rc == 1 and "job field `rules` must be one of default, wide, union" in events[-1]["message"], events
+    assert rc == 1 and "job field `rules` must be one of default, wide, blocked, union" in events[-1]["message"], events

@@ -63,7 +63,9 @@ pub struct TunerSettings {
     pub repeat: Option<u32>,
     /// The schedule rules a CPU round searches ([`RULE_SETS`]): `default`
     /// (TVM's own), `wide` (the innermost tile one vector register of
-    /// output channels), or `union` (both, the search decides per task).
+    /// output channels), `blocked` (the whole reduction around one tile of
+    /// outputs held in registers: MLAS's register blocking), or `union`
+    /// (`default` and `blocked`, the search decides per task).
     /// Absent: `default` for workload files; model runs choose
     /// ([`BEST_RULES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -71,7 +73,7 @@ pub struct TunerSettings {
 }
 
 /// The driver's rule sets (`tunefleet._driver.measure.RULE_SETS`).
-pub const RULE_SETS: [&str; 3] = ["default", "wide", "union"];
+pub const RULE_SETS: [&str; 4] = ["default", "wide", "blocked", "union"];
 /// What a model run's rounds search when its tuner names no rule set.
 pub const BEST_RULES: &str = "union";
 

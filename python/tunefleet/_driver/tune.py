@@ -14,7 +14,7 @@ JOB.json::
      "trials": <optional override of workload.trials>,
      "cost_model": "xgb" | "random" | "mlp", "strategy": "evolutionary" |
      "replay-trace" | "replay-func", "builder_timeout_s": 30, "runner_timeout_s": 30,
-     "check_kernel": true, "rules": "default" | "wide" | "union" (measure.RULE_SETS),
+     "check_kernel": true, "rules": "default" | "wide" | "blocked" | "union" (measure.RULE_SETS),
      "warm_start": null | {"workload": [hash, b64], "records": [[trace, run_secs, target, args_info], ...]},
      "cost_model_share": null | {"path": null | "/abs/model.npz", "id": "...", "samples": N}}
 

@@ -67,9 +67,11 @@ pub struct ModelFlags {
     #[arg(long)]
     pub repeat: Option<u32>,
     /// Schedule rules the CPU rounds search: default (TVM's), wide (the
-    /// innermost tile one vector register of output channels) or union
-    /// (both; the search decides per task). Default: union.
-    #[arg(long, value_name = "default|wide|union")]
+    /// innermost tile one vector register of output channels), blocked
+    /// (the whole reduction around one tile of outputs held in registers)
+    /// or union (default and blocked; the search decides per task).
+    /// Default: union.
+    #[arg(long, value_name = "default|wide|blocked|union")]
     pub rules: Option<String>,
     /// Pre-pack the weights: tune kernels that may choose the weights'
     /// layout, folded into the real weights by `tunefleet compile` (the run

@@ -667,7 +667,7 @@ fn tuner_settings_from_the_file_and_the_workload() {
     let errs = parse_workload_file(&bad, "t.yaml").unwrap_err().to_string();
     assert!(
         errs.contains("t.yaml:2")
-            && errs.contains("unknown rule set `fastest` (known: default, wide, union)"),
+            && errs.contains("unknown rule set `fastest` (known: default, wide, blocked, union)"),
         "{errs}"
     );
 }
