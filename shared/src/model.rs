@@ -65,7 +65,7 @@ pub struct TunerSettings {
     /// (TVM's own), `wide` (the innermost tile one vector register of
     /// output channels), `blocked` (the whole reduction around one tile of
     /// outputs held in registers: MLAS's register blocking), or `union`
-    /// (`default` and `blocked`, the search decides per task).
+    /// (`default` and `wide`, the search decides per task).
     /// Absent: `default` for workload files; model runs choose
     /// ([`BEST_RULES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]

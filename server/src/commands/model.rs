@@ -69,7 +69,7 @@ pub struct ModelFlags {
     /// Schedule rules the CPU rounds search: default (TVM's), wide (the
     /// innermost tile one vector register of output channels), blocked
     /// (the whole reduction around one tile of outputs held in registers)
-    /// or union (default and blocked; the search decides per task).
+    /// or union (default and wide; the search decides per task).
     /// Default: union.
     #[arg(long, value_name = "default|wide|blocked|union")]
     pub rules: Option<String>,
