@@ -110,7 +110,8 @@ def cpu_build(mod, target, _params):
 #:   and its measurements decide, per task, which one's schedules win.
 #:   "blocked" is not in it: with README's 4 trials per task, a union of
 #:   "default" and "blocked" left SqueezeNet at 15.5 ms against 5.0 ms
-#:   (docs/benchmarks.md, "The blocked rule set").
+#:   (docs/benchmarks.md, "Register blocking by hand, and the blocked
+#:   rule set").
 #: Records from any of them replay anywhere (a trace names its own steps);
 #: the result says which was searched.
 RULE_SETS = ("default", "wide", "blocked", "union")
