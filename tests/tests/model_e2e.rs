@@ -789,6 +789,13 @@ async fn squeezenet_in_faster_squeezenet_out() {
         .filter(|&n| n > 0)
         .collect();
     for j in &rounds {
+        // Rounds of 2 trials name no rule set: `union` alone (models/rules.rs).
+        assert_eq!(
+            j["result"]["extra"]["rules"].as_str(),
+            Some("union"),
+            "{}",
+            j["name"]
+        );
         assert!(
             j["result"]["extra"]["warm_start_ignored"].is_null(),
             "{}: {}",

@@ -22,6 +22,7 @@
 //!   times the three variants.
 
 pub mod allocation;
+mod rules;
 mod stages;
 #[cfg(test)]
 mod tests;

@@ -6,13 +6,13 @@
 use serde_json::Value;
 use tunefleet_shared::model::{
     CompileTask, DataLayout, EstimatePoint, ModelLatencies, ModelStage, ModelState, TunerSettings,
-    WarmStart, BEST_RULES,
+    WarmStart,
 };
 use tunefleet_shared::protocol::{JobState, JobView, Millis};
 use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::{Op, Workload};
 
-use super::{KeptRecord, ModelRun, Task};
+use super::{rules, KeptRecord, ModelRun, Task};
 use crate::scheduler::JobExtras;
 
 /// Records kept per task (best first); a warm start needs the good ones, and
@@ -371,10 +371,10 @@ pub(super) fn round_job(
     // pick of MetaSchedule's own task scheduler is.
     let mut tuner = run.tuner.clone();
     tuner.trials_per_round.get_or_insert(trials);
-    // A CPU run that names no rule set searches the best one
-    // (tunefleet._driver.measure.RULE_SETS); other targets their own.
-    if target.kind() == "llvm" {
-        tuner.rules.get_or_insert_with(|| BEST_RULES.to_string());
+    // A CPU run that names no rule set: the one this task's rounds measured
+    // best (`rules.rs`); other targets search their own.
+    if target.kind() == "llvm" && tuner.rules.is_none() {
+        tuner.rules = Some(rules::for_round(task, run.trials_per_round).to_string());
     }
     let extras = JobExtras {
         // Keep every candidate the round measures (the driver returns only

@@ -468,6 +468,7 @@ impl TvmBackend {
             "verified": verification.is_some(),
             "warm_start_records": driver.warm_start_records,
             "warm_start_ignored": driver.warm_start_ignored,
+            "rules": driver.rules,
         });
         if let Some(map) = extra.as_object_mut() {
             for (key, value) in driver.cost_model_extra {

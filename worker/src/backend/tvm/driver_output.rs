@@ -56,6 +56,10 @@ pub(super) struct DriverResult {
     pub(super) tuned_lib: Option<PathBuf>,
     #[serde(default)]
     pub(super) reference_lib: Option<PathBuf>,
+    /// The rule set the round searched (`measure.RULE_SETS`), for the
+    /// result's `extra`: a model run's rounds choose it per task.
+    #[serde(default)]
+    pub(super) rules: Option<String>,
     /// MetaSchedule's own time in the job (search, build, measure).
     #[serde(default)]
     pub(super) tune_s: Option<f64>,
