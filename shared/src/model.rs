@@ -66,15 +66,17 @@ pub struct TunerSettings {
     /// output channels), `blocked` (the whole reduction around one tile of
     /// outputs held in registers: MLAS's register blocking), or `union`
     /// (`default` and `wide`, the search decides per task).
-    /// Absent: `default` for workload files; model runs choose
-    /// ([`BEST_RULES`]).
+    /// Absent: `default` for workload files; a model run's CPU rounds
+    /// choose per task by measurement between [`BEST_RULES`] and `blocked`
+    /// (`tunefleet-planner`'s `models/rules.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<String>,
 }
 
 /// The driver's rule sets (`tunefleet._driver.measure.RULE_SETS`).
 pub const RULE_SETS: [&str; 4] = ["default", "wide", "blocked", "union"];
-/// What a model run's rounds search when its tuner names no rule set.
+/// What a model run's CPU rounds search first when its tuner names no
+/// rule set, and always in rounds of a few trials.
 pub const BEST_RULES: &str = "union";
 
 /// MetaSchedule's search strategies, as the driver spells them.
