@@ -803,3 +803,37 @@ fn cpu_rounds_search_the_best_rule_set_unless_the_run_names_one() {
     );
     assert_eq!(plan.jobs[0].1.tuner.rules.as_deref(), Some("default"));
 }
+
+#[test]
+fn cpu_rounds_of_sixteen_trials_compare_the_rule_sets_per_task() {
+    let one_worker = |_: &Target| 1;
+    let mut runs = ModelRuns::default();
+    let plan = runs
+        .submit(
+            submission("per-task", 64, 16),
+            Target::of_kind("llvm"),
+            Millis(1),
+        )
+        .unwrap();
+    let plan = runs.job_ended(
+        &done(&plan.jobs[0].0, extracted(&[("conv", 1, false)]), &[]),
+        Millis(2),
+        &one_worker,
+    );
+    let rules = |plan: &Plan| plan.jobs[0].1.tuner.rules.clone();
+    assert_eq!(rules(&plan).as_deref(), Some("union"));
+    // Its records have no `SRS` tiling: after the `blocked` round, `union`.
+    let workload_line = serde_json::json!({"workload": ["hash", "b64"]});
+    let plan = runs.job_ended(
+        &done(&plan.jobs[0].0, workload_line, &[1e-3]),
+        Millis(3),
+        &one_worker,
+    );
+    assert_eq!(rules(&plan).as_deref(), Some("blocked"));
+    let plan = runs.job_ended(
+        &done(&plan.jobs[0].0, Value::Null, &[2e-3]),
+        Millis(4),
+        &one_worker,
+    );
+    assert_eq!(rules(&plan).as_deref(), Some("union"));
+}
