@@ -2,13 +2,14 @@
 //! none (`tuner.rules`, the driver's `measure.RULE_SETS`).
 //!
 //! Two rule sets compete and neither wins every task (docs/benchmarks.md,
-//! "The rule set chosen per task"): `union` (TVM's own tiling, and the same
-//! with one vector register of output channels) finds the better kernels
-//! for ResNet-50's early, wide layers and at a few trials a round;
+//! "ResNet-50 under the blocked rules, and the rule set chosen per task"):
 //! `blocked` (the whole reduction around one register tile: MLAS's
-//! blocking) for the late 1×1 and 3×3 convolutions where the gap to MLAS
-//! was widest. So the farm decides per task, by what the task's rounds
-//! measured:
+//! blocking) found faster kernels than `union` (TVM's own tiling, and the
+//! same with one vector register of output channels) for most of
+//! ResNet-50's 56×56 to 14×14 convolutions, and far slower ones at 7×7,
+//! where a weight panel no longer stays in L2 without `union`'s cache-level
+//! tiles; `union` is also the better search at a few trials a round. So
+//! the farm decides per task, by what the task's rounds measured:
 //! - its first round searches `union`, its second `blocked`;
 //! - every later round searches the rule set whose structure holds the
 //!   task's best record so far. The record's trace says it: `blocked`
