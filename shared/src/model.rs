@@ -65,19 +65,23 @@ pub struct TunerSettings {
     /// (TVM's own), `wide` (the innermost tile one vector register of
     /// output channels), `blocked` (the whole reduction around one tile of
     /// outputs held in registers: MLAS's register blocking), or `union`
-    /// (`default` and `wide`, the search decides per task).
-    /// Absent: `default` for workload files; a model run's CPU rounds
-    /// choose per task by measurement between [`BEST_RULES`] and `blocked`
-    /// (`tunefleet-planner`'s `models/rules.rs`).
+    /// (`default` and `wide`, the search decides per task). A model run may
+    /// also name [`PER_TASK_RULES`].
+    /// Absent: `default` for workload files, [`BEST_RULES`] for a model
+    /// run's CPU rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<String>,
 }
 
 /// The driver's rule sets (`tunefleet._driver.measure.RULE_SETS`).
 pub const RULE_SETS: [&str; 4] = ["default", "wide", "blocked", "union"];
-/// What a model run's CPU rounds search first when its tuner names no
-/// rule set, and always in rounds of a few trials.
+/// What a model run's CPU rounds search when its tuner names no rule set.
 pub const BEST_RULES: &str = "union";
+/// A model run's choice per task between [`BEST_RULES`] and `blocked`, by
+/// what the task's rounds measured (`tunefleet-planner`'s
+/// `models/rules.rs`): not a rule set of the driver's, so workload files
+/// cannot name it.
+pub const PER_TASK_RULES: &str = "per-task";
 
 /// MetaSchedule's search strategies, as the driver spells them.
 pub const STRATEGIES: [&str; 3] = ["evolutionary", "replay-trace", "replay-func"];
@@ -112,6 +116,25 @@ impl TunerSettings {
             repeat: self.repeat.or(base.repeat),
             rules: self.rules.clone().or_else(|| base.rules.clone()),
         }
+    }
+
+    /// [`Self::problems`] for a model run, whose `rules` may also be
+    /// [`PER_TASK_RULES`].
+    pub fn model_problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = self.problems();
+        for (field, message) in &mut problems {
+            if *field == "rules" {
+                *message = format!(
+                    "unknown rule set `{}` (known: {}, {PER_TASK_RULES})",
+                    self.rules.as_deref().unwrap_or_default(),
+                    RULE_SETS.join(", ")
+                );
+            }
+        }
+        if self.rules.as_deref() == Some(PER_TASK_RULES) {
+            problems.retain(|(field, _)| *field != "rules");
+        }
+        problems
     }
 
     /// Problems as (field, message), e.g. `("strategy", "unknown strategy ...")`.
@@ -452,6 +475,13 @@ pub struct ModelTaskView {
     /// No valid candidate after its first round: gets no more rounds.
     pub dead: bool,
     pub rounds: Vec<JobId>,
+    /// The tiling structure of the task's best record, as its trace
+    /// annotates it (`meta_schedule.tiling_structure`): `SRS` when the
+    /// `blocked` rules tiled it, `SSRSRS` for MetaSchedule's own
+    /// (`default`, `wide`, `union`). Absent before a record, and for a
+    /// schedule with no tiled block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_tiling: Option<String>,
 }
 
 /// The estimated model latency after some trials.

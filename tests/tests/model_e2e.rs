@@ -573,6 +573,14 @@ async fn squeezenet_in_faster_squeezenet_out() {
         );
         assert!(t["trials"].as_u64().unwrap() >= 1, "{t}");
     }
+    // Rounds of two trials search `union` alone: every tuned convolution's
+    // best record is tiled by MetaSchedule's own rules, and says so.
+    for t in tuned
+        .iter()
+        .filter(|t| t["name"].as_str().is_some_and(|n| n.contains("conv2d")))
+    {
+        assert_eq!(t["best_tiling"], "SSRSRS", "{t}");
+    }
     assert!(view["estimated_latency_s"].as_f64().unwrap() > 0.0);
     let applied = view["records_applied"].as_u64().expect("applied count");
     assert_eq!(

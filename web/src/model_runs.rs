@@ -66,14 +66,18 @@ pub fn verified(view: &ModelView) -> &'static str {
     }
 }
 
-/// The note column of the per-task table.
-pub fn task_note(task: &ModelTaskView) -> &'static str {
+/// The note column of the per-task table: why a task got no tuning, else
+/// how its best record tiles (`SRS`: the `blocked` rules; `SSRSRS`:
+/// MetaSchedule's own), as `tunefleet results` writes it.
+pub fn task_note(task: &ModelTaskView) -> String {
     if task.trivial {
-        "trivial: default schedule"
+        "trivial: default schedule".into()
     } else if task.dead {
-        "no valid candidate"
+        "no valid candidate".into()
     } else {
-        ""
+        task.best_tiling
+            .as_deref()
+            .map_or_else(String::new, |t| format!("best tiled {t}"))
     }
 }
 

@@ -252,6 +252,11 @@ impl ModelRun {
                     trivial: t.trivial,
                     dead: t.dead,
                     rounds: t.rounds.iter().map(|r| r.job_id.clone()).collect(),
+                    best_tiling: t
+                        .records
+                        .first()
+                        .and_then(|best| rules::tiling_structure(&best.record.record))
+                        .map(str::to_owned),
                 })
                 .collect(),
             estimated_latency_s: estimate,
@@ -736,7 +741,7 @@ fn finish_tuning(
 }
 
 fn check_tuner(tuner: &TunerSettings) -> Result<(), String> {
-    match tuner.problems().into_iter().next() {
+    match tuner.model_problems().into_iter().next() {
         Some((field, message)) => Err(format!("tuner.{field}: {message}")),
         None => Ok(()),
     }

@@ -6,7 +6,7 @@
 use serde_json::Value;
 use tunefleet_shared::model::{
     CompileTask, DataLayout, EstimatePoint, ModelLatencies, ModelStage, ModelState, TunerSettings,
-    WarmStart,
+    WarmStart, BEST_RULES, PER_TASK_RULES,
 };
 use tunefleet_shared::protocol::{JobState, JobView, Millis};
 use tunefleet_shared::target::Target;
@@ -371,11 +371,17 @@ pub(super) fn round_job(
     // pick of MetaSchedule's own task scheduler is.
     let mut tuner = run.tuner.clone();
     tuner.trials_per_round.get_or_insert(trials);
-    // A CPU run that names no rule set: the one this task's rounds measured
-    // best (`rules.rs`); other targets search their own.
-    if target.kind() == "llvm" && tuner.rules.is_none() {
-        tuner.rules = Some(rules::for_round(task, run.trials_per_round).to_string());
-    }
+    // A CPU run that names no rule set searches `union`; one that asks for
+    // `per-task`, the one this task's rounds measured best (`rules.rs`).
+    // Other targets search their own.
+    let cpu = target.kind() == "llvm";
+    tuner.rules = match tuner.rules.take() {
+        None if cpu => Some(BEST_RULES.to_string()),
+        Some(r) if r == PER_TASK_RULES => {
+            cpu.then(|| rules::for_round(task, run.trials_per_round).to_string())
+        }
+        named => named,
+    };
     let extras = JobExtras {
         // Keep every candidate the round measures (the driver returns only
         // this round's, not the warm start's).

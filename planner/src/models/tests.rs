@@ -805,15 +805,35 @@ fn cpu_rounds_search_the_best_rule_set_unless_the_run_names_one() {
 }
 
 #[test]
-fn cpu_rounds_of_sixteen_trials_compare_the_rule_sets_per_task() {
+fn cpu_rounds_of_sixteen_trials_compare_the_rule_sets_when_the_run_asks_per_task() {
     let one_worker = |_: &Target| 1;
     let mut runs = ModelRuns::default();
+    // Named nothing: `union`, round after round.
     let plan = runs
         .submit(
-            submission("per-task", 64, 16),
+            submission("unnamed", 64, 16),
             Target::of_kind("llvm"),
             Millis(1),
         )
+        .unwrap();
+    let mut plan = runs.job_ended(
+        &done(&plan.jobs[0].0, extracted(&[("conv", 1, false)]), &[]),
+        Millis(2),
+        &one_worker,
+    );
+    for latency in [1e-3, 2e-3] {
+        assert_eq!(plan.jobs[0].1.tuner.rules.as_deref(), Some("union"));
+        let line = serde_json::json!({"workload": ["hash", "b64"]});
+        plan = runs.job_ended(
+            &done(&plan.jobs[0].0, line, &[latency]),
+            Millis(3),
+            &one_worker,
+        );
+    }
+    let mut per_task = submission("per-task", 64, 16);
+    per_task.tuner.rules = Some(tunefleet_shared::model::PER_TASK_RULES.into());
+    let plan = runs
+        .submit(per_task, Target::of_kind("llvm"), Millis(1))
         .unwrap();
     let plan = runs.job_ended(
         &done(&plan.jobs[0].0, extracted(&[("conv", 1, false)]), &[]),

@@ -69,9 +69,10 @@ pub struct ModelFlags {
     /// Schedule rules the CPU rounds search: default (TVM's), wide (the
     /// innermost tile one vector register of output channels), blocked
     /// (the whole reduction around one tile of outputs held in registers)
-    /// or union (default and wide; the search decides per task).
-    /// Default: union.
-    #[arg(long, value_name = "default|wide|blocked|union")]
+    /// or union (default and wide; the search decides per task); or
+    /// per-task: each task's first round union, its second blocked, then
+    /// the rule set that tiled its best record. Default: union.
+    #[arg(long, value_name = "default|wide|blocked|union|per-task")]
     pub rules: Option<String>,
     /// Pre-pack the weights: tune kernels that may choose the weights'
     /// layout, folded into the real weights by `tunefleet compile` (the run
@@ -443,7 +444,10 @@ pub fn to_table(view: &ModelView) -> String {
             } else if t.dead {
                 "no valid candidate".into()
             } else {
-                String::new()
+                // How the best record tiles: `SRS` is the `blocked` rules'.
+                t.best_tiling
+                    .as_deref()
+                    .map_or_else(String::new, |s| format!("best tiled {s}"))
             },
         ]);
     }

@@ -670,6 +670,31 @@ fn tuner_settings_from_the_file_and_the_workload() {
             && errs.contains("unknown rule set `fastest` (known: default, wide, blocked, union)"),
         "{errs}"
     );
+    // `per-task` is a model run's choice, not a rule set a job can search.
+    let per_task = wide.replace("rules: wide", "rules: per-task");
+    let errs = parse_workload_file(&per_task, "t.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(errs.contains("unknown rule set `per-task`"), "{errs}");
+}
+
+#[test]
+fn a_model_run_may_ask_for_the_rule_set_per_task() {
+    let tuner = |rules: &str| crate::model::TunerSettings {
+        rules: Some(rules.into()),
+        ..Default::default()
+    };
+    assert!(tuner("per-task").model_problems().is_empty());
+    assert!(tuner("blocked").model_problems().is_empty());
+    let problems = tuner("fastest").model_problems();
+    assert_eq!(
+        problems,
+        vec![(
+            "rules",
+            "unknown rule set `fastest` (known: default, wide, blocked, union, per-task)"
+                .to_string()
+        )]
+    );
 }
 
 #[test]

@@ -68,9 +68,12 @@ fn task_notes_and_shares() {
         trivial: false,
         dead: false,
         rounds: vec![],
+        best_tiling: None,
     };
     assert_eq!(share(&t), "41.2%");
     assert_eq!(task_note(&t), "");
+    t.best_tiling = Some("SRS".into());
+    assert_eq!(task_note(&t), "best tiled SRS");
     t.dead = true;
     assert_eq!(task_note(&t), "no valid candidate");
     t.trivial = true;
