@@ -160,8 +160,28 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
     let err = reply.expect_err("the master refuses it").to_string();
     assert!(err.contains("not an ONNX model"), "{err}");
 
-    // With the shape given, the run is accepted; a sim worker cannot extract,
-    // so it fails with the worker's reason, and the master goes on.
+    // A rule set no one knows, named by the field, with the ones there are.
+    let out = master.cli(&[
+        "submit",
+        model,
+        "--input-shape",
+        "x=1,4",
+        "--rules",
+        "fastest",
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("tuner.rules")
+            && err.contains(
+                "unknown rule set `fastest` (known: default, wide, blocked, union, per-task)"
+            ),
+        "{err}"
+    );
+
+    // With the shape given, the run is accepted (with the rule set chosen
+    // per task); a sim worker cannot extract, so it fails with the
+    // worker's reason, and the master goes on.
     let out = master.cli(&[
         "submit",
         model,
@@ -171,6 +191,8 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
         "x=1,4",
         "--trials",
         "4",
+        "--rules",
+        "per-task",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let _sim = Worker::start(&master, "sim", 0.0, &["--max-jobs", "3"]);
@@ -187,6 +209,7 @@ async fn bad_model_files_are_refused_and_the_master_keeps_serving() {
             .contains("task extraction failed"),
         "{view}"
     );
+    assert_eq!(view["tuner"]["rules"], "per-task", "{view}");
     let status = client.status().await.expect("the master still answers");
     assert!(status.jobs.total >= 1);
 }
