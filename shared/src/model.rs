@@ -121,24 +121,18 @@ impl TunerSettings {
     /// [`Self::problems`] for a model run, whose `rules` may also be
     /// [`PER_TASK_RULES`].
     pub fn model_problems(&self) -> Vec<(&'static str, String)> {
-        let mut problems = self.problems();
-        for (field, message) in &mut problems {
-            if *field == "rules" {
-                *message = format!(
-                    "unknown rule set `{}` (known: {}, {PER_TASK_RULES})",
-                    self.rules.as_deref().unwrap_or_default(),
-                    RULE_SETS.join(", ")
-                );
-            }
-        }
-        if self.rules.as_deref() == Some(PER_TASK_RULES) {
-            problems.retain(|(field, _)| *field != "rules");
-        }
-        problems
+        let mut rule_sets = RULE_SETS.to_vec();
+        rule_sets.push(PER_TASK_RULES);
+        self.problems_with(&rule_sets)
     }
 
     /// Problems as (field, message), e.g. `("strategy", "unknown strategy ...")`.
     pub fn problems(&self) -> Vec<(&'static str, String)> {
+        self.problems_with(&RULE_SETS)
+    }
+
+    /// The problems, with `rules` one of `rule_sets`.
+    fn problems_with(&self, rule_sets: &[&str]) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         if let Some(s) = &self.strategy {
             if !STRATEGIES.contains(&s.as_str()) {
@@ -149,10 +143,10 @@ impl TunerSettings {
             }
         }
         if let Some(r) = &self.rules {
-            if !RULE_SETS.contains(&r.as_str()) {
+            if !rule_sets.contains(&r.as_str()) {
                 out.push((
                     "rules",
-                    format!("unknown rule set `{r}` (known: {})", RULE_SETS.join(", ")),
+                    format!("unknown rule set `{r}` (known: {})", rule_sets.join(", ")),
                 ));
             }
         }
@@ -482,6 +476,16 @@ pub struct ModelTaskView {
     /// schedule with no tiled block.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_tiling: Option<String>,
+}
+
+impl ModelTaskView {
+    /// `best tiled SRS`: the note that `results` and the dashboard give a
+    /// tuned task (`SRS` is the `blocked` rules' tiling); empty without one.
+    pub fn tiling_note(&self) -> String {
+        self.best_tiling
+            .as_deref()
+            .map_or_else(String::new, |t| format!("best tiled {t}"))
+    }
 }
 
 /// The estimated model latency after some trials.

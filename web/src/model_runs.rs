@@ -75,9 +75,7 @@ pub fn task_note(task: &ModelTaskView) -> String {
     } else if task.dead {
         "no valid candidate".into()
     } else {
-        task.best_tiling
-            .as_deref()
-            .map_or_else(String::new, |t| format!("best tiled {t}"))
+        task.tiling_note()
     }
 }
 

@@ -775,32 +775,28 @@ fn an_auto_layout_run_takes_the_layout_its_extraction_used() {
     );
 }
 
-#[test]
-fn cpu_rounds_search_the_best_rule_set_unless_the_run_names_one() {
-    let one_worker = |_: &Target| 1;
-    let mut runs = ModelRuns::default();
-    let plan = runs
-        .submit(submission("auto", 8, 2), Target::of_kind("llvm"), Millis(1))
-        .unwrap();
-    let plan = runs.job_ended(
+/// Submits `s` for a CPU and ends its extraction with one convolution: the
+/// plan with the task's first round.
+fn one_conv_on_a_cpu(runs: &mut ModelRuns, s: ModelSubmission) -> Plan {
+    let plan = runs.submit(s, Target::of_kind("llvm"), Millis(1)).unwrap();
+    runs.job_ended(
         &done(&plan.jobs[0].0, extracted(&[("conv", 1, false)]), &[]),
         Millis(2),
-        &one_worker,
-    );
+        &|_: &Target| 1,
+    )
+}
+
+#[test]
+fn cpu_rounds_search_the_best_rule_set_unless_the_run_names_one() {
+    let mut runs = ModelRuns::default();
+    let plan = one_conv_on_a_cpu(&mut runs, submission("auto", 8, 2));
     assert_eq!(
         plan.jobs[0].1.tuner.rules.as_deref(),
         Some(tunefleet_shared::model::BEST_RULES)
     );
     let mut named = submission("named", 8, 2);
     named.tuner.rules = Some("default".into());
-    let plan = runs
-        .submit(named, Target::of_kind("llvm"), Millis(3))
-        .unwrap();
-    let plan = runs.job_ended(
-        &done(&plan.jobs[0].0, extracted(&[("conv", 1, false)]), &[]),
-        Millis(4),
-        &one_worker,
-    );
+    let plan = one_conv_on_a_cpu(&mut runs, named);
     assert_eq!(plan.jobs[0].1.tuner.rules.as_deref(), Some("default"));
 }
 
@@ -809,18 +805,7 @@ fn cpu_rounds_of_sixteen_trials_compare_the_rule_sets_when_the_run_asks_per_task
     let one_worker = |_: &Target| 1;
     let mut runs = ModelRuns::default();
     // Named nothing: `union`, round after round.
-    let plan = runs
-        .submit(
-            submission("unnamed", 64, 16),
-            Target::of_kind("llvm"),
-            Millis(1),
-        )
-        .unwrap();
-    let mut plan = runs.job_ended(
-        &done(&plan.jobs[0].0, extracted(&[("conv", 1, false)]), &[]),
-        Millis(2),
-        &one_worker,
-    );
+    let mut plan = one_conv_on_a_cpu(&mut runs, submission("unnamed", 64, 16));
     for latency in [1e-3, 2e-3] {
         assert_eq!(plan.jobs[0].1.tuner.rules.as_deref(), Some("union"));
         let line = serde_json::json!({"workload": ["hash", "b64"]});
@@ -832,14 +817,7 @@ fn cpu_rounds_of_sixteen_trials_compare_the_rule_sets_when_the_run_asks_per_task
     }
     let mut per_task = submission("per-task", 64, 16);
     per_task.tuner.rules = Some(tunefleet_shared::model::PER_TASK_RULES.into());
-    let plan = runs
-        .submit(per_task, Target::of_kind("llvm"), Millis(1))
-        .unwrap();
-    let plan = runs.job_ended(
-        &done(&plan.jobs[0].0, extracted(&[("conv", 1, false)]), &[]),
-        Millis(2),
-        &one_worker,
-    );
+    let plan = one_conv_on_a_cpu(&mut runs, per_task);
     let rules = |plan: &Plan| plan.jobs[0].1.tuner.rules.clone();
     assert_eq!(rules(&plan).as_deref(), Some("union"));
     // Its records have no `SRS` tiling: after the `blocked` round, `union`.

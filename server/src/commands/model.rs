@@ -444,10 +444,7 @@ pub fn to_table(view: &ModelView) -> String {
             } else if t.dead {
                 "no valid candidate".into()
             } else {
-                // How the best record tiles: `SRS` is the `blocked` rules'.
-                t.best_tiling
-                    .as_deref()
-                    .map_or_else(String::new, |s| format!("best tiled {s}"))
+                t.tiling_note()
             },
         ]);
     }
