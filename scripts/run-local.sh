@@ -52,10 +52,12 @@ export TUNEFLEET_TOKEN="$TOKEN" TUNEFLEET_SERVER="ws://$BIND"
 # A small model too: SqueezeNet from the onnx wheel (nothing is downloaded),
 # a small budget (MODEL_TRIALS), then compiled here with its own weights.
 MODEL=${TUNEFLEET_MODEL:-$(.venv/bin/python -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_squeezenet.onnx"))')}
-# 72: with the example workloads on one 2-core worker, 7.2 minutes of tuning
-# and compile for 1.70x onnxruntime's time with lowering recipe 4 (1.85x with
-# recipe 3, 2.9x with recipe 2; docs/benchmarks.md, "Concatenations in place").
-MODEL_TRIALS=${MODEL_TRIALS:-72}
+# 144: 36 rounds of 4 trials, two per task. A 4-trial round searches a
+# population of 128 (python/tunefleet/_driver/tune.py), about 8 s on 2 cores
+# where MetaSchedule's 512 took 21 s, so 144 trials take less time than 72
+# did and run in 1.4-1.6x onnxruntime's time, where 72 ran in 1.8-3.4x
+# (docs/benchmarks.md, "A search population sized to its round").
+MODEL_TRIALS=${MODEL_TRIALS:-144}
 "$BIN/tunefleet" submit "$MODEL" --name squeezenet --trials "$MODEL_TRIALS" --trials-per-round 4
 
 # Until every job has ended and the model run is compiled.

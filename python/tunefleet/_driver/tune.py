@@ -219,6 +219,31 @@ def _libraries(tvm, ms, db, built, work_dir: str) -> tuple:
     return os.path.abspath(tuned_path), os.path.abspath(ref_path)
 
 
+# The evolutionary search's population per trial of the round, and its
+# bounds. MetaSchedule's default of 512 is sized for its rounds of 64
+# trials, and sampling and evolving it is most of a short round: a 4-trial
+# round of SqueezeNet took 21 s on 2 cores with 512, 8 s with 128, and the
+# tasks' bests were no worse (docs/benchmarks.md, "A search population
+# sized to its round").
+_POPULATION_PER_TRIAL = 32
+_POPULATION_MIN = 128
+_POPULATION_MAX = 512
+
+
+def population_size(trials_per_round: int) -> int:
+    """The search's population for a round of this many trials: 128 for a
+    4-trial round, MetaSchedule's own 512 from 16 trials up."""
+    return max(_POPULATION_MIN, min(_POPULATION_MAX, _POPULATION_PER_TRIAL * trials_per_round))
+
+
+def _strategy(ms, settings: dict):
+    """The search strategy: the evolutionary search with its population
+    sized to the round; the replay strategies as MetaSchedule names them."""
+    if settings["strategy"] != "evolutionary":
+        return settings["strategy"]
+    return ms.search_strategy.EvolutionarySearch(population_size=population_size(settings["per_iter"]))
+
+
 def _tune(ms, built, work_dir: str, settings: dict, builder, runner, callbacks):
     return ms.tune_tir(
         built.mod,
@@ -229,7 +254,7 @@ def _tune(ms, built, work_dir: str, settings: dict, builder, runner, callbacks):
         builder=builder,
         runner=runner,
         cost_model=settings["cost_model"],
-        strategy=settings["strategy"],
+        strategy=_strategy(ms, settings),
         measure_callbacks=callbacks,
         num_tuning_cores=settings["max_workers"],
         seed=settings["seed"],
