@@ -53,9 +53,10 @@ export TUNEFLEET_TOKEN="$TOKEN" TUNEFLEET_SERVER="ws://$BIND"
 # a small budget (MODEL_TRIALS), then compiled here with its own weights.
 MODEL=${TUNEFLEET_MODEL:-$(.venv/bin/python -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_squeezenet.onnx"))')}
 # 144: 36 rounds of 4 trials, two per task. A 4-trial round searches a
-# population of 128 (python/tunefleet/_driver/tune.py), about 8 s on 2 cores
+# population of 128 (python/tunefleet/_driver/tune.py), 7-8 s on 2 cores
 # where MetaSchedule's 512 took 21 s, so 144 trials take less time than 72
-# did and run in 1.4-1.6x onnxruntime's time, where 72 ran in 1.8-3.4x
+# did and run in 1.4-1.6x onnxruntime's time, where 72 ran in 1.8-3.4x; the
+# tuning and both compiles about 9 minutes with the example workloads
 # (docs/benchmarks.md, "A search population sized to its round").
 MODEL_TRIALS=${MODEL_TRIALS:-144}
 "$BIN/tunefleet" submit "$MODEL" --name squeezenet --trials "$MODEL_TRIALS" --trials-per-round 4
