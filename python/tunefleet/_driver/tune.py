@@ -222,18 +222,19 @@ def _libraries(tvm, ms, db, built, work_dir: str) -> tuple:
 # The evolutionary search's population per trial of the round, and its
 # bounds. MetaSchedule's default of 512 is sized for its rounds of 64
 # trials, and sampling and evolving it is most of a short round. On
-# SqueezeNet, 2 cores: a 4-trial round took 21 s with 512, 8 s with 128; a
-# 16-trial round 27 s with 512, 16 s with 256; and the tasks' bests were no
-# worse (docs/benchmarks.md, "A search population sized to its round").
-_POPULATION_PER_TRIAL = 16
+# SqueezeNet, 2 cores, a 4-trial round took 21 s with 512 and 8 s with 128,
+# and the tasks' bests were no worse. A 16-trial round keeps 512: 256 made
+# ResNet-50's rounds 35% shorter but its library 7% slower at 800 trials
+# (docs/benchmarks.md, "A search population sized to its round").
+_POPULATION_PER_TRIAL = 32
 _POPULATION_MIN = 128
 _POPULATION_MAX = 512
 
 
 def population_size(trials_per_round: int) -> int:
     """The search's population for a round of this many trials: 128 up to
-    8 trials, 256 for 16 (a model run's default round), MetaSchedule's own
-    512 from 32 trials up."""
+    4 trials (README's run), 256 for 8, MetaSchedule's own 512 from 16 (a
+    model run's default round) up."""
     return max(_POPULATION_MIN, min(_POPULATION_MAX, _POPULATION_PER_TRIAL * trials_per_round))
 
 
