@@ -9,8 +9,9 @@ the fleet's own model driver (`prepare_model`: random weights, weights as
 inputs, the fusion passes), the same tasks are tuned (trivial ones skipped,
 as the fleet does), with MetaSchedule's gradient task scheduler in one
 process (`ms.tune_tasks`, the engine of `tune_relax`), `num_trials_per_iter`
-= the fleet's trials per round and the same builder (CPU build function) and
-runner. The records are then compiled, verified against onnxruntime and timed
+= the fleet's trials per round, the driver's search population for a round
+of that size (`population_size`), and the same builder (CPU build function)
+and runner. The records are then compiled, verified against onnxruntime and timed
 by the driver's own compile step, so both sides are measured the same way.
 
 Prints one JSON object: wall times (tuning, compile, total), the three model
@@ -28,6 +29,7 @@ import time
 
 from tunefleet import relax as relax_prep
 from tunefleet._driver import measure
+from tunefleet._driver.tune import population_size
 from tunefleet._driver.compile import run_compile
 from tunefleet._driver.prepare import prepare_model
 from tunefleet._driver.tune import read_json_lines
@@ -97,8 +99,10 @@ def main() -> int:
     chosen = [t for t in extracted if t.task_name not in trivial]
 
     os.makedirs(args.work_dir, exist_ok=True)
+    # Each task's context gets a clone of this strategy.
+    strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size(args.trials_per_round))
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        chosen, args.work_dir, strategy="evolutionary", num_threads=prep.num_cores, seed=0
+        chosen, args.work_dir, strategy=strategy, num_threads=prep.num_cores, seed=0
     )
     builder = ms.builder.LocalBuilder(max_workers=prep.num_cores, f_build=measure.cpu_build)
     runner = ms.runner.LocalRunner()
