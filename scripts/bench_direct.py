@@ -25,7 +25,7 @@ Modes (--mode):
   (`prepare_tvm_for_target`), the builder runs the driver's `cpu_build`
   (no tensor-intrinsic import per builder process), LocalBuilder(max_workers=W,
   timeout 30 s), LocalRunner(timeout 30 s), xgb cost model, evolutionary
-  search with the driver's population for the round (`population_size`),
+  search with the driver's population for the round (`search_strategy`),
   num_tuning_cores=W, seed 0.
 - `stock`: `ms.tune_tir(mod, target, work_dir, max_trials_global=T,
   num_trials_per_iter=P)` and nothing else, i.e. TVM's defaults for the rest:
@@ -165,7 +165,7 @@ def run_one(wl: dict, mode: str, work_dir: str, per_iter_arg: int, max_workers: 
     out: dict = {"name": str(wl.get("name", wl.get("op", "?"))), "mode": mode}
     t_import = time.monotonic()
     from tunefleet._driver import measure  # the driver's own builders and IRModules
-    from tunefleet._driver.tune import population_size
+    from tunefleet._driver.tune import search_strategy
     from tunefleet._driver.workloads import build_workload
 
     import logging
@@ -203,7 +203,7 @@ def run_one(wl: dict, mode: str, work_dir: str, per_iter_arg: int, max_workers: 
             builder=builder,
             runner=runner,
             cost_model="xgb",
-            strategy=ms.search_strategy.EvolutionarySearch(population_size=population_size(per_iter)),
+            strategy=search_strategy(ms, "evolutionary", per_iter),
             num_tuning_cores=max_workers,
             seed=0,
         )

@@ -10,7 +10,7 @@ inputs, the fusion passes), the same tasks are tuned (trivial ones skipped,
 as the fleet does), with MetaSchedule's gradient task scheduler in one
 process (`ms.tune_tasks`, the engine of `tune_relax`), `num_trials_per_iter`
 = the fleet's trials per round, the driver's search population for a round
-of that size (`population_size`), and the same builder (CPU build function)
+of that size (`search_strategy`), and the same builder (CPU build function)
 and runner. The records are then compiled, verified against onnxruntime and timed
 by the driver's own compile step, so both sides are measured the same way.
 
@@ -29,10 +29,9 @@ import time
 
 from tunefleet import relax as relax_prep
 from tunefleet._driver import measure
-from tunefleet._driver.tune import population_size
 from tunefleet._driver.compile import run_compile
 from tunefleet._driver.prepare import prepare_model
-from tunefleet._driver.tune import read_json_lines
+from tunefleet._driver.tune import read_json_lines, search_strategy
 from tunefleet._driver.workloads import valid_mean
 
 
@@ -100,7 +99,7 @@ def main() -> int:
 
     os.makedirs(args.work_dir, exist_ok=True)
     # Each task's context gets a clone of this strategy.
-    strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size(args.trials_per_round))
+    strategy = search_strategy(ms, "evolutionary", args.trials_per_round)
     contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
         chosen, args.work_dir, strategy=strategy, num_threads=prep.num_cores, seed=0
     )

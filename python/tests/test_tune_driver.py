@@ -351,7 +351,7 @@ def test_a_short_round_searches_a_population_its_size():
     from tvm.s_tir import meta_schedule as ms
     from tunefleet._driver import tune
 
-    sizes = {n: tune._strategy(ms, {"strategy": "evolutionary", "per_iter": n}).population_size
+    sizes = {n: tune.search_strategy(ms, "evolutionary", n).population_size
              for n in (1, 4, 8, 16, 32, 64)}
     assert sizes == {1: 128, 4: 128, 8: 256, 16: 512, 32: 512, 64: 512}, sizes
-    assert tune._strategy(ms, {"strategy": "replay-trace", "per_iter": 4}) == "replay-trace"
+    assert tune.search_strategy(ms, "replay-trace", 4) == "replay-trace"

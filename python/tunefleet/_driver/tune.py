@@ -238,12 +238,14 @@ def population_size(trials_per_round: int) -> int:
     return max(_POPULATION_MIN, min(_POPULATION_MAX, _POPULATION_PER_TRIAL * trials_per_round))
 
 
-def _strategy(ms, settings: dict):
-    """The search strategy: the evolutionary search with its population
-    sized to the round; the replay strategies as MetaSchedule names them."""
-    if settings["strategy"] != "evolutionary":
-        return settings["strategy"]
-    return ms.search_strategy.EvolutionarySearch(population_size=population_size(settings["per_iter"]))
+def search_strategy(ms, strategy: str, trials_per_round: int):
+    """The search strategy `tune_tir` / `tune_tasks` take: the evolutionary
+    search with its population sized to the round (`population_size`); the
+    replay strategies as MetaSchedule names them. The benchmarks' direct
+    baselines call this too, so they search as the driver does."""
+    if strategy != "evolutionary":
+        return strategy
+    return ms.search_strategy.EvolutionarySearch(population_size=population_size(trials_per_round))
 
 
 def _tune(ms, built, work_dir: str, settings: dict, builder, runner, callbacks):
@@ -256,7 +258,7 @@ def _tune(ms, built, work_dir: str, settings: dict, builder, runner, callbacks):
         builder=builder,
         runner=runner,
         cost_model=settings["cost_model"],
-        strategy=_strategy(ms, settings),
+        strategy=search_strategy(ms, settings["strategy"], settings["per_iter"]),
         measure_callbacks=callbacks,
         num_tuning_cores=settings["max_workers"],
         seed=settings["seed"],
