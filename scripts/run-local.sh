@@ -21,11 +21,40 @@ TARGET=${TUNEFLEET_TARGET:-auto}
 WORKLOADS=("$@")
 [ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(examples/workloads.yaml)
 
-scripts/setup-tvm.sh
+# Three things to make, side by side: the Python environment, the binaries,
+# the dashboard. The Rust build needs only apache-tvm-ffi (its
+# `tvm-ffi-config`): that comes first, in seconds; the rest of the Python
+# environment (TVM, onnxruntime, ...) installs while cargo compiles. The
+# dashboard builds at the same time in a target directory of its own (one
+# directory would make one cargo wait for the other's lock), and its
+# single-threaded stretches (the page's link-time optimisation) leave a core
+# to the binaries' build.
+scripts/setup-tvm.sh --ffi-only
+scripts/setup-tvm.sh &
+setup=$!
 export PATH="$PWD/.venv/bin:$PATH"
-cargo build --release -p tunefleet-server -p tunefleet-worker --features tunefleet-worker/tvm --bins
-BIN=${CARGO_TARGET_DIR:-target}/release
-if [ -x scripts/build-web.sh ]; then scripts/build-web.sh; fi
+web=
+if [ -x scripts/build-web.sh ]; then
+    echo "building the dashboard (log: tunefleet-web-build.log)"
+    CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/dashboard" scripts/build-web.sh > tunefleet-web-build.log 2>&1 &
+    web=$!
+fi
+# Cargo's dev profile by default: from nothing, 2 minutes of 2 cores where
+# the release build takes 6, and what the run spends its time on (TVM's
+# search, builds and measurements) is Python and C++ either way.
+# TUNEFLEET_PROFILE=release builds the optimised binaries a long-lived
+# master should run.
+PROFILE=${TUNEFLEET_PROFILE:-dev}
+cargo build --profile "$PROFILE" -p tunefleet-server -p tunefleet-worker --features tunefleet-worker/tvm --bins
+wait "$setup"
+if [ -n "$web" ] && ! wait "$web"; then
+    tail -20 tunefleet-web-build.log >&2
+    echo "run-local: the dashboard's build failed (tunefleet-web-build.log)" >&2
+    exit 1
+fi
+[ -z "$web" ] || tail -1 tunefleet-web-build.log
+case "$PROFILE" in dev|test) PROFILE_DIR=debug ;; *) PROFILE_DIR=$PROFILE ;; esac
+BIN=${CARGO_TARGET_DIR:-target}/$PROFILE_DIR
 
 # The master starts and supervises its own worker(s): `--local-workers auto`
 # is one per 2 cores, each pinned to its cores, restarted if it dies.

@@ -6,6 +6,7 @@
 #
 #   scripts/setup-tvm.sh            # venv at <repo>/.venv
 #   scripts/setup-tvm.sh --cuda     # and what TVM needs to compile and run CUDA
+#   scripts/setup-tvm.sh --ffi-only # the venv with apache-tvm-ffi alone (seconds)
 #   TUNEFLEET_VENV=/opt/tf-venv scripts/setup-tvm.sh
 #   PYTHON=python3.11 scripts/setup-tvm.sh   # interpreter used to create the venv
 #
@@ -16,6 +17,10 @@
 # PIP_FIND_LINKS=DIR install from wheels on disk: scripts/gpu-check.sh on a
 # machine without a network). Prints the interpreter path for the worker's
 # configuration at the end.
+#
+# --ffi-only: the venv and apache-tvm-ffi, nothing else: all the worker's
+# Rust build needs (its `tvm-ffi-config`), so scripts/run-local.sh builds
+# while a second run of this script installs the rest.
 #
 # --cuda: TVM's wheel is built with CUDA but leaves its runtime and compiler
 # to the machine: cuda-bindings (NVRTC from Python), nvidia-cuda-runtime
@@ -69,9 +74,11 @@ CUDA_PACKAGES=(
 )
 
 cuda=0
+ffi_only=0
 for arg in "$@"; do
   case "$arg" in
     --cuda) cuda=1 ;;
+    --ffi-only) ffi_only=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup-tvm: unknown option $arg (see --help)" >&2; exit 2 ;;
   esac
@@ -121,13 +128,26 @@ EOF
   "${python}" -m venv "${venv}"
 fi
 
+if [[ $ffi_only -eq 1 ]]; then
+  PACKAGES=("tvm_ffi=apache-tvm-ffi==${FFI_VERSION}")
+fi
+
 mapfile -t wanted < <(missing_packages)
 if [[ ${#wanted[@]} -eq 0 ]]; then
-  echo "setup-tvm: ${venv} already has TVM ${TVM_VERSION} / tvm-ffi ${FFI_VERSION}" >&2
+  if [[ $ffi_only -eq 1 ]]; then
+    echo "setup-tvm: ${venv} already has tvm-ffi ${FFI_VERSION}" >&2
+  else
+    echo "setup-tvm: ${venv} already has TVM ${TVM_VERSION} / tvm-ffi ${FFI_VERSION}" >&2
+  fi
 else
   echo "setup-tvm: installing ${wanted[*]}" >&2
   "${venv}/bin/python" -m pip install --disable-pip-version-check --quiet "${wanted[@]}"
   check_env || die "still missing from ${venv}/bin/python: $(missing_packages | tr '\n' ' ')"
+fi
+
+if [[ $ffi_only -eq 1 ]]; then
+  echo "ffi:     $("${venv}/bin/tvm-ffi-config" --libdir)"
+  exit 0
 fi
 
 # The package, when this script runs from a checkout (the worker image copies

@@ -25,28 +25,30 @@ that database as it would the run's.
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import time
 
 from ..errors import shorten
-from .measure import cpu_build
+from .measure import cpu_build, export_shared_library
 
 #: Records per task re-timed: the best by their tuning time.
 TOP_K = 6
 #: Single calls per record, each after TVM's cache flush; their median ranks it.
 CALLS = 30
+#: Seconds one record's build may take: twice a tuning round's default
+#: (every record here built within that once, but is linked here too).
+BUILD_TIMEOUT_S = 60
 
 
-def _cold_time(mod, args_info, target, seed: int) -> float:
-    """The median of `CALLS` single calls of the scheduled PrimFunc module
-    `mod`, every argument but the first flushed from the caches before each.
-    Built as MetaSchedule's builder builds a candidate (`measure.cpu_build`:
-    layout rewrites removed, the weights arrive re-laid out), its arguments
-    as the record's runner allocated them (`args_info`)."""
+def _cold_time(lib, args_info, seed: int) -> float:
+    """The median of `CALLS` single calls of the built kernel `lib`, every
+    argument but the first flushed from the caches before each, its
+    arguments as the record's runner allocated them (`args_info`)."""
     import numpy as np
     import tvm
 
-    lib = cpu_build(mod, target, None)
     dev = tvm.cpu()
     rng = np.random.default_rng(seed)
     args = []
@@ -59,21 +61,68 @@ def _cold_time(mod, args_info, target, seed: int) -> float:
     return float(np.median(timer(*args).results))
 
 
-def _time_records(records: list, target) -> list:
-    """[(cold seconds, rank)] of the records (best warm first) that built and
-    ran; a record that fails is left out and said on stderr."""
+def _say_failed(rank: int, err) -> None:
+    print(f"tunefleet: cold choice: record {rank} does not build or run: {shorten(str(err), 200)}",
+          file=sys.stderr)
+
+
+def _build_all(records: list, target) -> list:
+    """Each record's kernel built, in parallel, as MetaSchedule's builder
+    builds a candidate (`measure.cpu_build`: layout rewrites removed, the
+    weights arrive re-laid out), and linked into a shared library:
+    [(library path, error)], one a record.
+
+    Compiling is most of a cold choice (SqueezeNet's 101 records: 47 s of
+    lowering and LLVM code generation in this process against 3 s of timed
+    calls), and unlike the timing it can use every core: one builder
+    process per core of the target."""
+    from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.schedule import Schedule
 
-    timed = []
+    inputs, errors = [], {}
     for rank, rec in enumerate(records):
         try:
             sch = Schedule(rec.workload.mod)
             rec.trace.apply_to_schedule(sch, remove_postproc=False)
-            timed.append((_cold_time(sch.mod, rec.args_info, target, rank), rank))
+            inputs.append(ms.builder.BuilderInput(sch.mod, target))
         except Exception as err:  # noqa: BLE001
-            print(f"tunefleet: cold choice: record {rank} does not build or run: "
-                  f"{type(err).__name__}: {shorten(str(err), 200)}", file=sys.stderr)
-    return timed
+            errors[rank] = f"{type(err).__name__}: {err}"
+            inputs.append(None)
+    wanted = [bi for bi in inputs if bi is not None]
+    cores = int(target.attrs.get("num-cores", 0)) or len(os.sched_getaffinity(0))
+    builder = ms.builder.LocalBuilder(max_workers=max(1, cores), timeout_sec=BUILD_TIMEOUT_S,
+                                      f_build=cpu_build, f_export=export_shared_library)
+    built = iter(builder.build(wanted) if wanted else [])
+    out = []
+    for rank, bi in enumerate(inputs):
+        if bi is None:
+            out.append((None, errors[rank]))
+            continue
+        res = next(built)
+        out.append((res.artifact_path, res.error_msg))
+    return out
+
+
+def _time_records(records: list, target) -> list:
+    """Each record's cold seconds, or None for a record that does not
+    build or run (said on stderr), in the order of `records`."""
+    import tvm
+
+    cold = []
+    for rank, (path, error) in enumerate(_build_all(records, target)):
+        secs = None
+        try:
+            if error is not None or path is None:
+                _say_failed(rank, error or "no library")
+            else:
+                secs = _cold_time(tvm.runtime.load_module(path), records[rank].args_info, rank)
+        except Exception as err:  # noqa: BLE001
+            _say_failed(rank, f"{type(err).__name__}: {err}")
+        finally:
+            if path:
+                shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        cold.append(secs)
+    return cold
 
 
 def _workloads(db, keys) -> dict:
@@ -110,9 +159,12 @@ def choose(db, weights: dict, target, top_k: int = TOP_K) -> tuple:
     out = ms.database.MemoryDatabase(module_equality="structural")
     report = {"top_k": top_k, "calls": CALLS, "tasks": 0, "records_timed": 0, "changed": 0, "failed": 0,
               "kernels_cold_s": {"chosen": 0.0, "warm_best": 0.0}}
-    for key, workload in _workloads(db, weights).items():
-        records = list(db.get_top_k(workload, top_k))
-        timed = _time_records(records, target)
+    tasks = [(key, list(db.get_top_k(workload, top_k))) for key, workload in _workloads(db, weights).items()]
+    # Every task's records built in one batch: one pool of builder
+    # processes for the whole choice (each process imports TVM).
+    cold_all = iter(_time_records([rec for _, records in tasks for rec in records], target))
+    for key, records in tasks:
+        timed = [(secs, rank) for rank, secs in enumerate(next(cold_all) for _ in records) if secs is not None]
         report["failed"] += len(records) - len(timed)
         if not timed:  # nothing timed: the warm choice stands
             _keep(out, records[0], [float(x) for x in records[0].run_secs])

@@ -83,6 +83,18 @@ def cpu_build(mod, target, _params):
     return tvm_build(mod, target=target)
 
 
+def export_shared_library(mod) -> str:
+    """A built module written as a shared library in a directory of its
+    own (the caller removes it); MetaSchedule's default writes a tar that
+    `load_module` links in the loading process, one at a time. Runs in the
+    LocalBuilder's worker processes, like `cpu_build`."""
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(prefix="tunefleet-kernel-"), "kernel.so")
+    mod.export_library(path)
+    return path
+
+
 # --------------------------------------------------------------------------
 # Design spaces: which schedule rules a round searches
 # --------------------------------------------------------------------------
