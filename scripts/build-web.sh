@@ -7,6 +7,16 @@
 #   web-pack                   (content-hashed names, .br and .gz copies)
 # plus the static files from web/static/. No trunk, no network at run time.
 #
+#   scripts/build-web.sh           # the dashboard as CI tests and measures it
+#   scripts/build-web.sh --quick   # the same page, larger, in a fraction of the time
+#
+# --quick (or TUNEFLEET_WEB_QUICK=1) is what scripts/run-local.sh builds: the
+# stable toolchain (no std rebuilt from source), the `wasm-quick` profile (no
+# link-time optimisation, 16 codegen units) and no wasm-opt. Served from
+# localhost, its larger modules cost nothing a user sees; built from nothing
+# it took 2.4 minutes here against 4.3 (docs/benchmarks.md, "The README's run
+# in under 12 minutes").
+#
 # Installs what is missing when it can: the wasm32 target (rustup),
 # wasm-bindgen-cli (cargo install) and binaryen's wasm-opt (npm, into the
 # target directory). Set TUNEFLEET_WEB_NO_INSTALL=1 to only report what is
@@ -14,9 +24,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+QUICK=${TUNEFLEET_WEB_QUICK:-}
+for arg in "$@"; do
+    case "$arg" in
+        --quick) QUICK=1 ;;
+        *) echo "build-web: unknown option $arg (--quick is the only one)" >&2; exit 2 ;;
+    esac
+done
 OUT=web/dist
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
-WASM_DIR="$TARGET_DIR/wasm32-unknown-unknown/wasm-release"
+WASM_PROFILE=wasm-release
+[ -z "$QUICK" ] || WASM_PROFILE=wasm-quick
+WASM_DIR="$TARGET_DIR/wasm32-unknown-unknown/$WASM_PROFILE"
 
 # The wasm-bindgen CLI must match the wasm-bindgen crate exactly.
 WB_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
@@ -51,7 +70,7 @@ nightly_ready() {
         && rustup component list --toolchain "$NIGHTLY" --installed 2>/dev/null | grep -q '^rust-src'
 }
 use_nightly=
-if [ -z "${TUNEFLEET_WEB_STABLE:-}" ]; then
+if [ -z "${TUNEFLEET_WEB_STABLE:-}" ] && [ -z "$QUICK" ]; then
     if ! nightly_ready && install_ok; then
         # std is built from its source, so the target's prebuilt std is not needed.
         echo "build-web: installing $NIGHTLY's rust-src (for the smaller build)"
@@ -74,9 +93,9 @@ build_module() {
     cargo build "$@"
 }
 
-echo "build-web: cargo build (wasm-release${use_nightly:+, $NIGHTLY with build-std}): the page, then the checker module"
-build_module -p web --target wasm32-unknown-unknown --profile wasm-release
-build_module -p web-check --features exports --target wasm32-unknown-unknown --profile wasm-release
+echo "build-web: cargo build ($WASM_PROFILE${use_nightly:+, $NIGHTLY with build-std}): the page, then the checker module"
+build_module -p web --target wasm32-unknown-unknown --profile "$WASM_PROFILE"
+build_module -p web-check --features exports --target wasm32-unknown-unknown --profile "$WASM_PROFILE"
 
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/tunefleet-web.XXXXXX")
 trap 'rm -rf "$STAGE"' EXIT
@@ -91,7 +110,9 @@ wasm-bindgen --target web --no-typescript --remove-name-section --remove-produce
 # optional: a wasm-opt that cannot be installed fails the build.
 BINARYEN_VERSION=132
 WASM_OPT=${WASM_OPT:-}
-if [ -z "$WASM_OPT" ]; then
+if [ -n "$QUICK" ]; then
+    WASM_OPT=
+elif [ -z "$WASM_OPT" ]; then
     BINARYEN_DIR="$TARGET_DIR/binaryen"
     WASM_OPT="$BINARYEN_DIR/node_modules/.bin/wasm-opt"
     if ! "$WASM_OPT" --version 2>/dev/null | grep -q "version $BINARYEN_VERSION"; then
