@@ -292,17 +292,21 @@ def prepack_sequence(layout: str = "NCHW", recipe: int = 1):
     tvm = require_tvm("weight pre-packing")
     from tvm import relax
 
+    from .const_fold import fold_data_movement
+
     passes = []
     nhwc = check_layout(layout) == "NHWC"
     if nhwc or check_recipe(recipe) >= 5:
-        passes.append(relax.transform.FoldConstant())
+        passes += [fold_data_movement(), relax.transform.FoldConstant()]
     if recipe >= 5:
         # Before the layout conversion: the fold reads NCHW/OIHW.
         from .batch_norm import fold_batch_norms
 
         passes.append(fold_batch_norms())
     if nhwc:
-        passes.append(relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}))
+        # The weights' transposes to OHWI, folded here rather than compiled
+        # by the FoldConstant after LegalizeOps.
+        passes += [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}), fold_data_movement()]
     passes += [_pass(p, recipe, lane_padding=layout == "NHWC") for p in PREPACK_PASSES]
     return tvm.transform.Sequential(passes + [_in_place_aware(relax.transform.AttachAttrLayoutFreeBuffers())])
 

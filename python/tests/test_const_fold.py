@@ -1,0 +1,85 @@
+"""Data movement on constants folded with numpy (tunefleet.const_fold): the
+module TVM's FoldConstant leaves after it is the one FoldConstant leaves
+alone, constants and all, so every task keeps its workload key; and the
+reshapes, broadcasts and transposes no longer reach FoldConstant, which
+compiled each one with LLVM. Costs a second."""
+
+from __future__ import annotations
+
+from conftest import need
+
+tvm = need("tvm", "TVM (scripts/setup-tvm.sh)")
+import numpy as np  # noqa: E402
+import tvm_ffi  # noqa: E402
+from tvm import relax  # noqa: E402
+
+from tunefleet.const_fold import fold_data_movement  # noqa: E402
+
+
+def _module():
+    """x (1, 4, 3, 2) + broadcast(reshape(bias)) + transpose(w): the shape of
+    an ONNX bias add and of a weight's conversion to channels-last."""
+    rng = np.random.default_rng(0)
+    bias = rng.random(4).astype("float32")
+    weight = rng.random((1, 2, 4, 3)).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 3, 2), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            b = bb.emit(relax.op.reshape(relax.const(bias), (1, 4, 1, 1)))
+            b = bb.emit(relax.op.broadcast_to(b, (1, 4, 3, 2)))
+            w = bb.emit(relax.op.permute_dims(relax.const(weight), [0, 2, 3, 1]))
+            y = bb.emit(relax.op.add(relax.op.add(x, b), w))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get(), bias, weight
+
+
+def _calls_on_constants(mod) -> list:
+    names = []
+
+    @relax.expr_functor.visitor
+    class Calls(relax.PyExprVisitor):
+        def visit_call_(self, call):
+            if hasattr(call.op, "name") and call.op.name.startswith("relax.") and any(
+                    isinstance(a, tvm.ir.expr.Constant) for a in call.args):
+                names.append(call.op.name)
+            super().visit_call_(call)
+
+    Calls().visit_expr(mod["main"])
+    return names
+
+
+def test_folded_constants_are_the_ones_fold_constant_computes():
+    mod, bias, weight = _module()
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    with target:
+        tvm_only = relax.transform.FoldConstant()(mod)
+        ours = fold_data_movement()(mod)
+        assert set(_calls_on_constants(mod)) == {"relax.reshape", "relax.permute_dims"}, _calls_on_constants(mod)
+        # Nothing left to move: the adds are the only calls on constants.
+        assert set(_calls_on_constants(ours)) == {"relax.add"}, _calls_on_constants(ours)
+        both = relax.transform.FoldConstant()(ours)
+    # The rewrite drops a trivial binding (`gv = lv`) on its way, as the
+    # package's sequence does next anyway (CanonicalizeBindings).
+    tvm_only, both = (relax.transform.CanonicalizeBindings()(m) for m in (tvm_only, both))
+    assert tvm_ffi.structural_equal(both, tvm_only, map_free_vars=True), \
+        tvm_ffi.get_first_structural_mismatch(both, tvm_only, map_free_vars=True)
+
+    # And it computes what the graph says.
+    x = np.random.default_rng(1).random((1, 4, 3, 2)).astype("float32")
+    ex = relax.build(both, target=target)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
+    want = x + np.broadcast_to(bias.reshape(1, 4, 1, 1), x.shape) + weight.transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_call_on_a_variable_is_left_alone():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.permute_dims(x, [1, 0])))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert tvm_ffi.structural_equal(fold_data_movement()(mod), mod)
