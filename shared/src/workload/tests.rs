@@ -1106,7 +1106,7 @@ fn example_files_parse() {
     assert_eq!(names, ["mm64", "mm128", "conv3x3-small", "dense256"]);
     assert!(ws
         .iter()
-        .all(|w| w.trials == 16 && w.target.kind() == "llvm"));
+        .all(|w| w.trials == 8 && w.target.kind() == "llvm"));
 
     let flow = parse(&example("flow-style.yaml"));
     assert_eq!(flow, ws, "flow-style.yaml must describe the same workloads");
