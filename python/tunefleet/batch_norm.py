@@ -30,15 +30,15 @@ was. The rounding differs from the unfolded form by a few ulps.
 from __future__ import annotations
 
 from .errors import require_tvm
-from .relax import tensor_dims
+from .relax import rewrite_pass, tensor_dims
 
 
 def fold_batch_norms():
     """The function pass: conv2d (+ a constant bias) + batch_norm on
     constants becomes conv2d with scaled weights + a bias add."""
-    tvm = require_tvm("folding batch norms into convolutions")
+    require_tvm("folding batch norms into convolutions")
     from tvm import relax
-    from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, wildcard
 
     import numpy as np
 
@@ -64,13 +64,7 @@ def fold_batch_norms():
         out = relax.Call(call.op, (m[data], scaled), call.attrs)
         return relax.op.add(out, relax.const(shift.reshape(1, channels, 1, 1)))
 
-    @relax.transform.function_pass(opt_level=0, name="FoldBatchNorms")
-    def fold(func, mod, ctx):
-        if int(func.attrs.get("Primitive", 0) if func.attrs else 0):
-            return func
-        return rewrite_call(pattern, rewrite, func)
-
-    return tvm.transform.Sequential([fold, relax.transform.Normalize()], name="FoldBatchNormsNormalized")
+    return rewrite_pass("FoldBatchNorms", pattern, rewrite)
 
 
 def _foldable(conv, bn, weight, bias):

@@ -19,10 +19,7 @@ before, so every task keeps its workload key and old records still apply.
 from __future__ import annotations
 
 from .errors import require_tvm
-from .relax import tensor_dims
-
-#: The Relax ops folded here: each only moves its first argument's values.
-OPS = ("relax.reshape", "relax.broadcast_to", "relax.permute_dims")
+from .relax import rewrite_pass, tensor_dims
 
 
 def _folded(call, value):
@@ -43,11 +40,12 @@ def _folded(call, value):
 
 
 def fold_data_movement():
-    """The function pass: every OPS call on a constant becomes the constant
-    it computes."""
-    tvm = require_tvm("folding data movement on constants")
+    """The pass: every `relax.reshape`, `relax.broadcast_to` and
+    `relax.permute_dims` of a constant becomes the constant it computes
+    (each only moves its first argument's values)."""
+    require_tvm("folding data movement on constants")
     from tvm import relax
-    from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_const, is_op, wildcard
 
     data = is_const()
     pattern = (is_op("relax.reshape")(data, wildcard()) | is_op("relax.broadcast_to")(data, wildcard())
@@ -59,10 +57,4 @@ def fold_data_movement():
             return expr
         return relax.const(value, str(value.dtype))
 
-    @relax.transform.function_pass(opt_level=0, name="FoldDataMovement")
-    def fold(func, mod, ctx):
-        if int(func.attrs.get("Primitive", 0) if func.attrs else 0):
-            return func
-        return rewrite_call(pattern, rewrite, func)
-
-    return tvm.transform.Sequential([fold, relax.transform.Normalize()], name="FoldDataMovementNormalized")
+    return rewrite_pass("FoldDataMovement", pattern, rewrite)

@@ -105,6 +105,24 @@ def fusion_sequence(recipe: int = 1):
     return tvm.transform.Sequential([_pass(p, recipe) for p in FUSION_PASSES])
 
 
+def rewrite_pass(name: str, pattern, rewrite):
+    """A pass that applies `rewrite_call(pattern, rewrite)` to every Relax
+    function but the primitive (fused) ones, then normalizes: one
+    Sequential, `{name}Normalized`. The package's graph rewrites on
+    constants (`batch_norm.py`, `const_fold.py`) are made with it."""
+    tvm = require_tvm("rewriting a Relax module")
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+
+    @relax.transform.function_pass(opt_level=0, name=name)
+    def apply(func, mod, ctx):
+        if int(func.attrs.get("Primitive", 0) if func.attrs else 0):
+            return func
+        return rewrite_call(pattern, rewrite, func)
+
+    return tvm.transform.Sequential([apply, relax.transform.Normalize()], name=f"{name}Normalized")
+
+
 def tensor_dims(shape) -> list | None:
     """A static shape as ints, or None."""
     values = [getattr(d, "value", None) for d in shape]
