@@ -91,3 +91,27 @@ def test_only_the_models_tasks_are_timed_and_one_record_is_a_choice_of_one():
     chosen, report = cold_choice.choose(db, {key: 1}, target, top_k=1)
     assert report["records_timed"] == 1 and report["changed"] == 0, report
     assert not _chosen_is_parallel(chosen, mod, target)
+
+
+def test_an_earlier_choice_is_applied_untimed_and_a_stale_one_timed_again():
+    """`tunefleet compile` after a run: the run's compile job named each
+    task's record by its digest; the same record is kept, nothing is timed,
+    and its cold figures carry over. A digest that names no record here
+    (another database) is chosen anew."""
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    mod = _matmul()
+    db, key = _database(mod, target)
+    _, first = cold_choice.choose(db, {key: 2}, target)
+    assert set(first["chosen"]) == {key}, first
+    # The digest is the record's, the same in a fresh database.
+    again, _ = _database(mod, target)
+    chosen, report = cold_choice.choose(again, {key: 2}, target, earlier=first["chosen"])
+    assert _chosen_is_parallel(chosen, mod, target), report
+    assert report["reused"] == 1 and report["tasks"] == 1 and report["records_timed"] == 0, report
+    assert report["changed"] == 1 and report["kernels_cold_s"] == first["kernels_cold_s"], report
+    assert report["chosen"] == first["chosen"], report
+
+    stale = {key: dict(first["chosen"][key], record="0" * 16)}
+    chosen, report = cold_choice.choose(again, {key: 2}, target, earlier=stale)
+    assert report["reused"] == 0 and report["records_timed"] == 2, report
+    assert _chosen_is_parallel(chosen, mod, target), report

@@ -707,13 +707,24 @@ async fn squeezenet_in_faster_squeezenet_out() {
     );
     let applied = report["applied"].as_u64().expect("applied");
     assert!(applied >= tuned.len() as u64, "{report:#}");
-    // Both compiles chose each task's record by timing its best ones cold.
-    for choice in [&report["cold_choice"], &view["verification"]["cold_choice"]] {
-        let timed = choice["tasks"].as_u64().unwrap_or(0);
-        assert!(
-            timed >= 1 && choice["records_timed"].as_u64() >= Some(timed),
-            "{choice:#}"
-        );
+    // The run's compile job chose each task's record by timing its best
+    // ones cold; `tunefleet compile` applied the same records untimed, and
+    // its report carries their cold figures.
+    let (job, here) = (&view["verification"]["cold_choice"], &report["cold_choice"]);
+    let timed = job["tasks"].as_u64().unwrap_or(0);
+    assert!(
+        timed >= 1 && job["records_timed"].as_u64() >= Some(timed),
+        "{job:#}"
+    );
+    assert_eq!(
+        job["chosen"].as_object().map(|c| c.len() as u64),
+        Some(timed),
+        "{job:#}"
+    );
+    assert_eq!(here["reused"].as_u64(), Some(timed), "{here:#}");
+    assert_eq!(here["records_timed"], 0, "{here:#}");
+    assert_eq!(here["chosen"], job["chosen"], "{here:#}");
+    for choice in [job, here] {
         let cold = &choice["kernels_cold_s"];
         let (chosen, warm) = (cold["chosen"].as_f64(), cold["warm_best"].as_f64());
         assert!(

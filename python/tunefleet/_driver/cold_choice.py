@@ -20,11 +20,15 @@ each by `CALLS` single cold calls whose median ranks it.
 
 `choose` returns a database holding one record per task (the cold-fastest,
 its run time the cold median) and what it measured; the compile applies
-that database as it would the run's.
+that database as it would the run's. What it chose is named in the report
+(`chosen`, each record by its trace's digest), so `tunefleet compile` after
+a run applies the records the run's compile job chose on a worker instead
+of timing the same records again (`--cold-choice N` times them anew).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -144,40 +148,94 @@ def _keep(out, rec, run_secs: list) -> None:
         rec.trace, workload, run_secs=run_secs, target=rec.target, args_info=rec.args_info))
 
 
-def choose(db, weights: dict, target, top_k: int = TOP_K) -> tuple:
+def record_digest(rec) -> str:
+    """A record's identity, the same in every process with the same TVM:
+    a digest of its trace. The run's compile job names its choice by it, so
+    `tunefleet compile` can apply the same records without timing them
+    again."""
+    text = str(rec.trace.as_json(remove_postproc=False))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _earlier_rank(records: list, earlier) -> tuple:
+    """(rank in `records`, cold seconds, warm-best cold seconds) of the
+    record an earlier choice kept (`earlier`: {"record": digest, "cold_s",
+    "warm_best_s"}), or None when there was none or it is not here (a
+    later round's records, another database)."""
+    if not isinstance(earlier, dict):
+        return None
+    cold, warm_best = earlier.get("cold_s"), earlier.get("warm_best_s")
+    if not all(isinstance(x, (int, float)) and x > 0 for x in (cold, warm_best)):
+        return None
+    return next(((rank, float(cold), float(warm_best)) for rank, rec in enumerate(records)
+                 if record_digest(rec) == earlier.get("record")), None)
+
+
+def _count(report: dict, key: str, rec, rank: int, cold: float, warm_best: float, weight: int) -> None:
+    """A task's choice in the report: its record, its cold time and that of
+    its warm-fastest, each counted `weight` times (its calls in the model)."""
+    report["tasks"] += 1
+    report["changed"] += rank != 0
+    report["kernels_cold_s"]["chosen"] += weight * cold
+    report["kernels_cold_s"]["warm_best"] += weight * warm_best
+    report["chosen"][key] = {"record": record_digest(rec), "cold_s": cold, "warm_best_s": warm_best}
+
+
+def _keep_timed(out, report: dict, key: str, records: list, cold_secs: list, weight: int) -> None:
+    """Of a task's records timed cold (`cold_secs`, None for one that did
+    not build or run), the fastest kept in `out` and counted."""
+    timed = [(secs, rank) for rank, secs in enumerate(cold_secs) if secs is not None]
+    report["failed"] += len(records) - len(timed)
+    if not timed:  # nothing timed: the warm choice stands
+        _keep(out, records[0], [float(x) for x in records[0].run_secs])
+        return
+    cold, rank = min(timed)
+    _keep(out, records[rank], [cold])
+    report["records_timed"] += len(timed)
+    # A warm-fastest that does not build counts as what replaced it.
+    warm_best = next((c for c, r in timed if r == 0), cold)
+    _count(report, key, records[rank], rank, cold, warm_best, weight)
+
+
+#: Records searched for an earlier choice: all of a task's, in practice.
+EARLIER_DEPTH = 100_000
+
+
+def choose(db, weights: dict, target, top_k: int = TOP_K, earlier=None) -> tuple:
     """(database, report). `weights` maps the workload hash of each task
     the model runs to how many times one run of the model calls it: each
-    task is timed once, and weighs that many. The report: `top_k`,
-    `calls`, `tasks`, `records_timed`, `changed` (tasks whose cold-fastest
-    is not their warm-fastest), `failed` (records that did not build or run),
+    task is timed once, and weighs that many. `earlier` (the `chosen` of an
+    earlier report, the run's compile job's) names a record per task: a
+    task whose record is in `db` keeps it untimed. The report: `top_k`,
+    `calls`, `tasks` (chosen), `reused` (of those, kept from `earlier`),
+    `records_timed`, `changed` (tasks whose cold-fastest is not their
+    warm-fastest), `failed` (records that did not build or run),
     `kernels_cold_s` (`chosen` and `warm_best`: the sum, over the model's
     calls of tuned kernels, of their record's cold time: what those kernels
-    cost in the model) and `wall_s`."""
+    cost in the model), `chosen` ({task: {`record` (its digest), `cold_s`,
+    `warm_best_s`}}) and `wall_s`."""
     from tvm.s_tir import meta_schedule as ms
 
     t0 = time.monotonic()
+    earlier = earlier if isinstance(earlier, dict) else {}
     out = ms.database.MemoryDatabase(module_equality="structural")
-    report = {"top_k": top_k, "calls": CALLS, "tasks": 0, "records_timed": 0, "changed": 0, "failed": 0,
-              "kernels_cold_s": {"chosen": 0.0, "warm_best": 0.0}}
-    tasks = [(key, list(db.get_top_k(workload, top_k))) for key, workload in _workloads(db, weights).items()]
+    report = {"top_k": top_k, "calls": CALLS, "tasks": 0, "reused": 0, "records_timed": 0, "changed": 0,
+              "failed": 0, "kernels_cold_s": {"chosen": 0.0, "warm_best": 0.0}, "chosen": {}}
+    to_time = []
+    for key, workload in _workloads(db, weights).items():
+        records = list(db.get_top_k(workload, EARLIER_DEPTH if key in earlier else top_k))
+        found = _earlier_rank(records, earlier.get(key))
+        if found is None:
+            to_time.append((key, records[:top_k]))
+            continue
+        rank, cold, warm_best = found
+        _keep(out, records[rank], [cold])
+        report["reused"] += 1
+        _count(report, key, records[rank], rank, cold, warm_best, weights[key])
     # Every task's records built in one batch: one pool of builder
     # processes for the whole choice (each process imports TVM).
-    cold_all = iter(_time_records([rec for _, records in tasks for rec in records], target))
-    for key, records in tasks:
-        timed = [(secs, rank) for rank, secs in enumerate(next(cold_all) for _ in records) if secs is not None]
-        report["failed"] += len(records) - len(timed)
-        if not timed:  # nothing timed: the warm choice stands
-            _keep(out, records[0], [float(x) for x in records[0].run_secs])
-            continue
-        cold, rank = min(timed)
-        _keep(out, records[rank], [cold])
-        weight = weights[key]
-        # A warm-fastest that does not build counts as what replaced it.
-        warm_best = next((c for c, r in timed if r == 0), cold)
-        report["tasks"] += 1
-        report["records_timed"] += len(timed)
-        report["changed"] += rank != 0
-        report["kernels_cold_s"]["chosen"] += weight * cold
-        report["kernels_cold_s"]["warm_best"] += weight * warm_best
+    cold_all = iter(_time_records([rec for _, records in to_time for rec in records], target))
+    for key, records in to_time:
+        _keep_timed(out, report, key, records, [next(cold_all) for _ in records], weights[key])
     report["wall_s"] = round(time.monotonic() - t0, 3)
     return out, report

@@ -10,7 +10,8 @@ each a function below:
    what no record covers the generic parallel schedule (`tunefleet.relax`);
    choose, of each task's best records by tuning time, the fastest timed
    cold, as the model runs it (cold_choice.py), and apply those
-   (`cold_choice` in the job: records per task, 0 for the warm-fastest);
+   (`cold_choice` in the job: records per task, 0 for the warm-fastest;
+   `chosen_records`: what the run's compile job chose, applied untimed);
 3. pre-pack: fold the weight layouts the schedules chose into the weights
    (a `prepack` run);
 4. build the tuned and the untuned model; write the tuned library
@@ -159,9 +160,14 @@ def _choose_cold(job: dict, prep, db, task_names: list, applied: tuple) -> tuple
     best in place of its warm-fastest. By default a fleet's job (records
     handed per task, `tasks`) times every record it was handed: how many is
     the planner's choice (COMPILE_RECORDS), made once; a database read from
-    a directory, its best cold_choice.TOP_K."""
+    a directory, its best cold_choice.TOP_K. A task named in
+    `chosen_records` (`tunefleet compile` after a run: what the run's
+    compile job chose) keeps that record untimed."""
     handed = max((len(t.get("records") or []) for t in job.get("tasks") or []), default=0)
     top_k = int_field(job, "cold_choice", handed or cold_choice.TOP_K, lo=0)
+    earlier = job.get("chosen_records")
+    if earlier is not None and not isinstance(earlier, dict):
+        raise JobError(f"job field `chosen_records` must be an object, got {type(earlier).__name__}")
     stats = applied[1]
     if top_k == 0 or not stats["matched_keys"]:
         return applied + (None,)
@@ -169,7 +175,7 @@ def _choose_cold(job: dict, prep, db, task_names: list, applied: tuple) -> tuple
     weights = {}
     for name, key in stats["workload_of"].items():
         weights[key] = weights.get(key, 0) + calls.get(name, 1)
-    cold_db, report = cold_choice.choose(db, weights, prep.target, top_k)
+    cold_db, report = cold_choice.choose(db, weights, prep.target, top_k, earlier)
     if not report["changed"]:
         return applied + (report,)
     # The cold database holds the tasks with records only: the counts of

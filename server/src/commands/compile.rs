@@ -83,7 +83,8 @@ pub struct CompileArgs {
     /// Of each task's N best records by tuning time, apply the one fastest
     /// timed cold, as kernels run in a model (caches flushed before each
     /// call); 0 applies the best tuning time as it is. Default: the model
-    /// driver's (`cold_choice.TOP_K`, six).
+    /// driver's (`cold_choice.TOP_K`, six). Without it, a run whose compile
+    /// job made that choice on a worker has it applied as it was, untimed.
     #[arg(long = "cold-choice", value_name = "N")]
     pub cold_choice: Option<u32>,
 }
@@ -205,7 +206,20 @@ fn driver_job(
         "timing_rounds": args.timing_rounds,
         // None (null): the driver's own default, defined there once.
         "cold_choice": args.cold_choice,
+        "chosen_records": chosen_records(view, args),
     })
+}
+
+/// What the run's compile job chose, task by task, when it timed each
+/// task's best records cold on a worker: applied here untimed, since
+/// timing the same records again costs half a minute on SqueezeNet and
+/// would choose the same kernels. Null during a run (no compile job yet),
+/// and with `--cold-choice N`, which chooses again here.
+fn chosen_records(view: &ModelView, args: &CompileArgs) -> Value {
+    match args.cold_choice {
+        Some(_) => Value::Null,
+        None => view.verification["cold_choice"]["chosen"].clone(),
+    }
 }
 
 /// Runs the model driver to its end: progress to stderr (unless `quiet`),

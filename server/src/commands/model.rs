@@ -360,13 +360,25 @@ pub fn to_json(view: &ModelView) -> anyhow::Result<String> {
 pub fn cold_choice_text(choice: &serde_json::Value) -> Option<String> {
     let cold = &choice["kernels_cold_s"];
     let (chosen, warm_best) = (cold["chosen"].as_f64()?, cold["warm_best"].as_f64()?);
+    let reused = choice["reused"].as_u64().unwrap_or(0);
+    let timed = choice["tasks"].as_u64().unwrap_or(0).saturating_sub(reused);
+    let mut what = Vec::new();
+    if reused > 0 {
+        what.push(format!(
+            "{reused} tasks' records as the run's compile job chose them (--cold-choice N times them here)"
+        ));
+    }
+    if timed > 0 || reused == 0 {
+        what.push(format!(
+            "the {} best records of {timed} tasks timed cold ({} records, {:.0} s)",
+            choice["top_k"],
+            choice["records_timed"],
+            choice["wall_s"].as_f64().unwrap_or(0.0),
+        ));
+    }
     Some(format!(
-        "cold choice: the {} best records of {} tasks timed cold ({} records, {:.0} s), \
-         {} tasks changed record; tuned kernels' cold time {} (warm-fastest records: {})\n",
-        choice["top_k"],
-        choice["tasks"],
-        choice["records_timed"],
-        choice["wall_s"].as_f64().unwrap_or(0.0),
+        "cold choice: {}, {} tasks changed record; tuned kernels' cold time {} (warm-fastest records: {})\n",
+        what.join(" and "),
         choice["changed"],
         format_latency(chosen),
         format_latency(warm_best),

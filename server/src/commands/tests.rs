@@ -91,3 +91,24 @@ fn a_runs_results_say_what_its_compiles_cold_choice_did() {
         "{table}"
     );
 }
+
+#[test]
+fn a_compile_that_applied_the_runs_cold_choice_says_so() {
+    let all = serde_json::json!({
+        "top_k": 6, "tasks": 26, "reused": 26, "records_timed": 0, "wall_s": 0.4, "changed": 19,
+        "kernels_cold_s": {"chosen": 0.0349, "warm_best": 0.0363},
+    });
+    assert_eq!(
+        model::cold_choice_text(&all).as_deref(),
+        Some("cold choice: 26 tasks' records as the run's compile job chose them (--cold-choice N times them here), 19 tasks changed record; tuned kernels' cold time 34.900 ms (warm-fastest records: 36.300 ms)\n")
+    );
+    let some = serde_json::json!({
+        "top_k": 6, "tasks": 26, "reused": 25, "records_timed": 6, "wall_s": 3.2, "changed": 19,
+        "kernels_cold_s": {"chosen": 0.0349, "warm_best": 0.0363},
+    });
+    let text = model::cold_choice_text(&some).unwrap_or_default();
+    assert!(
+        text.contains("25 tasks' records as the run's compile job chose them (--cold-choice N times them here) and the 6 best records of 1 tasks timed cold (6 records, 3 s)"),
+        "{text}"
+    );
+}
