@@ -171,14 +171,19 @@ def _earlier_rank(records: list, earlier) -> tuple:
                  if record_digest(rec) == earlier.get("record")), None)
 
 
-def _count(report: dict, key: str, rec, rank: int, cold: float, warm_best: float, weight: int) -> None:
-    """A task's choice in the report: its record, its cold time and that of
-    its warm-fastest, each counted `weight` times (its calls in the model)."""
+def _count(report: dict, key: str, records: list, rank: int, cold: float, warm_best: float,
+           weight: int) -> None:
+    """A task's choice, `records[rank]`, in the report: its record, its cold
+    time and that of its warm-fastest, each counted `weight` times (its
+    calls in the model). A round can measure a trace again, so a task's
+    records can hold one schedule twice: a choice changed the record only
+    if its trace is not the warm-fastest's."""
+    digest = record_digest(records[rank])
     report["tasks"] += 1
-    report["changed"] += rank != 0
+    report["changed"] += digest != record_digest(records[0])
     report["kernels_cold_s"]["chosen"] += weight * cold
     report["kernels_cold_s"]["warm_best"] += weight * warm_best
-    report["chosen"][key] = {"record": record_digest(rec), "cold_s": cold, "warm_best_s": warm_best}
+    report["chosen"][key] = {"record": digest, "cold_s": cold, "warm_best_s": warm_best}
 
 
 def _keep_timed(out, report: dict, key: str, records: list, cold_secs: list, weight: int) -> None:
@@ -194,7 +199,7 @@ def _keep_timed(out, report: dict, key: str, records: list, cold_secs: list, wei
     report["records_timed"] += len(timed)
     # A warm-fastest that does not build counts as what replaced it.
     warm_best = next((c for c, r in timed if r == 0), cold)
-    _count(report, key, records[rank], rank, cold, warm_best, weight)
+    _count(report, key, records, rank, cold, warm_best, weight)
 
 
 #: Records searched for an earlier choice: all of a task's, in practice.
@@ -231,7 +236,7 @@ def choose(db, weights: dict, target, top_k: int = TOP_K, earlier=None) -> tuple
         rank, cold, warm_best = found
         _keep(out, records[rank], [cold])
         report["reused"] += 1
-        _count(report, key, records[rank], rank, cold, warm_best, weights[key])
+        _count(report, key, records, rank, cold, warm_best, weights[key])
     # Every task's records built in one batch: one pool of builder
     # processes for the whole choice (each process imports TVM).
     cold_all = iter(_time_records([rec for _, records in to_time for rec in records], target))
