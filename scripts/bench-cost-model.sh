@@ -19,6 +19,9 @@
 #   scripts/bench-cost-model.sh [MODEL] [TRIALS] [PRETRAIN] [PRETRAIN_TRIALS]
 #   scripts/bench-cost-model.sh light_squeezenet 640 light_resnet50 480   # the defaults
 #   PHASES="cold warm" scripts/bench-cost-model.sh      # some phases only (pretrain kept)
+#   PHASES="cold4 warm4" SUBMIT_FLAGS="--trials-per-round 4" scripts/bench-cost-model.sh
+#       # flags for every submit; a phase named cold*/warm*/off*
+#       # is a run of that kind in a directory of its own
 #
 # MODEL and PRETRAIN are models of the onnx wheel's test data (random
 # weights, as the fleet gives them) or .onnx paths. Output: $OUT
@@ -79,7 +82,8 @@ run() {
   pids+=($!)
   local start end
   start=$(date +%s)
-  "$B/tunefleet" submit "$file" --name "$name" --trials "$trials" --wait >"$OUT/$phase.txt"
+  # shellcheck disable=SC2086 # SUBMIT_FLAGS is a list of flags
+  "$B/tunefleet" submit "$file" --name "$name" --trials "$trials" ${SUBMIT_FLAGS:-} --wait >"$OUT/$phase.txt"
   end=$(date +%s)
   "$B/tunefleet" results --model "$name" --format json >"$OUT/$phase.json"
   "$B/tunefleet" results --format json >"$OUT/$phase-jobs.json"
