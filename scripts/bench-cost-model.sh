@@ -76,7 +76,13 @@ run() {
   "$B/tunefleet" serve --bind "127.0.0.1:$PORT" --state "$dir/fleet.db" \
     --admin-token "$TOKEN" "$@" >>"$OUT/$phase-master.log" 2>&1 &
   pids+=($!)
-  sleep 1
+  # A master on a copied state file first waits out the lease its last
+  # master held there: poll until it answers.
+  local waited=0
+  until "$B/tunefleet" status >/dev/null 2>&1; do
+    (( waited++ < 120 )) || { echo "bench-cost-model: the $phase master did not answer in 2 minutes" >&2; exit 1; }
+    sleep 1
+  done
   "$B/tunefleet-worker" --server "ws://127.0.0.1:$PORT" --backend tvm --target auto \
     >>"$OUT/$phase-worker.log" 2>&1 &
   pids+=($!)
