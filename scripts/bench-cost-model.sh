@@ -76,8 +76,8 @@ run() {
   "$B/tunefleet" serve --bind "127.0.0.1:$PORT" --state "$dir/fleet.db" \
     --admin-token "$TOKEN" "$@" >>"$OUT/$phase-master.log" 2>&1 &
   pids+=($!)
-  # A master on a copied state file first waits out the lease its last
-  # master held there: poll until it answers.
+  # A master can take seconds to take the lead (one on a copied state
+  # file did): poll until it answers.
   local waited=0
   until "$B/tunefleet" status >/dev/null 2>&1; do
     (( waited++ < 120 )) || { echo "bench-cost-model: the $phase master did not answer in 2 minutes" >&2; exit 1; }
