@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 import tvm_ffi  # noqa: E402
 from tvm import relax  # noqa: E402
 
-from tunefleet.const_fold import fold_data_movement  # noqa: E402
+from tunefleet.const_fold import fold_data_movement, fold_weight_prepacks, layout_rewrite_value  # noqa: E402
 
 
 def _module():
@@ -83,3 +83,71 @@ def test_a_call_on_a_variable_is_left_alone():
         bb.emit_func_output(out)
     mod = bb.get()
     assert tvm_ffi.structural_equal(fold_data_movement()(mod), mod)
+
+
+# Weight-layout rewrites as SplitLayoutRewritePreproc leaves them: one block
+# copying each element to its place in the tuned layout (here OIHW to a
+# blocked [O/4, I/2, H, W, I%2, O%4]), and one that is not a permutation
+# (it pads), which stays FoldConstant's.
+from tvm.script import ir as I  # noqa: E402
+from tvm.script import tirx as T  # noqa: E402
+
+
+@I.ir_module
+class _Rewrites:
+    @T.prim_func(private=True, s_tir=True)
+    def conv_weight_prepack(w: T.Buffer((8, 4, 3, 3), "float32"), out: T.Buffer((2, 2, 3, 3, 2, 4), "float32")):
+        for ax0, ax1, ax2, ax3 in T.grid(8, 4, 3, 3):
+            with T.sblock("w_global"):
+                v0, v1, v2, v3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
+                out[v0 // 4, v1 // 2, v2, v3, v1 % 2, v0 % 4] = w[v0, v1, v2, v3]
+
+    @T.prim_func(private=True, s_tir=True)
+    def pad_weight_prepack(w: T.Buffer((8, 4, 3, 3), "float32"), out: T.Buffer((8, 4, 3, 4), "float32")):
+        for ax0, ax1, ax2, ax3 in T.grid(8, 4, 3, 3):
+            with T.sblock("w_global"):
+                v0, v1, v2, v3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
+                out[v0, v1, v2, v3] = w[v0, v1, v2, v3]
+
+
+def _rewrites_module(weight):
+    bb = relax.BlockBuilder(_Rewrites)
+    with bb.function("main", []):
+        with bb.dataflow():
+            outs = [bb.emit(relax.call_tir(bb.get().get_global_var(name), (relax.const(weight),),
+                                           relax.TensorType(shape, "float32")))
+                    for name, shape in (("conv_weight_prepack", (2, 2, 3, 3, 2, 4)),
+                                        ("pad_weight_prepack", (8, 4, 3, 4)))]
+            out = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _outputs(mod) -> list:
+    """main's outputs: each the value bound to it (a call or a constant)."""
+    bound = {b.var: b.value for b in mod["main"].body.blocks[0].bindings}
+    out = mod["main"].body.body
+    while out in bound:
+        out = bound[out]
+    return [bound.get(f, f) for f in out.fields]
+
+
+def test_layout_rewrites_folded_with_numpy_are_the_constants_llvm_computes():
+    weight = np.random.default_rng(2).random((8, 4, 3, 3)).astype("float32")
+    mod = _rewrites_module(weight)
+    ours, folded = fold_weight_prepacks(mod)
+    # The blocked copy is folded; the padding one is not a permutation and
+    # is left to FoldConstant, as is anything this cannot read.
+    assert folded == ["conv_weight_prepack"], folded
+    with tvm.target.Target({"kind": "llvm", "num-cores": 2}):
+        tvm_only = relax.transform.FoldConstant()(mod)
+    # Bit for bit what FoldConstant's LLVM build computes (the padded one's
+    # padding is whatever its build left in memory, so only the first).
+    ours_out, tvm_out = (_outputs(m) for m in (ours, tvm_only))
+    assert isinstance(ours_out[0], tvm.ir.expr.Constant), ours_out[0]
+    np.testing.assert_array_equal(ours_out[0].value.numpy(), tvm_out[0].value.numpy())
+    assert not isinstance(ours_out[1], tvm.ir.expr.Constant), ours_out[1]
+    blocked = layout_rewrite_value(_Rewrites["conv_weight_prepack"], weight)
+    o, i, h, w = 5, 3, 1, 2
+    assert blocked[o // 4, i // 2, h, w, i % 2, o % 4] == weight[o, i, h, w]
+    assert layout_rewrite_value(_Rewrites["pad_weight_prepack"], weight) is None
