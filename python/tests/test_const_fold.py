@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 import tvm_ffi  # noqa: E402
 from tvm import relax  # noqa: E402
 
-from tunefleet.const_fold import fold_data_movement, fold_weight_prepacks, layout_rewrite_value  # noqa: E402
+from tunefleet.const_fold import fold_data_movement, fold_weight_prepacks, layout_rewrite_values  # noqa: E402
 
 
 def _module():
@@ -85,10 +85,13 @@ def test_a_call_on_a_variable_is_left_alone():
     assert tvm_ffi.structural_equal(fold_data_movement()(mod), mod)
 
 
-# Weight-layout rewrites as SplitLayoutRewritePreproc leaves them: one block
-# copying each element to its place in the tuned layout (here OIHW to a
-# blocked [O/4, I/2, H, W, I%2, O%4]), and one that is not a permutation
-# (it pads), which stays FoldConstant's.
+# Weight-layout rewrites as SplitLayoutRewritePreproc leaves them: a loop
+# nest per buffer, each copying every element to its place in the tuned
+# layout (here a kernel's OIHW weight to a blocked [O/4, I/2, H, W, I%2, O%4]
+# and its bias to [O/4, O%4], as TVM's split gives a kernel whose weight
+# and bias are both layout-free), one that pads (a channel count made whole
+# vector lanes: the padding is zero) and one that writes an element twice,
+# which stays FoldConstant's.
 from tvm.script import ir as I  # noqa: E402
 from tvm.script import tirx as T  # noqa: E402
 
@@ -96,11 +99,16 @@ from tvm.script import tirx as T  # noqa: E402
 @I.ir_module
 class _Rewrites:
     @T.prim_func(private=True, s_tir=True)
-    def conv_weight_prepack(w: T.Buffer((8, 4, 3, 3), "float32"), out: T.Buffer((2, 2, 3, 3, 2, 4), "float32")):
+    def conv_weight_prepack(b: T.Buffer((1, 1, 1, 8), "float32"), w: T.Buffer((8, 4, 3, 3), "float32"),
+                            b_out: T.Buffer((2, 4), "float32"), w_out: T.Buffer((2, 2, 3, 3, 2, 4), "float32")):
+        for ax0, ax1, ax2, ax3 in T.grid(1, 1, 1, 8):
+            with T.sblock("b_global"):
+                v0, v1, v2, v3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
+                b_out[v3 // 4, v3 % 4] = b[v0, v1, v2, v3]
         for ax0, ax1, ax2, ax3 in T.grid(8, 4, 3, 3):
             with T.sblock("w_global"):
                 v0, v1, v2, v3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
-                out[v0 // 4, v1 // 2, v2, v3, v1 % 2, v0 % 4] = w[v0, v1, v2, v3]
+                w_out[v0 // 4, v1 // 2, v2, v3, v1 % 2, v0 % 4] = w[v0, v1, v2, v3]
 
     @T.prim_func(private=True, s_tir=True)
     def pad_weight_prepack(w: T.Buffer((8, 4, 3, 3), "float32"), out: T.Buffer((8, 4, 3, 4), "float32")):
@@ -109,45 +117,67 @@ class _Rewrites:
                 v0, v1, v2, v3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
                 out[v0, v1, v2, v3] = w[v0, v1, v2, v3]
 
+    @T.prim_func(private=True, s_tir=True)
+    def twice_weight_prepack(w: T.Buffer((8, 4, 3, 3), "float32"), out: T.Buffer((4, 4, 3, 3), "float32")):
+        for ax0, ax1, ax2, ax3 in T.grid(8, 4, 3, 3):
+            with T.sblock("w_global"):
+                v0, v1, v2, v3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
+                out[v0 // 2, v1, v2, v3] = w[v0, v1, v2, v3]
 
-def _rewrites_module(weight):
+
+def _rewrites_module(bias, weight):
     bb = relax.BlockBuilder(_Rewrites)
+    gv = bb.get().get_global_var
     with bb.function("main", []):
         with bb.dataflow():
-            outs = [bb.emit(relax.call_tir(bb.get().get_global_var(name), (relax.const(weight),),
-                                           relax.TensorType(shape, "float32")))
-                    for name, shape in (("conv_weight_prepack", (2, 2, 3, 3, 2, 4)),
-                                        ("pad_weight_prepack", (8, 4, 3, 4)))]
-            out = bb.emit_output(relax.Tuple(outs))
+            both = bb.emit(relax.call_tir(gv("conv_weight_prepack"), (relax.const(bias), relax.const(weight)),
+                                          [relax.TensorType((2, 4), "float32"),
+                                           relax.TensorType((2, 2, 3, 3, 2, 4), "float32")]))
+            padded = bb.emit(relax.call_tir(gv("pad_weight_prepack"), (relax.const(weight),),
+                                            relax.TensorType((8, 4, 3, 4), "float32")))
+            twice = bb.emit(relax.call_tir(gv("twice_weight_prepack"), (relax.const(weight),),
+                                           relax.TensorType((4, 4, 3, 3), "float32")))
+            out = bb.emit_output(relax.Tuple([bb.emit(relax.TupleGetItem(both, 0)),
+                                              bb.emit(relax.TupleGetItem(both, 1)), padded, twice]))
         bb.emit_func_output(out)
     return bb.get()
 
 
 def _outputs(mod) -> list:
-    """main's outputs: each the value bound to it (a call or a constant)."""
+    """main's outputs, each folded as far as FoldConstant goes: a constant's
+    array, or None for what is still a call."""
+    with tvm.target.Target({"kind": "llvm", "num-cores": 2}):
+        mod = relax.transform.FoldConstant()(mod)
     bound = {b.var: b.value for b in mod["main"].body.blocks[0].bindings}
-    out = mod["main"].body.body
-    while out in bound:
-        out = bound[out]
-    return [bound.get(f, f) for f in out.fields]
+
+    def value(expr):
+        expr = bound.get(expr, expr)
+        if isinstance(expr, relax.TupleGetItem):
+            return value(value(expr.tuple_value).fields[expr.index])
+        return expr
+
+    fields = [value(f) for f in value(mod["main"].body.body).fields]
+    return [f.value.numpy() if isinstance(f, tvm.ir.expr.Constant) else None for f in fields]
 
 
 def test_layout_rewrites_folded_with_numpy_are_the_constants_llvm_computes():
-    weight = np.random.default_rng(2).random((8, 4, 3, 3)).astype("float32")
-    mod = _rewrites_module(weight)
+    rng = np.random.default_rng(2)
+    bias, weight = rng.random((1, 1, 1, 8)).astype("float32"), rng.random((8, 4, 3, 3)).astype("float32")
+    mod = _rewrites_module(bias, weight)
     ours, folded = fold_weight_prepacks(mod)
-    # The blocked copy is folded; the padding one is not a permutation and
-    # is left to FoldConstant, as is anything this cannot read.
-    assert folded == ["conv_weight_prepack"], folded
-    with tvm.target.Target({"kind": "llvm", "num-cores": 2}):
-        tvm_only = relax.transform.FoldConstant()(mod)
-    # Bit for bit what FoldConstant's LLVM build computes (the padded one's
-    # padding is whatever its build left in memory, so only the first).
-    ours_out, tvm_out = (_outputs(m) for m in (ours, tvm_only))
-    assert isinstance(ours_out[0], tvm.ir.expr.Constant), ours_out[0]
-    np.testing.assert_array_equal(ours_out[0].value.numpy(), tvm_out[0].value.numpy())
-    assert not isinstance(ours_out[1], tvm.ir.expr.Constant), ours_out[1]
-    blocked = layout_rewrite_value(_Rewrites["conv_weight_prepack"], weight)
+    # The blocked and padding copies are folded; the one that writes an
+    # element twice is left to FoldConstant, as is anything this cannot read.
+    assert folded == ["conv_weight_prepack", "pad_weight_prepack"], folded
+    (b_ours, w_ours, pad_ours, _), (b_llvm, w_llvm, pad_llvm, _) = _outputs(ours), _outputs(mod)
+    # Bit for bit what FoldConstant's LLVM build computes, but the padding:
+    # whatever its build left in memory there, zero here.
+    np.testing.assert_array_equal(w_ours, w_llvm)
+    np.testing.assert_array_equal(b_ours, b_llvm)
+    np.testing.assert_array_equal(pad_ours[..., :3], pad_llvm[..., :3])
+    assert not pad_ours[..., 3].any()
     o, i, h, w = 5, 3, 1, 2
-    assert blocked[o // 4, i // 2, h, w, i % 2, o % 4] == weight[o, i, h, w]
-    assert layout_rewrite_value(_Rewrites["pad_weight_prepack"], weight) is None
+    assert w_ours[o // 4, i // 2, h, w, i % 2, o % 4] == weight[o, i, h, w]
+    assert b_ours[1, 3] == bias[0, 0, 0, 7]
+    assert layout_rewrite_values(_Rewrites["twice_weight_prepack"], [weight]) is None
+    # Given the wrong number of constants, a rewrite is not evaluated.
+    assert layout_rewrite_values(_Rewrites["conv_weight_prepack"], [weight]) is None

@@ -72,48 +72,56 @@ def fold_data_movement():
 # FoldConstant computed each by compiling it with LLVM: SqueezeNet's 18 took
 # 3.6-5.9 s of `tunefleet compile`, and every compile job pays it again.
 # Building them as one module was no faster (the time is per function, in
-# codegen). A rewrite is one block that copies each weight element to the
-# place an index map says: evaluated over the whole index space with numpy,
-# it gives the same constant, bit for bit, in milliseconds. A rewrite this
-# cannot read (anything but one loop nest of one copy block, indices other
+# codegen). A rewrite is a loop nest per buffer (a kernel's weight, its
+# bias) whose one block copies each element to the place an index map says:
+# evaluated over the whole index space with numpy, it gives the same
+# constant, bit for bit, in milliseconds (0.1 s for SqueezeNet's 18, 1.6 s
+# with FoldConstant on a faster host than the figures above). A rewrite this
+# cannot read (anything but loop nests of one copy block each, indices other
 # than + - * floordiv floormod of loop variables and constants) is left to
-# FoldConstant, as is one that would not write every element exactly once.
+# FoldConstant, as is one that writes an element twice. An element no
+# iteration writes (a channel padded to whole vector lanes) is zero.
 
 
 class _NotACopy(Exception):
     """The function is not a layout copy this module can evaluate."""
 
 
-def _index_env(func):
-    """(loop nest's extents, the copy's BufferStore, {var: numpy index
-    array}) of a rewrite function, or _NotACopy. Each loop variable's array
-    is shaped to broadcast: its extent on its own axis, 1 elsewhere."""
+def _loop_nests(func) -> list:
+    """The statements under a PrimFunc's root block: one loop nest per
+    buffer it rewrites (a kernel's weight and bias, say)."""
+    from tvm import s_tir, tirx
+
+    body = func.body
+    if isinstance(body, s_tir.SBlockRealize) and not body.iter_values:
+        body = body.block.body
+    return list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+
+
+def _index_env(stmt):
+    """(the loop nest's extents, its copy's BufferStore, {var: numpy index
+    array}) of one loop nest, or _NotACopy. Each loop variable's array is
+    shaped to broadcast: its extent on its own axis, 1 elsewhere."""
     import numpy as np
     from tvm import s_tir, tirx
 
-    stmt, extents, loop_vars = func.body, [], []
-    while True:
-        if isinstance(stmt, s_tir.SBlockRealize) and not stmt.iter_values and not loop_vars:
-            stmt = stmt.block.body  # the root block
-        elif isinstance(stmt, tirx.For):
-            if getattr(stmt.min, "value", None) != 0 or not isinstance(getattr(stmt.extent, "value", None), int):
-                raise _NotACopy("a loop that does not start at 0 or has no constant extent")
-            loop_vars.append(stmt.loop_var)
-            extents.append(int(stmt.extent.value))
-            stmt = stmt.body
-        else:
-            break
+    extents, loop_vars = [], []
+    while isinstance(stmt, tirx.For):
+        if getattr(stmt.min, "value", None) != 0 or not isinstance(getattr(stmt.extent, "value", None), int):
+            raise _NotACopy("a loop that does not start at 0 or has no constant extent")
+        loop_vars.append(stmt.loop_var)
+        extents.append(int(stmt.extent.value))
+        stmt = stmt.body
     if not isinstance(stmt, s_tir.SBlockRealize) or not isinstance(stmt.block.body, tirx.BufferStore):
-        raise _NotACopy("not one loop nest around one block that stores")
+        raise _NotACopy("not a loop nest around one block that stores")
     env = {}
     for axis, var in enumerate(loop_vars):
         shape = [1] * len(loop_vars)
         shape[axis] = extents[axis]
         env[var] = np.arange(extents[axis], dtype=np.int64).reshape(shape)
-    block = stmt.block
-    for iv, value in zip(block.iter_vars, stmt.iter_values):
+    for iv, value in zip(stmt.block.iter_vars, stmt.iter_values):
         env[iv.var] = _eval_index(value, env)
-    return extents, block.body, env
+    return tuple(extents), stmt.block.body, env
 
 
 def _eval_index(expr, env):
@@ -137,65 +145,86 @@ def _eval_index(expr, env):
     return op(_eval_index(expr.a, env), _eval_index(expr.b, env))
 
 
-def layout_rewrite_value(func, value):
-    """The constant the rewrite `func` (a `*_weight_prepack` PrimFunc: input
-    buffer, output buffer) computes from `value`, or None when `func` is
-    not a layout copy this module can evaluate (FoldConstant does it)."""
+def _copy(stmt, inputs: dict, outputs: dict) -> None:
+    """Runs one loop nest's copy: the output buffer it stores to gets its
+    array in `outputs`, from the input array it loads (`inputs`, by
+    buffer). _NotACopy when it writes an output element more than once."""
     import numpy as np
     from tvm import ir
 
-    if len(func.params) != 2:
-        return None
-    src, dst = func.params  # TVM 0.27: a PrimFunc's params are its buffers
+    extents, store, env = _index_env(stmt)
+    load = store.value
+    # tirx.BufferLoad makes an ir.TensorLoad, its buffer as `source`.
+    src = next((b for b in inputs if isinstance(load, ir.TensorLoad) and load.source.same_as(b)), None)
+    dst = next((b for b in outputs if store.buffer.same_as(b)), None)
+    if src is None or dst is None or outputs[dst] is not None:
+        raise _NotACopy("the block does not copy an input into an output of its own")
+    value, dst_shape = inputs[src], tensor_dims(dst.shape)
+    if dst_shape is None or list(value.shape) != tensor_dims(src.shape) or str(value.dtype) != str(dst.dtype):
+        raise _NotACopy("shapes are not static or do not match the constant")
+    src_idx = tuple(np.broadcast_to(_eval_index(i, env), extents) for i in load.indices)
+    dst_idx = tuple(np.broadcast_to(_eval_index(i, env), extents) for i in store.indices)
     try:
-        extents, store, env = _index_env(func)
-        load = store.value
-        # tirx.BufferLoad makes an ir.TensorLoad, its buffer as `source`.
-        if (not isinstance(load, ir.TensorLoad) or not load.source.same_as(src)
-                or not store.buffer.same_as(dst)):
-            raise _NotACopy("the block does not copy the input into the output")
-        dst_shape = tensor_dims(dst.shape)
-        if dst_shape is None or list(value.shape) != tensor_dims(src.shape):
-            raise _NotACopy("shapes are not static or do not match the constant")
-        full = tuple(extents)
-        src_idx = tuple(np.broadcast_to(_eval_index(i, env), full) for i in load.indices)
-        dst_idx = tuple(np.broadcast_to(_eval_index(i, env), full) for i in store.indices)
+        flat = np.ravel_multi_index(dst_idx, dst_shape).ravel()
+    except ValueError as err:
+        raise _NotACopy(f"an index out of the output's bounds ({err})") from err
+    if np.bincount(flat, minlength=int(np.prod(dst_shape))).max(initial=0) > 1:
+        raise _NotACopy("an output element written twice")
+    # What no iteration writes (a lane-padded channel) is undefined in the
+    # function's output; FoldConstant's build leaves whatever memory held.
+    out = np.zeros(dst_shape, dtype=value.dtype)
+    out[dst_idx] = value[src_idx]
+    outputs[dst] = out
+
+
+def layout_rewrite_values(func, values: list) -> list | None:
+    """The constants the rewrite `func` (a `*_weight_prepack` PrimFunc:
+    its inputs' buffers, then its outputs') computes from `values` (numpy
+    arrays, one per input), in its outputs' order; None when `func` is not
+    a set of layout copies this module can evaluate (FoldConstant does it)."""
+    n_in = len(values)
+    params = list(func.params)  # TVM 0.27: a PrimFunc's params are its buffers
+    if not values or len(params) != 2 * n_in:
+        return None
+    inputs = dict(zip(params[:n_in], values))
+    outputs = dict.fromkeys(params[n_in:])
+    try:
+        for stmt in _loop_nests(func):
+            _copy(stmt, inputs, outputs)
     except _NotACopy:
         return None
-    if int(np.prod(full)) != int(np.prod(dst_shape)) or str(value.dtype) != str(dst.dtype):
-        return None
-    written = np.zeros(dst_shape, dtype=bool)
-    written[dst_idx] = True
-    if not written.all():
-        return None  # some element written twice, another never: not a permutation
-    out = np.empty(dst_shape, dtype=value.dtype)
-    out[dst_idx] = value[src_idx]
-    return out
+    out = list(outputs.values())
+    return out if all(v is not None for v in out) else None
 
 
 def fold_weight_prepacks(mod):
-    """`mod` with every call of a `*_weight_prepack` function on a constant
-    replaced by the constant it computes, where `layout_rewrite_value` can
-    evaluate it; (module, names of the rewrites folded). The rewrite
-    functions stay in the module (the caller drops what no one calls)."""
+    """`mod` with every call of a `*_weight_prepack` function on constants
+    replaced by the constants it computes (a tuple of them for a rewrite of
+    several buffers), where `layout_rewrite_values` can evaluate it;
+    (module, names of the rewrites folded). The rewrite functions stay in
+    the module (the caller drops what no one calls)."""
     tvm = require_tvm("folding weight-layout rewrites")
     from tvm import relax, tirx
-    from tvm.relax.dpl import is_const, is_op, is_tuple, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
-    data = is_const()
-    pattern = is_op("relax.call_tir")(wildcard(), is_tuple([data]))
-    folded = []
+    pattern = is_op("relax.call_tir")(wildcard(), wildcard())
+    folded = set()  # the rewriter may see a call more than once
 
-    def rewrite(expr, m):
-        gv = expr.args[0]
-        if not isinstance(gv, relax.GlobalVar) or not gv.name_hint.endswith("_weight_prepack"):
+    def rewrite(expr, _m):
+        if not isinstance(expr, relax.Call):
+            return expr  # a variable bound to the call: the call itself is visited too
+        gv, args = expr.args[0], expr.args[1]
+        if (not isinstance(gv, relax.GlobalVar) or not gv.name_hint.endswith("_weight_prepack")
+                or not isinstance(args, relax.Tuple)
+                or not all(isinstance(a, tvm.ir.expr.Constant) for a in args.fields)
+                or not isinstance(mod[gv], tirx.PrimFunc)):
             return expr
-        func = mod[gv]
-        value = layout_rewrite_value(func, m[data].value.numpy()) if isinstance(func, tirx.PrimFunc) else None
-        if value is None:
+        values = layout_rewrite_values(mod[gv], [a.value.numpy() for a in args.fields])
+        if values is None:
             return expr
-        folded.append(gv.name_hint)
-        return relax.const(value, str(value.dtype))
+        folded.add(gv.name_hint)
+        consts = [relax.const(v, str(v.dtype)) for v in values]
+        return consts[0] if len(consts) == 1 and not isinstance(expr.ty, relax.TupleType) else relax.Tuple(consts)
 
     @relax.transform.function_pass(opt_level=0, name="FoldLayoutRewrites")
     def apply(func, _mod, _ctx):
@@ -204,4 +233,4 @@ def fold_weight_prepacks(mod):
         return rewrite_call(pattern, rewrite, func)
 
     out = tvm.transform.Sequential([apply, relax.transform.Normalize()])(mod)
-    return out, folded
+    return out, sorted(folded)
