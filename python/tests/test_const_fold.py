@@ -124,6 +124,14 @@ class _Rewrites:
                 v0, v1, v2, v3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
                 out[v0 // 2, v1, v2, v3] = w[v0, v1, v2, v3]
 
+    @T.prim_func(private=True, s_tir=True)
+    def half_weight_prepack(w: T.Buffer((8, 4, 3, 3), "float32"), out: T.Buffer((8, 4, 3, 3), "float32")):
+        for ax0, ax1, ax2, ax3 in T.grid(8, 4, 3, 3):
+            with T.sblock("w_global"):
+                v0, v1, v2, v3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
+                T.where(ax0 < 4)
+                out[v0, v1, v2, v3] = w[v0, v1, v2, v3]
+
 
 def _rewrites_module(bias, weight):
     bb = relax.BlockBuilder(_Rewrites)
@@ -179,5 +187,8 @@ def test_layout_rewrites_folded_with_numpy_are_the_constants_llvm_computes():
     assert w_ours[o // 4, i // 2, h, w, i % 2, o % 4] == weight[o, i, h, w]
     assert b_ours[1, 3] == bias[0, 0, 0, 7]
     assert layout_rewrite_values(_Rewrites["twice_weight_prepack"], [weight]) is None
+    # A block with a predicate copies only some iterations: left alone too.
+    assert layout_rewrite_values(_Rewrites["half_weight_prepack"], [weight]) is None
+    assert layout_rewrite_values(_Rewrites["pad_weight_prepack"], [weight]) is not None
     # Given the wrong number of constants, a rewrite is not evaluated.
     assert layout_rewrite_values(_Rewrites["conv_weight_prepack"], [weight]) is None

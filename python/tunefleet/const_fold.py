@@ -114,6 +114,8 @@ def _index_env(stmt):
         stmt = stmt.body
     if not isinstance(stmt, s_tir.SBlockRealize) or not isinstance(stmt.block.body, tirx.BufferStore):
         raise _NotACopy("not a loop nest around one block that stores")
+    if getattr(stmt.predicate, "value", None) != 1 or stmt.block.init is not None:
+        raise _NotACopy("a block with a predicate or an init: not every iteration is one copy")
     env = {}
     for axis, var in enumerate(loop_vars):
         shape = [1] * len(loop_vars)
