@@ -90,14 +90,12 @@ def test_a_call_on_a_variable_is_left_alone():
 # layout (here a kernel's OIHW weight to a blocked [O/4, I/2, H, W, I%2, O%4]
 # and its bias to [O/4, O%4], as TVM's split gives a kernel whose weight
 # and bias are both layout-free), one that pads (a channel count made whole
-# vector lanes: the padding is zero) and one that writes an element twice,
-# which stays FoldConstant's.
-from tvm.script import ir as I  # noqa: E402
-from tvm.script import tirx as T  # noqa: E402
-
-
+# vector lanes: the padding is zero), and two that stay FoldConstant's: one
+# writes an element twice, one copies only where its predicate holds.
+# TVMScript as text: pyflakes reads dtype strings in annotations as names.
+_REWRITES = tvm.script.from_source('''
 @I.ir_module
-class _Rewrites:
+class Module:
     @T.prim_func(private=True, s_tir=True)
     def conv_weight_prepack(b: T.Buffer((1, 1, 1, 8), "float32"), w: T.Buffer((8, 4, 3, 3), "float32"),
                             b_out: T.Buffer((2, 4), "float32"), w_out: T.Buffer((2, 2, 3, 3, 2, 4), "float32")):
@@ -131,10 +129,11 @@ class _Rewrites:
                 v0, v1, v2, v3 = T.axis.remap("SSSS", [ax0, ax1, ax2, ax3])
                 T.where(ax0 < 4)
                 out[v0, v1, v2, v3] = w[v0, v1, v2, v3]
+''')
 
 
 def _rewrites_module(bias, weight):
-    bb = relax.BlockBuilder(_Rewrites)
+    bb = relax.BlockBuilder(_REWRITES)
     gv = bb.get().get_global_var
     with bb.function("main", []):
         with bb.dataflow():
@@ -186,9 +185,9 @@ def test_layout_rewrites_folded_with_numpy_are_the_constants_llvm_computes():
     o, i, h, w = 5, 3, 1, 2
     assert w_ours[o // 4, i // 2, h, w, i % 2, o % 4] == weight[o, i, h, w]
     assert b_ours[1, 3] == bias[0, 0, 0, 7]
-    assert layout_rewrite_values(_Rewrites["twice_weight_prepack"], [weight]) is None
+    assert layout_rewrite_values(_REWRITES["twice_weight_prepack"], [weight]) is None
     # A block with a predicate copies only some iterations: left alone too.
-    assert layout_rewrite_values(_Rewrites["half_weight_prepack"], [weight]) is None
-    assert layout_rewrite_values(_Rewrites["pad_weight_prepack"], [weight]) is not None
+    assert layout_rewrite_values(_REWRITES["half_weight_prepack"], [weight]) is None
+    assert layout_rewrite_values(_REWRITES["pad_weight_prepack"], [weight]) is not None
     # Given the wrong number of constants, a rewrite is not evaluated.
-    assert layout_rewrite_values(_Rewrites["conv_weight_prepack"], [weight]) is None
+    assert layout_rewrite_values(_REWRITES["conv_weight_prepack"], [weight]) is None
