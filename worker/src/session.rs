@@ -37,7 +37,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tracing::{debug, info, warn};
 use tunefleet_shared::protocol::{
-    close_code, ErrorCode, MasterMessage, WorkerMessage, WORKER_SLOTS,
+    close_code, ErrorCode, JobId, Lease, MasterMessage, WorkerMessage, WORKER_SLOTS,
 };
 
 use crate::backend::JobSpec;
@@ -405,6 +405,7 @@ impl Worker {
         }
     }
 
+    /// One handler per master command; the arms only unpack.
     fn on_message(&mut self, message: MasterMessage, token: &str) -> Step {
         match message {
             MasterMessage::Assign {
@@ -439,46 +440,13 @@ impl Worker {
                 job_id,
                 lease,
                 reason,
-            } => {
-                let ours = self
-                    .running
-                    .iter()
-                    .position(|job| job.job_id == job_id && job.lease == lease);
-                if let Some(index) = ours {
-                    self.running.remove(index);
-                    self.stats.jobs_cancelled += 1;
-                    info!(%job_id, %lease, %reason, "job cancelled by the master");
-                } else {
-                    debug!(%job_id, %lease, %reason, "cancel for a job this worker is not running");
-                }
-                Step::Continue(None)
-            }
+            } => self.on_cancel(job_id, lease, &reason),
             MasterMessage::Ack {
                 job_id,
                 lease,
                 accepted,
                 reason,
-            } => {
-                let position = self
-                    .pending
-                    .iter()
-                    .position(|r| r.job_id == job_id && r.lease == lease);
-                match position {
-                    None => debug!(%job_id, %lease, accepted, "ack for nothing pending"),
-                    Some(i) => {
-                        self.pending.remove(i);
-                        if accepted {
-                            self.stats.reports_accepted += 1;
-                            info!(%job_id, %lease, "master accepted the result");
-                        } else {
-                            self.stats.reports_rejected += 1;
-                            let reason = reason.as_deref().unwrap_or("no reason given");
-                            warn!(%job_id, %lease, %reason, "master rejected the result");
-                        }
-                    }
-                }
-                Step::Continue(None)
-            }
+            } => self.on_ack(job_id, lease, accepted, reason.as_deref()),
             MasterMessage::Error { code, message } => {
                 if code == ErrorCode::StaleToken {
                     return Step::End(SessionEnd::Lost(format!("stale token: {message}")));
@@ -495,6 +463,53 @@ impl Worker {
                 Step::Continue(None)
             }
         }
+    }
+
+    /// `cancel`: drop the job if it is ours under that lease (its process
+    /// goes with it); a cancel for anything else is old news.
+    fn on_cancel(&mut self, job_id: JobId, lease: Lease, reason: &str) -> Step {
+        let ours = self
+            .running
+            .iter()
+            .position(|job| job.job_id == job_id && job.lease == lease);
+        if let Some(index) = ours {
+            self.running.remove(index);
+            self.stats.jobs_cancelled += 1;
+            info!(%job_id, %lease, %reason, "job cancelled by the master");
+        } else {
+            debug!(%job_id, %lease, %reason, "cancel for a job this worker is not running");
+        }
+        Step::Continue(None)
+    }
+
+    /// `ack`: the master committed (or refused) a report; it is no longer
+    /// pending, so a reconnect will not send it again.
+    fn on_ack(
+        &mut self,
+        job_id: JobId,
+        lease: Lease,
+        accepted: bool,
+        reason: Option<&str>,
+    ) -> Step {
+        let position = self
+            .pending
+            .iter()
+            .position(|r| r.job_id == job_id && r.lease == lease);
+        match position {
+            None => debug!(%job_id, %lease, accepted, "ack for nothing pending"),
+            Some(i) => {
+                self.pending.remove(i);
+                if accepted {
+                    self.stats.reports_accepted += 1;
+                    info!(%job_id, %lease, "master accepted the result");
+                } else {
+                    self.stats.reports_rejected += 1;
+                    let reason = reason.unwrap_or("no reason given");
+                    warn!(%job_id, %lease, %reason, "master rejected the result");
+                }
+            }
+        }
+        Step::Continue(None)
     }
 }
 
