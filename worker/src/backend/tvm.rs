@@ -623,42 +623,11 @@ impl TvmBackend {
             .as_object_mut()
             .ok_or_else(|| TuneError::Failed("model driver: result is not an object".into()))?;
         object.remove("event");
-        let mut best_latency_s = 0.0;
-        if mode == "compile" {
-            if object.get("verified").and_then(serde_json::Value::as_bool) != Some(true) {
-                return Err(TuneError::Failed(
-                    "model driver: the compiled model was not verified against onnxruntime".into(),
-                ));
-            }
-            best_latency_s = object
-                .get("latency_s")
-                .and_then(|l| l.get("tuned"))
-                .and_then(serde_json::Value::as_f64)
-                .filter(|l| l.is_finite() && *l > 0.0)
-                .ok_or_else(|| {
-                    TuneError::Failed("model driver: no tuned latency in the result".into())
-                })?;
-            let library = object.remove("library");
-            // A pre-packed run's compile has random weights compiled in
-            // (ResNet-50: 100 MB): the driver verifies and times it and
-            // writes no library (`library` is null).
-            if !source.prepack {
-                let path = library
-                    .and_then(|p| p.as_str().map(PathBuf::from))
-                    .ok_or_else(|| TuneError::Failed("model driver: no `library` path".into()))?;
-                let size = std::fs::metadata(&path)?.len();
-                if size > MAX_LIBRARY_BYTES {
-                    return Err(TuneError::Failed(format!(
-                        "the compiled model is {size} bytes, over the {MAX_LIBRARY_BYTES}-byte limit a result can carry"
-                    )));
-                }
-                let bytes = std::fs::read(&path)?;
-                object.insert(
-                    "library_b64".into(),
-                    serde_json::Value::String(base64::encode(&bytes)),
-                );
-            }
-        }
+        let best_latency_s = if mode == "compile" {
+            take_compiled_model(object, source.prepack)?
+        } else {
+            0.0
+        };
         let tvm_version = object
             .get("tvm_version")
             .and_then(serde_json::Value::as_str)
@@ -677,6 +646,47 @@ impl TvmBackend {
             target: Some(job.workload.target.clone()),
         })
     }
+}
+
+/// A compile stage's result made ready to report: it must be verified
+/// against onnxruntime and timed (its tuned latency is returned), and the
+/// library it wrote travels inside it as `library_b64`. A pre-packed run's
+/// compile has random weights compiled in (ResNet-50: 100 MB): the driver
+/// verifies and times it and writes no library (`library` is null).
+fn take_compiled_model(
+    object: &mut serde_json::Map<String, serde_json::Value>,
+    prepack: bool,
+) -> Result<f64, TuneError> {
+    if object.get("verified").and_then(serde_json::Value::as_bool) != Some(true) {
+        return Err(TuneError::Failed(
+            "model driver: the compiled model was not verified against onnxruntime".into(),
+        ));
+    }
+    let tuned = object
+        .get("latency_s")
+        .and_then(|l| l.get("tuned"))
+        .and_then(serde_json::Value::as_f64)
+        .filter(|l| l.is_finite() && *l > 0.0)
+        .ok_or_else(|| TuneError::Failed("model driver: no tuned latency in the result".into()))?;
+    let library = object.remove("library");
+    if prepack {
+        return Ok(tuned);
+    }
+    let path = library
+        .and_then(|p| p.as_str().map(PathBuf::from))
+        .ok_or_else(|| TuneError::Failed("model driver: no `library` path".into()))?;
+    let size = std::fs::metadata(&path)?.len();
+    if size > MAX_LIBRARY_BYTES {
+        return Err(TuneError::Failed(format!(
+            "the compiled model is {size} bytes, over the {MAX_LIBRARY_BYTES}-byte limit a result can carry"
+        )));
+    }
+    let bytes = std::fs::read(&path)?;
+    object.insert(
+        "library_b64".into(),
+        serde_json::Value::String(base64::encode(&bytes)),
+    );
+    Ok(tuned)
 }
 
 /// A model round's search seed comes from its job's id: the planner may run
