@@ -766,3 +766,57 @@ fn a_python_without_the_package_is_named_at_start_up() {
     assert!(text.contains("tunefleet._no_such_driver"), "{text}");
     assert!(text.contains("pip install ./python"), "{text}");
 }
+
+/// A compile stage's result is reported only verified and timed; the library
+/// it wrote travels inside it, and a pre-packed run's (none written) does not
+/// need one.
+#[test]
+fn a_compile_result_is_reported_verified_timed_and_with_its_library() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("model.so");
+    std::fs::write(&lib, b"\x7fELF library bytes").unwrap();
+    let result = |verified: bool, tuned: serde_json::Value, library: serde_json::Value| {
+        let value = serde_json::json!({
+            "verified": verified,
+            "latency_s": {"tuned": tuned, "onnxruntime": 0.004},
+            "library": library,
+        });
+        value.as_object().unwrap().clone()
+    };
+    let path = serde_json::json!(lib.to_str().unwrap());
+
+    let mut ok = result(true, serde_json::json!(0.003), path.clone());
+    assert_eq!(take_compiled_model(&mut ok, false).unwrap(), 0.003);
+    assert!(ok.get("library").is_none(), "the path stays on the worker");
+    let carried = base64::decode(ok["library_b64"].as_str().unwrap()).unwrap();
+    assert_eq!(carried, b"\x7fELF library bytes");
+
+    let mut prepacked = result(true, serde_json::json!(0.003), serde_json::Value::Null);
+    assert_eq!(take_compiled_model(&mut prepacked, true).unwrap(), 0.003);
+    assert!(prepacked.get("library_b64").is_none());
+
+    let refused = [
+        (
+            result(false, serde_json::json!(0.003), path.clone()),
+            "not verified",
+        ),
+        (
+            result(true, serde_json::json!(0.0), path.clone()),
+            "no tuned latency",
+        ),
+        (
+            result(true, serde_json::Value::Null, path),
+            "no tuned latency",
+        ),
+        (
+            result(true, serde_json::json!(0.003), serde_json::Value::Null),
+            "no `library` path",
+        ),
+    ];
+    for (mut object, why) in refused {
+        let err = take_compiled_model(&mut object, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(why), "{err} should say {why}");
+    }
+}
