@@ -412,54 +412,74 @@ fn to_text(report: &Value) -> String {
     if let Some(line) = cold_choice_text(&report["cold_choice"]) {
         out.push_str(&line);
     }
-    if let Some(n) = report["prepacked"].as_u64() {
-        out.push_str(&format!(
-            "weights pre-packed at compile time for {n} kernels (the run was submitted with --prepack{})\n",
-            match report["layout"].as_str() {
-                Some(l) if l != "NCHW" => format!(", tuned in {l}"),
-                _ => String::new(),
-            }
-        ));
-    }
-    if let (Some(share), Some(funcs)) = (
-        report["default_schedule_share"].as_f64(),
-        report["default_schedule"].as_array(),
-    ) {
-        let top: Vec<String> = funcs
-            .iter()
-            .take(3)
-            .map(|f| {
-                format!(
-                    "{} {:.1}%",
-                    f["name"].as_str().unwrap_or("?"),
-                    f["share"].as_f64().unwrap_or(0.0) * 100.0
-                )
-            })
-            .collect();
-        out.push_str(&format!(
-            "no record for {} functions ({} of them on the generic parallel schedule), {:.1}% of the tuned model's time{}\n",
-            funcs.len(),
-            // Of the listed (timed) functions; `generic_schedules` also
-            // counts the ones a run never calls, such as folded reshapes.
-            funcs.iter().filter(|f| f["generic"] == true).count(),
-            share * 100.0,
-            if top.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", top.join(", "))
-            }
-        ));
-    }
-    let mcpu = report["target"]["mcpu"].as_str();
-    let host = report["host_cpu"].as_str();
-    if let (Some(mcpu), Some(host)) = (mcpu, host) {
-        if mcpu != host {
-            out.push_str(&format!(
-                "note: the run tuned for {mcpu}, this machine is {host}: time it where it will run\n"
-            ));
-        }
+    for line in [
+        prepacked_text(report),
+        default_schedule_text(report),
+        other_host_text(report),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        out.push_str(&line);
     }
     out
+}
+
+/// The line for a pre-packed compile: how many kernels had their weights
+/// re-laid out, and in which layout the run was tuned.
+fn prepacked_text(report: &Value) -> Option<String> {
+    let n = report["prepacked"].as_u64()?;
+    let layout = match report["layout"].as_str() {
+        Some(l) if l != "NCHW" => format!(", tuned in {l}"),
+        _ => String::new(),
+    };
+    Some(format!(
+        "weights pre-packed at compile time for {n} kernels (the run was submitted with --prepack{layout})\n"
+    ))
+}
+
+/// The line for the functions no record covers: how many, how many on the
+/// generic parallel schedule, their share of the tuned model and the three
+/// largest.
+fn default_schedule_text(report: &Value) -> Option<String> {
+    let share = report["default_schedule_share"].as_f64()?;
+    let funcs = report["default_schedule"].as_array()?;
+    let top: Vec<String> = funcs
+        .iter()
+        .take(3)
+        .map(|f| {
+            format!(
+                "{} {:.1}%",
+                f["name"].as_str().unwrap_or("?"),
+                f["share"].as_f64().unwrap_or(0.0) * 100.0
+            )
+        })
+        .collect();
+    let top = if top.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", top.join(", "))
+    };
+    // Of the listed (timed) functions; `generic_schedules` also counts the
+    // ones a run never calls, such as folded reshapes.
+    let generic = funcs.iter().filter(|f| f["generic"] == true).count();
+    Some(format!(
+        "no record for {} functions ({generic} of them on the generic parallel schedule), {:.1}% of the tuned model's time{top}\n",
+        funcs.len(),
+        share * 100.0,
+    ))
+}
+
+/// A note when the run tuned for another CPU than this one: its timings
+/// here are not the ones it will have where it runs.
+fn other_host_text(report: &Value) -> Option<String> {
+    let mcpu = report["target"]["mcpu"].as_str()?;
+    let host = report["host_cpu"].as_str()?;
+    (mcpu != host).then(|| {
+        format!(
+            "note: the run tuned for {mcpu}, this machine is {host}: time it where it will run\n"
+        )
+    })
 }
 
 #[cfg(test)]
@@ -483,5 +503,42 @@ mod tests {
         let one = json!({"tuned": [0.005], "onnxruntime": [0.003]});
         assert_eq!(rounds_text(&one), None);
         assert_eq!(rounds_text(&Value::Null), None);
+    }
+
+    #[test]
+    fn the_report_names_prepacking_untuned_functions_and_another_cpu() {
+        let report = json!({
+            "model": "squeezenet", "verified": true,
+            "latency_s": {"tuned": 0.004, "onnxruntime": 0.004},
+            "prepacked": 18, "layout": "NHWC",
+            "default_schedule_share": 0.031,
+            "default_schedule": [
+                {"name": "max_pool2d3", "share": 0.02, "generic": true},
+                {"name": "mean1", "share": 0.011, "generic": false},
+            ],
+            "target": {"mcpu": "znver4"}, "host_cpu": "emeraldrapids",
+        });
+        let text = to_text(&report);
+        assert!(
+            text.contains("pre-packed at compile time for 18 kernels"),
+            "{text}"
+        );
+        assert!(text.contains("--prepack, tuned in NHWC"), "{text}");
+        assert!(
+            text.contains(
+                "no record for 2 functions (1 of them on the generic parallel schedule), 3.1%"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("(max_pool2d3 2.0%, mean1 1.1%)"), "{text}");
+        assert!(
+            text.contains("tuned for znver4, this machine is emeraldrapids"),
+            "{text}"
+        );
+
+        let same_cpu = json!({"target": {"mcpu": "znver4"}, "host_cpu": "znver4"});
+        assert_eq!(other_host_text(&same_cpu), None);
+        assert_eq!(prepacked_text(&same_cpu), None);
+        assert_eq!(default_schedule_text(&same_cpu), None);
     }
 }
