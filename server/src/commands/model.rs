@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tunefleet_shared::export::format_latency;
 use tunefleet_shared::model::{
-    base64, DataLayout, ModelArtifactKind, ModelMode, ModelSource, ModelSubmission, ModelView,
-    TunerSettings, MAX_MODEL_BYTES, STRIP_MIN_ELEMENTS,
+    base64, DataLayout, ModelArtifactKind, ModelMode, ModelSource, ModelSubmission, ModelTaskView,
+    ModelView, TunerSettings, MAX_MODEL_BYTES, STRIP_MIN_ELEMENTS,
 };
 use tunefleet_shared::onnx;
 use tunefleet_shared::protocol::{ClientCommand, ReplyBody};
@@ -398,68 +398,22 @@ pub fn to_table(view: &ModelView) -> String {
         view.trials_total,
         lat(view.estimated_latency_s),
     );
-    if let Some(tuned) = view.latency_s.tuned {
-        out.push_str(&format!(
-            "\nmeasured: untuned {}  tuned {}  onnxruntime {}",
-            lat(view.latency_s.untuned),
-            format_latency(tuned),
-            lat(view.latency_s.onnxruntime)
-        ));
-        if let Some(untuned) = view.latency_s.untuned {
-            out.push_str(&format!("  ({:.1}x over untuned", untuned / tuned));
-            if let Some(ort) = view.latency_s.onnxruntime {
-                out.push_str(&format!(", {:.2}x onnxruntime's time", tuned / ort));
-            }
-            out.push(')');
-        }
-        out.push_str(&format!(
-            "\nverified against onnxruntime: {}; tuned schedules applied: {}/{}",
-            if view.verified { "yes" } else { "no" },
-            view.records_applied.map_or("-".into(), |n| n.to_string()),
-            view.functions_tuned.map_or("-".into(), |n| n.to_string()),
-        ));
-        if let Some(line) = cold_choice_text(&view.verification["cold_choice"]) {
-            out.push('\n');
-            out.push_str(line.trim_end());
-        }
+    if let Some(measured) = measured_text(view) {
+        out.push_str(&measured);
     }
     if let Some(e) = &view.error {
         out.push_str(&format!("\nerror: {e}"));
     }
     out.push_str("\n\n");
-    let mut rows = Vec::new();
     // The tasks that cost the most model time first; trivial ones last.
     let mut tasks: Vec<_> = view.tasks.iter().collect();
     tasks.sort_by(|a, b| {
-        let key =
-            |t: &&tunefleet_shared::model::ModelTaskView| (t.trivial, -(t.share.unwrap_or(-1.0)));
+        let key = |t: &&ModelTaskView| (t.trivial, -(t.share.unwrap_or(-1.0)));
         key(a)
             .partial_cmp(&key(b))
             .unwrap_or(std::cmp::Ordering::Equal)
     });
-    for t in tasks {
-        rows.push(vec![
-            t.name.clone(),
-            t.weight.to_string(),
-            t.trials.to_string(),
-            lat(t.best_latency_s),
-            t.share
-                .map_or_else(|| "-".into(), |s| format!("{:.1}%", s * 100.0)),
-            if t.trivial {
-                match t.untuned_share {
-                    Some(s) => format!(
-                        "trivial: default schedule ({:.2}% of the untuned model's time)",
-                        s * 100.0
-                    ),
-                    None => "trivial: default schedule".into(),
-                }
-            } else if t.dead {
-                "no valid candidate".into()
-            } else {
-                t.tiling_note()
-            },
-        ]);
-    }
+    let rows: Vec<Vec<String>> = tasks.into_iter().map(task_row).collect();
     let header = [
         ("task", Align::Left),
         ("weight", Align::Right),
@@ -470,6 +424,65 @@ pub fn to_table(view: &ModelView) -> String {
     ];
     out.push_str(&render_table(&header, &rows));
     out
+}
+
+/// What the compile job measured (the whole model, verified, the records
+/// applied, the cold choice), once it has; `None` before.
+fn measured_text(view: &ModelView) -> Option<String> {
+    let lat = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_latency);
+    let tuned = view.latency_s.tuned?;
+    let mut out = format!(
+        "\nmeasured: untuned {}  tuned {}  onnxruntime {}",
+        lat(view.latency_s.untuned),
+        format_latency(tuned),
+        lat(view.latency_s.onnxruntime)
+    );
+    if let Some(untuned) = view.latency_s.untuned {
+        out.push_str(&format!("  ({:.1}x over untuned", untuned / tuned));
+        if let Some(ort) = view.latency_s.onnxruntime {
+            out.push_str(&format!(", {:.2}x onnxruntime's time", tuned / ort));
+        }
+        out.push(')');
+    }
+    out.push_str(&format!(
+        "\nverified against onnxruntime: {}; tuned schedules applied: {}/{}",
+        if view.verified { "yes" } else { "no" },
+        view.records_applied.map_or("-".into(), |n| n.to_string()),
+        view.functions_tuned.map_or("-".into(), |n| n.to_string()),
+    ));
+    if let Some(line) = cold_choice_text(&view.verification["cold_choice"]) {
+        out.push('\n');
+        out.push_str(line.trim_end());
+    }
+    Some(out)
+}
+
+/// One task's row: name, weight, trials, best, share of the model, and a
+/// note (trivial, dead, or how its best record is tiled).
+fn task_row(t: &ModelTaskView) -> Vec<String> {
+    let lat = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_latency);
+    let note = if t.trivial {
+        match t.untuned_share {
+            Some(s) => format!(
+                "trivial: default schedule ({:.2}% of the untuned model's time)",
+                s * 100.0
+            ),
+            None => "trivial: default schedule".into(),
+        }
+    } else if t.dead {
+        "no valid candidate".into()
+    } else {
+        t.tiling_note()
+    };
+    vec![
+        t.name.clone(),
+        t.weight.to_string(),
+        t.trials.to_string(),
+        lat(t.best_latency_s),
+        t.share
+            .map_or_else(|| "-".into(), |s| format!("{:.1}%", s * 100.0)),
+        note,
+    ]
 }
 
 /// `export --model NAME --format metaschedule|library --out PATH`.
