@@ -31,7 +31,7 @@ use tunefleet_shared::onnx;
 use tunefleet_shared::protocol::{ClientCommand, ReplyBody};
 
 use super::model::cold_choice_text;
-use super::{emit, ConnectArgs};
+use super::{emit, latency_or_dash, ConnectArgs};
 
 /// The model driver: a module of the `tunefleet` Python package.
 pub const MODEL_DRIVER_MODULE: &str = "tunefleet._driver.model";
@@ -376,7 +376,6 @@ fn rounds_text(rounds: &Value) -> Option<String> {
 
 fn to_text(report: &Value) -> String {
     let lat = |k: &str| report["latency_s"][k].as_f64();
-    let show = |x: Option<f64>| x.map_or_else(|| "-".into(), format_latency);
     let mut out = format!(
         "compiled `{}` ({}, {} trials) with its own weights → {} ({} bytes)\n\
          schedules applied: {} of {} tuned functions ({} in the model; {} of {} tasks tuned)\n\
@@ -398,9 +397,9 @@ fn to_text(report: &Value) -> String {
             "no"
         },
         report["max_abs_err"],
-        show(lat("untuned")),
-        show(lat("tuned")),
-        show(lat("onnxruntime")),
+        latency_or_dash(lat("untuned")),
+        latency_or_dash(lat("tuned")),
+        latency_or_dash(lat("onnxruntime")),
     );
     if let (Some(tuned), Some(ort)) = (lat("tuned"), lat("onnxruntime")) {
         out.push_str(&format!(" ({:.2}x onnxruntime's time)", tuned / ort));

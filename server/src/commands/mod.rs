@@ -303,6 +303,11 @@ pub enum Align {
     Right,
 }
 
+/// A latency for people, or `-` where there is none yet.
+pub fn latency_or_dash(latency_s: Option<f64>) -> String {
+    latency_s.map_or_else(|| "-".to_string(), format_latency)
+}
+
 /// Aligned plain-text columns separated by two spaces; widths count chars, so
 /// `µs` lines up.
 pub fn render_table(header: &[(&str, Align)], rows: &[Vec<String>]) -> String {

@@ -23,7 +23,7 @@ use tunefleet_shared::onnx;
 use tunefleet_shared::protocol::{ClientCommand, ReplyBody};
 use tunefleet_shared::target::Target;
 
-use super::{emit, render_table, Align, ConnectArgs};
+use super::{emit, latency_or_dash, render_table, Align, ConnectArgs};
 use crate::client::Client;
 
 /// Settings of `submit MODEL.onnx` (flags of `submit`).
@@ -387,7 +387,6 @@ pub fn cold_choice_text(choice: &serde_json::Value) -> Option<String> {
 
 /// The per-task table and the run's summary, for people.
 pub fn to_table(view: &ModelView) -> String {
-    let lat = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_latency);
     let mut out = format!(
         "model {}  {}  target {}\nmode {}\ntrials {}/{}  estimated {}",
         view.name,
@@ -396,7 +395,7 @@ pub fn to_table(view: &ModelView) -> String {
         mode_text(&view.mode),
         view.trials_done,
         view.trials_total,
-        lat(view.estimated_latency_s),
+        latency_or_dash(view.estimated_latency_s),
     );
     if let Some(measured) = measured_text(view) {
         out.push_str(&measured);
@@ -429,13 +428,12 @@ pub fn to_table(view: &ModelView) -> String {
 /// What the compile job measured (the whole model, verified, the records
 /// applied, the cold choice), once it has; `None` before.
 fn measured_text(view: &ModelView) -> Option<String> {
-    let lat = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_latency);
     let tuned = view.latency_s.tuned?;
     let mut out = format!(
         "\nmeasured: untuned {}  tuned {}  onnxruntime {}",
-        lat(view.latency_s.untuned),
+        latency_or_dash(view.latency_s.untuned),
         format_latency(tuned),
-        lat(view.latency_s.onnxruntime)
+        latency_or_dash(view.latency_s.onnxruntime)
     );
     if let Some(untuned) = view.latency_s.untuned {
         out.push_str(&format!("  ({:.1}x over untuned", untuned / tuned));
@@ -460,7 +458,6 @@ fn measured_text(view: &ModelView) -> Option<String> {
 /// One task's row: name, weight, trials, best, share of the model, and a
 /// note (trivial, dead, or how its best record is tiled).
 fn task_row(t: &ModelTaskView) -> Vec<String> {
-    let lat = |x: Option<f64>| x.map_or_else(|| "-".to_string(), format_latency);
     let note = if t.trivial {
         match t.untuned_share {
             Some(s) => format!(
@@ -478,7 +475,7 @@ fn task_row(t: &ModelTaskView) -> Vec<String> {
         t.name.clone(),
         t.weight.to_string(),
         t.trials.to_string(),
-        lat(t.best_latency_s),
+        latency_or_dash(t.best_latency_s),
         t.share
             .map_or_else(|| "-".into(), |s| format!("{:.1}%", s * 100.0)),
         note,
