@@ -235,11 +235,20 @@ impl Client {
         let id = self.next_id;
         self.next_id += 1;
         let what = command.name();
-        self.transport
-            .send(&ClientRequest { id, command })
-            .await
-            .map_err(transport_error)?;
+        // The deadline covers sending too: a master that stopped reading
+        // (stuck, or cut off once the socket's buffers are full) would
+        // otherwise hold the send, which no reply deadline covers, for ever.
         let deadline = Instant::now() + self.request_timeout;
+        let request = ClientRequest { id, command };
+        match tokio::time::timeout_at(deadline, self.transport.send(&request)).await {
+            Ok(sent) => sent.map_err(transport_error)?,
+            Err(_) => {
+                return Err(ClientError::Transport(format!(
+                    "the master took no `{what}` request within {}",
+                    fmt_duration(self.request_timeout)
+                )))
+            }
+        }
         loop {
             let msg = match self.recv(Some((deadline, what))).await? {
                 Some(msg) => msg,
@@ -318,7 +327,16 @@ impl Client {
                             fmt_duration(self.keepalive * 2)
                         )));
                     }
-                    self.transport.ping().await.map_err(transport_error)?;
+                    // A ping the master does not take is silence too.
+                    match tokio::time::timeout(self.keepalive, self.transport.ping()).await {
+                        Ok(pinged) => pinged.map_err(transport_error)?,
+                        Err(_) => {
+                            return Err(ClientError::Transport(format!(
+                                "the master took nothing sent for {}",
+                                fmt_duration(self.keepalive)
+                            )))
+                        }
+                    }
                     self.pinged_at = Some(Instant::now());
                     continue;
                 }

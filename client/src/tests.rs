@@ -319,3 +319,32 @@ async fn request_timeout_names_the_request() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_master_that_stops_reading_fails_the_request_in_time() {
+    let url = fake_master(|mut ws| async move {
+        welcome(&mut ws, Role::Admin).await;
+        // Stuck: holds the socket and never reads again, so once the
+        // socket's buffers are full the client's send cannot finish.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(ws);
+    })
+    .await;
+    let mut client = Client::connect(&url, Some("token")).await.unwrap();
+    client.set_request_timeout(Duration::from_millis(300));
+    // Far more than loopback's socket buffers hold.
+    let yaml = "#".repeat(64 << 20);
+    let started = std::time::Instant::now();
+    let err = client.submit(yaml, None).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the send was held for {:?}",
+        started.elapsed()
+    );
+    assert!(
+        err.to_string()
+            .contains("the master took no `submit` request within 300 ms"),
+        "{err}"
+    );
+    assert!(err.is_retryable());
+}
