@@ -188,3 +188,50 @@ def test_import_database(fleet, tmp_path):
         fleet.import_database(tmp_path / "empty")
     assert "no MetaSchedule database" in str(e.value)
     assert "empty" in str(e.value)
+
+
+def test_a_master_that_stops_reading_fails_the_request_in_time():
+    """A master that welcomes and then reads nothing more (stuck, or cut
+    off): a request too big for the socket's buffers fails within its
+    timeout instead of holding the send for ever."""
+    import asyncio
+
+    from websockets.asyncio.server import serve
+
+    from tunefleet._conn import Connection
+
+    release = threading.Event()
+    ready: dict = {}
+
+    async def stuck(ws):
+        hello = json.loads(await ws.recv())
+        await ws.send(json.dumps({"id": hello["id"], "type": "reply", "body": {
+            "type": "welcome", "protocol": hello["protocol"], "role": "admin", "server_version": "stuck"}}))
+        release.wait(30)  # blocks this master's event loop: nothing is read
+
+    async def master():
+        # No permessage-deflate, like the real master: the request's bytes
+        # reach the socket as they are.
+        async with serve(stuck, "127.0.0.1", 0, max_size=None, compression=None) as server:
+            ready["port"] = server.sockets[0].getsockname()[1]
+            await asyncio.sleep(60)
+
+    threading.Thread(target=lambda: asyncio.run(master()), daemon=True).start()
+    for _ in range(100):
+        if "port" in ready:
+            break
+        time.sleep(0.05)
+
+    async def main():
+        conn = await Connection.open(f"ws://127.0.0.1:{ready['port']}", "token", None, "test")
+        started = time.monotonic()
+        with pytest.raises(tunefleet.ConnectionLost) as e:
+            await conn.request({"type": "submit", "yaml": "#" * (64 << 20)}, timeout=0.3)
+        assert time.monotonic() - started < 10
+        assert "took no submit request within 0.3 s" in str(e.value)
+        conn.ws.transport.abort()
+
+    try:
+        asyncio.run(main())
+    finally:
+        release.set()

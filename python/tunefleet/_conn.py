@@ -178,10 +178,21 @@ class Connection:
         if self.closed is not None:
             raise self.closed
         request_id = next(self._ids)
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         self._waiting[request_id] = fut
+        # One deadline for the send and the reply: a master that stopped
+        # reading (stuck, or cut off once the socket's buffers are full)
+        # would otherwise hold the send, which no reply timeout covers.
+        deadline = None if timeout is None else loop.time() + timeout
         try:
-            await self.ws.send(json.dumps({"id": request_id, **command}))
+            await asyncio.wait_for(self.ws.send(json.dumps({"id": request_id, **command})), timeout)
+        except asyncio.TimeoutError:
+            self._waiting.pop(request_id, None)
+            lost = ConnectionLost(f"the master at {self.url} took no {command.get('type')} request "
+                                  f"within {timeout} s")
+            self._fail_all(lost)
+            raise lost from None
         except Exception as err:  # noqa: BLE001
             self._waiting.pop(request_id, None)
             lost = ConnectionLost(f"connection to {self.url} lost: {err}")
@@ -192,7 +203,7 @@ class Connection:
             self._fail_all(lost)
             raise lost from err
         try:
-            return await asyncio.wait_for(fut, timeout)
+            return await asyncio.wait_for(fut, None if deadline is None else max(0.0, deadline - loop.time()))
         except asyncio.TimeoutError:
             self._waiting.pop(request_id, None)
             raise TunefleetError(f"no answer to {command.get('type')} from {self.url} within {timeout} s") from None
