@@ -47,6 +47,11 @@ pub struct SlurmArgs {
     /// CPUs per worker (`--cpus-per-task`); a tuning worker wants at least 2.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub cpus_per_worker: u32,
+    /// GPUs per worker, as Slurm's generic resource (`--gres=gpu:N`, or a
+    /// type: `a100:2`). Slurm then sets each task's `CUDA_VISIBLE_DEVICES`,
+    /// and the worker's `--target auto` serves exactly those GPUs.
+    #[arg(long, value_name = "[TYPE:]N")]
+    pub gpus_per_worker: Option<String>,
     /// Job name shown by squeue.
     #[arg(long, default_value = "tunefleet-worker")]
     pub job_name: String,
@@ -173,6 +178,9 @@ pub fn slurm_script(args: &SlurmArgs, program: &str) -> anyhow::Result<String> {
     lines.push(format!("#SBATCH --array=0-{}", args.workers - 1));
     lines.push("#SBATCH --ntasks=1".into());
     lines.push(format!("#SBATCH --cpus-per-task={}", args.cpus_per_worker));
+    if let Some(gpus) = &args.gpus_per_worker {
+        lines.push(format!("#SBATCH --gres=gpu:{}", gpu_gres(gpus)?));
+    }
     if let Some(partition) = &args.partition {
         single_line("--partition", partition)?;
         lines.push(format!("#SBATCH --partition={partition}"));
@@ -219,6 +227,25 @@ pub fn slurm_script(args: &SlurmArgs, program: &str) -> anyhow::Result<String> {
     );
     lines.push(command.join(" "));
     Ok(lines.join("\n") + "\n")
+}
+
+/// `--gpus-per-worker` checked as Slurm's GPU count: `N` or `TYPE:N`, N at
+/// least 1 (a bad value would otherwise surface as sbatch's own error, or
+/// as a job that never starts).
+fn gpu_gres(value: &str) -> anyhow::Result<&str> {
+    let (kind, count) = match value.split_once(':') {
+        Some((kind, count)) => (Some(kind), count),
+        None => (None, value),
+    };
+    let kind_ok = kind.is_none_or(|k| {
+        !k.is_empty()
+            && k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    });
+    if !kind_ok || !count.parse::<u32>().is_ok_and(|n| n >= 1) {
+        bail!("--gpus-per-worker `{value}` is not a GPU count: give N or TYPE:N (e.g. 1, a100:2)");
+    }
+    Ok(value)
 }
 
 #[cfg(test)]

@@ -86,3 +86,27 @@ fn bad_values_for_sbatch_lines_are_refused_by_name() {
     let err = slurm_script(&args(&["--sbatch-option", "account=ml"]), "/bin/w").unwrap_err();
     assert!(err.to_string().contains("--sbatch-option"), "{err}");
 }
+
+#[test]
+fn gpus_per_worker_asks_slurm_for_gpus_and_bad_counts_are_refused() {
+    let script = slurm_script(&args(&["--gpus-per-worker", "2"]), "/bin/w").unwrap();
+    assert!(
+        script.lines().any(|l| l == "#SBATCH --gres=gpu:2"),
+        "{script}"
+    );
+    let script = slurm_script(&args(&["--gpus-per-worker", "a100:1"]), "/bin/w").unwrap();
+    assert!(
+        script.lines().any(|l| l == "#SBATCH --gres=gpu:a100:1"),
+        "{script}"
+    );
+    let script = slurm_script(&args(&[]), "/bin/w").unwrap();
+    assert!(!script.contains("--gres"), "{script}");
+    for bad in ["0", "two", ":1", "a100:", "a 100:1", "1\n#SBATCH --x"] {
+        let err = slurm_script(&args(&["--gpus-per-worker", bad]), "/bin/w").unwrap_err();
+        assert!(
+            err.to_string().contains("--gpus-per-worker")
+                && err.to_string().contains("N or TYPE:N"),
+            "{bad:?}: {err}"
+        );
+    }
+}
