@@ -107,13 +107,15 @@ def export_shared_library(mod) -> str:
 #:   MultiLevelTiling: the innermost spatial tile is always one vector
 #:   register of output channels (16 fp32 lanes with AVX-512, 8 with AVX2,
 #:   from the target's features), and its output tile always goes through
-#:   a write cache (`reuse_write` "must"). TVM's "may" also offers the
-#:   tile with an elementwise epilogue (bias, residual add, ReLU) fused in;
-#:   those measure well warm and lose cold, in the model, where the
-#:   residual and the weights come from memory: on ResNet-50's 1x1 64->256
-#:   at 56x56 with its residual add, three 64-trial searches under
-#:   "union" each chose a slower kernel cold with "may" than with "must"
-#:   (1.30 against 1.21 ms on one thread, mean; docs/benchmarks.md);
+#:   a write cache (`reuse_write` "must"). TVM's "may" also offers tiles
+#:   that compute an elementwise epilogue (bias, residual add, ReLU) tile
+#:   by tile inside the convolution's loops; with "must" the epilogue is a
+#:   streaming pass of its own over the output. The fused form measures
+#:   well warm and loses cold, in the model, where the residual and the
+#:   weights come from memory: on ResNet-50's 1x1 64->256 at 56x56 with its
+#:   residual add, three 64-trial searches under "union" each chose a
+#:   slower kernel cold with "may" than with "must" (1.30 against 1.21 ms
+#:   on one thread, mean; docs/benchmarks.md);
 #: - "blocked": the same rules with MultiLevelTiling on the structure "SRS":
 #:   outer tiles of outputs (the parallel loop), then the whole reduction,
 #:   then one tile of outputs whose accumulators stay in vector registers
