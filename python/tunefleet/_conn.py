@@ -192,6 +192,11 @@ class Connection:
             lost = ConnectionLost(f"the master at {self.url} took no {command.get('type')} request "
                                   f"within {timeout} s")
             self._fail_all(lost)
+            # Dropped at once: a close handshake would queue behind the
+            # unsent bytes and wait out its own timeout before a reconnect.
+            transport = getattr(self.ws, "transport", None)
+            if transport is not None:
+                transport.abort()
             raise lost from None
         except Exception as err:  # noqa: BLE001
             self._waiting.pop(request_id, None)
