@@ -176,12 +176,12 @@ mod scripted {
         (ws, token)
     }
 
-    /// A run of one task in rounds of 2 trials.
-    async fn submit(master: &Master, trials: u32) {
+    /// A run of one task in rounds of `per_round` trials.
+    async fn submit(master: &Master, name: &str, trials: u32, per_round: u32) {
         let model: Value = json!({
-            "name": "scripted", "source": {"onnx_b64": "", "input_shapes": {}, "seed": 0},
+            "name": name, "source": {"onnx_b64": "", "input_shapes": {}, "seed": 0},
             "extracted": {"tasks": [{"name": "mm", "weight": 1, "tvmscript": "# mm", "flops": 1e6}]},
-            "trials": trials, "trials_per_round": 2
+            "trials": trials, "trials_per_round": per_round
         });
         let model = serde_json::from_value(model).expect("a submission");
         master
@@ -212,7 +212,7 @@ mod scripted {
         raw::send(ws, json!({
             "type": "result", "token": token, "job_id": assign["job_id"], "lease": assign["lease"],
             "result": {
-                "best_latency_s": 1e-3, "trials": 2, "wall_time_s": 0.1, "backend": "tvm",
+                "best_latency_s": 1e-3, "trials": assign["workload"]["trials"], "wall_time_s": 0.1, "backend": "tvm",
                 "tvm_version": "0.27.0", "target": target,
                 "records": [{"latency_s": 1e-3, "record": record}],
                 "extra": {
@@ -239,7 +239,7 @@ mod scripted {
     async fn rounds_carry_the_newest_model_and_views_never_the_bytes() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut master = Master::start(dir.path(), &[]);
-        submit(&master, 8).await;
+        submit(&master, "scripted", 8, 2).await;
         let (mut ws, token) = worker(&master).await;
 
         let r1 = next_round(&mut ws, &token).await;
@@ -280,6 +280,30 @@ mod scripted {
         let (mut ws, token) = worker(&master).await;
         let r4 = next_round(&mut ws, &token).await;
         assert!(r4.get("cost_model").is_none(), "not shared: {r4}");
+    }
+
+    /// A run's first round of each task is short once the fleet's model for
+    /// the target has learned from enough schedules (the planner's
+    /// `WARM_FLEET_MIN_SAMPLES`, 256): a trained model picks a few
+    /// candidates well. A fresh fleet warms up in the run's own rounds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fleet_that_knows_the_target_warms_a_new_run_up_in_short_rounds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let master = Master::start(dir.path(), &[]);
+        let (mut ws, token) = worker(&master).await;
+        submit(&master, "first", 16, 16).await;
+        let r1 = next_round(&mut ws, &token).await;
+        assert_eq!(r1["workload"]["trials"], 16, "a fresh fleet: {r1}");
+        finish(&mut ws, &token, &r1, "trained", 256, Value::Null).await;
+
+        submit(&master, "second", 64, 16).await;
+        let warm_up = next_round(&mut ws, &token).await;
+        assert_eq!(warm_up["workload"]["name"], "second/mm/r1");
+        assert_eq!(warm_up["workload"]["trials"], 4, "{warm_up}");
+        let id = sent_model(&warm_up).0;
+        finish(&mut ws, &token, &warm_up, "more", 260, json!(id)).await;
+        let next = next_round(&mut ws, &token).await;
+        assert_eq!(next["workload"]["trials"], 16, "the run's rounds: {next}");
     }
 }
 

@@ -12,7 +12,9 @@
 //!   FLOPs, trivial) and the effective target, which every later job pins so
 //!   that all of a run's records come from one kind of CPU;
 //! - each round is a `tvmscript` job of `trials_per_round` trials (fewer when
-//!   the budget runs short) carrying a warm start from all the task's records
+//!   the budget runs short, and a task's first round fewer on a fleet whose
+//!   cost model knows the target: [`WARM_FLEET_MIN_SAMPLES`]) carrying a
+//!   warm start from all the task's records
 //!   so far; [`allocation::next_task`] picks which task gets a round, and
 //!   when workers are idle while every task is busy, [`allocation::extra_round`]
 //!   gives a task another round at once (each round's search is seeded by
@@ -44,6 +46,43 @@ pub use stages::sort_best_first;
 use stages::{
     compile_ended, compile_job, extract_ended, fail, parse_tasks, round_ended, round_job,
 };
+
+/// What the planner is told of the fleet, per target, each time it plans
+/// (the core answers; the planner keeps no copy of the fleet).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FleetFor {
+    /// Connected workers that serve the target: how many rounds run at once.
+    pub slots: usize,
+    /// Samples the fleet's cost model for the target holds (0: none yet).
+    pub cost_model_samples: u32,
+}
+
+impl FleetFor {
+    /// `slots` workers and no cost model.
+    pub fn workers(slots: usize) -> FleetFor {
+        FleetFor {
+            slots,
+            cost_model_samples: 0,
+        }
+    }
+}
+
+/// A fleet whose cost model for the target has learned from at least this
+/// many measured schedules warms a new run up in rounds of
+/// [`WARM_FLEET_WARM_UP_TRIALS`]. Why: a run's estimate falls only once
+/// every task has had a round, so the warm-up (a round per task) sets how
+/// soon it is near its end; a cold model picks a round's candidates almost
+/// at random and needs the trials, a trained one picks them well
+/// (docs/benchmarks.md, "The fleet's cost model, cold against warm": four
+/// candidates of a model trained on another network's ~480 samples left
+/// SqueezeNet within 10% of its final estimate at the end of its warm-up).
+/// 256 is sixteen 16-trial rounds: a model that has seen a network's worth
+/// of operators, not one round's.
+pub const WARM_FLEET_MIN_SAMPLES: u32 = 256;
+
+/// Trials of a warm-up round on such a fleet (fewer when the run's rounds
+/// are smaller): every later round is the run's own size.
+pub const WARM_FLEET_WARM_UP_TRIALS: u32 = 4;
 
 /// One round of a task (its job and trials). Not serialisable: the store
 /// writes its own row (`store::model_row`), the wire a `ModelView`.
@@ -477,7 +516,7 @@ impl ModelRuns {
         &mut self,
         name: &str,
         now: Millis,
-        slots: &dyn Fn(&Target) -> usize,
+        fleet: &dyn Fn(&Target) -> FleetFor,
     ) -> Result<Plan, ModelError> {
         let run = self
             .runs
@@ -497,7 +536,7 @@ impl ModelRuns {
             // Nothing tuned yet: there is no model to compile.
             fail(run, "stopped before its tasks were extracted".into(), now);
         } else {
-            self.advance(name, now, slots, &mut plan);
+            self.advance(name, now, fleet, &mut plan);
         }
         Ok(plan)
     }
@@ -507,7 +546,7 @@ impl ModelRuns {
         &mut self,
         job: &JobView,
         now: Millis,
-        slots: &dyn Fn(&Target) -> usize,
+        fleet: &dyn Fn(&Target) -> FleetFor,
     ) -> Plan {
         let mut plan = Plan::default();
         let Some(names) = self.by_job.get(&job.job_id).cloned() else {
@@ -529,14 +568,14 @@ impl ModelRuns {
             };
             if changed {
                 plan.touch(&name);
-                self.advance(&name, now, slots, &mut plan);
+                self.advance(&name, now, fleet, &mut plan);
             }
         }
         plan
     }
 
     /// Workers came or went: more rounds may run at once.
-    pub fn refill(&mut self, now: Millis, slots: &dyn Fn(&Target) -> usize) -> Plan {
+    pub fn refill(&mut self, now: Millis, fleet: &dyn Fn(&Target) -> FleetFor) -> Plan {
         let mut plan = Plan::default();
         let names: Vec<String> = self
             .runs
@@ -545,17 +584,18 @@ impl ModelRuns {
             .map(|r| r.name.clone())
             .collect();
         for name in names {
-            self.advance(&name, now, slots, &mut plan);
+            self.advance(&name, now, fleet, &mut plan);
         }
         plan
     }
 
-    /// Plans rounds while budget and slots allow, then the compile job.
+    /// Plans rounds while budget and the fleet's workers allow, then the
+    /// compile job.
     fn advance(
         &mut self,
         name: &str,
         now: Millis,
-        slots: &dyn Fn(&Target) -> usize,
+        fleet: &dyn Fn(&Target) -> FleetFor,
         plan: &mut Plan,
     ) {
         let Some(run) = self.runs.get_mut(name) else {
@@ -572,8 +612,8 @@ impl ModelRuns {
             // Warm-up rounds are all queued at once (the queue hands them out in
             // order); gradient rounds only as workers can take them, so each
             // choice is made with the latest results.
-            let parallel = slots(&target).max(1);
-            while let Some((job_id, workload, extras)) = plan_round(run, &target, parallel) {
+            let fleet = fleet(&target);
+            while let Some((job_id, workload, extras)) = plan_round(run, &target, fleet) {
                 planned.push(job_id);
                 plan.jobs.push((workload, extras));
             }
@@ -649,14 +689,14 @@ fn extracted_tasks(extracted: &ExtractedModel) -> Result<Vec<Task>, ModelError> 
 fn plan_round(
     run: &mut ModelRun,
     target: &Target,
-    parallel: usize,
+    fleet: FleetFor,
 ) -> Option<(JobId, Workload, JobExtras)> {
     let left = run.trials_total.saturating_sub(run.trials_committed());
     if left == 0 {
         return None;
     }
-    let i = next_round_task(run, parallel)?;
-    let trials = round_trials(run, i, left);
+    let i = next_round_task(run, fleet.slots.max(1))?;
+    let trials = round_trials(run, i, left, fleet.cost_model_samples);
     let (workload, extras) = round_job(run, i, trials, target);
     let job_id = workload.job_id();
     run.tasks[i].rounds.push(Round {
@@ -697,9 +737,15 @@ fn next_round_task(run: &ModelRun, parallel: usize) -> Option<usize> {
     Some(i)
 }
 
-/// Trials for task `i`'s next round, `left` of the budget being unplanned.
-fn round_trials(run: &ModelRun, i: usize, left: u32) -> u32 {
+/// Trials for task `i`'s next round, `left` of the budget being unplanned,
+/// the fleet's cost model for the run's target holding `samples`.
+fn round_trials(run: &ModelRun, i: usize, left: u32, samples: u32) -> u32 {
     let warm_up = run.tasks[i].rounds.is_empty();
+    let per_round = if warm_up && samples >= WARM_FLEET_MIN_SAMPLES {
+        run.trials_per_round.min(WARM_FLEET_WARM_UP_TRIALS)
+    } else {
+        run.trials_per_round
+    };
     // Warm-up: spread a short budget so every task can still get one.
     let waiting = run
         .tasks
@@ -712,7 +758,7 @@ fn round_trials(run: &ModelRun, i: usize, left: u32) -> u32 {
     } else {
         left
     };
-    run.trials_per_round.min(share).min(left)
+    per_round.min(share).min(left)
 }
 
 /// No round in flight and none planned: a run of client-extracted tasks is

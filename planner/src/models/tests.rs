@@ -96,7 +96,7 @@ fn names(plan: &Plan) -> Vec<String> {
 
 #[test]
 fn a_run_extracts_warms_up_allocates_and_compiles() {
-    let one_worker = |_: &Target| 1;
+    let one_worker = |_: &Target| FleetFor::workers(1);
     let mut runs = ModelRuns::default();
     let plan = runs
         .submit(submission("sq", 10, 2), Target::of_kind("llvm"), Millis(1))
@@ -246,7 +246,7 @@ fn a_dead_extraction_fails_the_run_with_its_error() {
         at: Millis(2),
         message: "unsupported operator: FancyOp".into(),
     });
-    runs.job_ended(&failed, Millis(2), &|_| 1);
+    runs.job_ended(&failed, Millis(2), &|_| FleetFor::workers(1));
     let run = runs.get("bad").unwrap();
     assert_eq!(run.state, ModelState::Failed);
     assert!(run.error.as_deref().unwrap().contains("FancyOp"));
@@ -266,21 +266,27 @@ fn tasks_without_a_valid_first_round_are_dead_and_stopping_compiles() {
             &[],
         ),
         Millis(2),
-        &|_| 2,
+        &|_| FleetFor::workers(2),
     );
     let (a1, b1) = (plan.jobs[0].0.clone(), plan.jobs[1].0.clone());
-    runs.job_ended(&view(&a1, JobState::Failed), Millis(3), &|_| 2);
+    runs.job_ended(&view(&a1, JobState::Failed), Millis(3), &|_| {
+        FleetFor::workers(2)
+    });
     assert!(runs.get("m").unwrap().tasks[0].dead);
-    let plan = runs.job_ended(&done(&b1, Value::Null, &[1e-3]), Millis(4), &|_| 2);
+    let plan = runs.job_ended(&done(&b1, Value::Null, &[1e-3]), Millis(4), &|_| {
+        FleetFor::workers(2)
+    });
     // Dead tasks get no rounds; the one live task gets both workers.
     assert_eq!(names(&plan), ["m/b/r2", "m/b/r3"]);
-    let plan = runs.stop("m", Millis(5), &|_| 2).unwrap();
+    let plan = runs
+        .stop("m", Millis(5), &|_| FleetFor::workers(2))
+        .unwrap();
     assert!(plan.jobs.is_empty(), "waits for the rounds in flight");
     for (round, now) in [(1, 6), (2, 7)] {
         let id = runs.get("m").unwrap().tasks[1].rounds[round].job_id.clone();
         let mut ended = view(&a1, JobState::Done);
         ended.job_id = id;
-        let plan = runs.job_ended(&ended, Millis(now), &|_| 2);
+        let plan = runs.job_ended(&ended, Millis(now), &|_| FleetFor::workers(2));
         if round == 1 {
             assert!(plan.jobs.is_empty(), "r3 still runs");
         } else {
@@ -295,7 +301,7 @@ fn tasks_without_a_valid_first_round_are_dead_and_stopping_compiles() {
 
 #[test]
 fn idle_workers_run_a_task_twice_at_once_and_its_records_merge() {
-    let four = |_: &Target| 4;
+    let four = |_: &Target| FleetFor::workers(4);
     let mut runs = ModelRuns::default();
     let plan = runs
         .submit(submission("m", 40, 4), Target::of_kind("llvm"), Millis(1))
@@ -343,6 +349,43 @@ fn idle_workers_run_a_task_twice_at_once_and_its_records_merge() {
     let best: Vec<f64> = task.records.iter().map(|r| r.record.latency_s).collect();
     assert_eq!(&best[..3], [0.7e-3, 0.8e-3, 0.9e-3], "merged, best first");
     assert_eq!(task.best(), Some(0.7e-3));
+}
+
+#[test]
+fn a_fleet_whose_cost_model_knows_the_target_warms_up_in_short_rounds() {
+    // The first round of each task on one worker, 16-trial rounds, with the
+    // fleet's cost model for the target holding `samples`.
+    let first_rounds = |samples: u32| {
+        let fleet = move |_: &Target| FleetFor {
+            slots: 1,
+            cost_model_samples: samples,
+        };
+        let mut runs = ModelRuns::default();
+        let plan = runs
+            .submit(submission("m", 200, 16), Target::of_kind("llvm"), Millis(1))
+            .unwrap();
+        let extract = plan.jobs[0].0.clone();
+        let tasks = extracted(&[("a", 1, false), ("b", 3, false), ("c", 1, true)]);
+        let plan = runs.job_ended(&done(&extract, tasks, &[]), Millis(2), &fleet);
+        let trials: Vec<u32> = plan.jobs.iter().map(|(w, _)| w.trials).collect();
+        (runs, plan, trials, fleet)
+    };
+    assert_eq!(
+        first_rounds(0).2,
+        [16, 16],
+        "a cold fleet: the run's rounds"
+    );
+    let below = WARM_FLEET_MIN_SAMPLES - 1;
+    assert_eq!(first_rounds(below).2, [16, 16], "a model of a few rounds");
+    let (mut runs, plan, trials, fleet) = first_rounds(WARM_FLEET_MIN_SAMPLES);
+    assert_eq!(trials, [WARM_FLEET_WARM_UP_TRIALS; 2], "a trained one");
+    // Later rounds are the run's own size again.
+    let line = serde_json::json!({"workload": ["hash", "b64"]});
+    let (a1, b1) = (plan.jobs[0].0.clone(), plan.jobs[1].0.clone());
+    runs.job_ended(&done(&a1, line.clone(), &[1e-3]), Millis(3), &fleet);
+    let plan = runs.job_ended(&done(&b1, line, &[2e-3]), Millis(4), &fleet);
+    let next: Vec<u32> = plan.jobs.iter().map(|(w, _)| w.trials).collect();
+    assert_eq!(next, [16], "{:?}", names(&plan));
 }
 
 #[test]
@@ -413,7 +456,7 @@ mod properties {
             outcomes in proptest::collection::vec((outcome(), 0usize..8), 1..120),
             stop_at in proptest::option::of(0usize..120),
         ) {
-            let slots = move |_: &Target| workers;
+            let slots = move |_: &Target| FleetFor::workers(workers);
             let mut runs = ModelRuns::default();
             let plan = runs.submit(submission("p", budget, per_round), Target::of_kind("llvm"), Millis(0)).unwrap();
             let extract = plan.jobs[0].0.clone();
@@ -514,7 +557,7 @@ fn client_extracted(name: &str, trials: u32, per_round: u32) -> ModelSubmission 
 
 #[test]
 fn a_client_extracted_run_tunes_at_once_and_ends_without_a_compile_job() {
-    let one_worker = |_: &Target| 1;
+    let one_worker = |_: &Target| FleetFor::workers(1);
     let mut runs = ModelRuns::default();
     let plan = runs
         .submit(
@@ -564,7 +607,7 @@ fn a_client_extracted_run_tunes_at_once_and_ends_without_a_compile_job() {
 
 #[test]
 fn a_client_extracted_run_stops_without_a_compile_job() {
-    let one_worker = |_: &Target| 1;
+    let one_worker = |_: &Target| FleetFor::workers(1);
     let mut runs = ModelRuns::default();
     runs.submit(
         client_extracted("r", 100, 2),
@@ -625,7 +668,7 @@ fn extracted_timed(tasks: &[(&str, u32, bool, f64)]) -> Value {
 
 /// Ends every round the plan holds with `latency` per trial; the next plan.
 fn end_rounds(runs: &mut ModelRuns, plan: Plan, latency: impl Fn(&str) -> f64, at: u64) -> Plan {
-    let one_worker = |_: &Target| 1;
+    let one_worker = |_: &Target| FleetFor::workers(1);
     let mut next = Plan::default();
     for (round, _) in plan.jobs {
         let l = latency(&round.name);
@@ -642,7 +685,7 @@ fn end_rounds(runs: &mut ModelRuns, plan: Plan, latency: impl Fn(&str) -> f64, a
 
 #[test]
 fn the_estimate_is_the_whole_model_from_extraction_on_and_only_falls() {
-    let one_worker = |_: &Target| 1;
+    let one_worker = |_: &Target| FleetFor::workers(1);
     let mut runs = ModelRuns::default();
     let plan = runs
         .submit(submission("sq", 24, 2), Target::of_kind("llvm"), Millis(1))
@@ -697,7 +740,7 @@ fn the_estimate_is_the_whole_model_from_extraction_on_and_only_falls() {
 
 #[test]
 fn a_trivial_task_that_the_tuned_model_leaves_large_gets_rounds() {
-    let one_worker = |_: &Target| 1;
+    let one_worker = |_: &Target| FleetFor::workers(1);
     let mut runs = ModelRuns::default();
     let plan = runs
         .submit(submission("sq", 40, 4), Target::of_kind("llvm"), Millis(1))
@@ -733,7 +776,7 @@ fn a_trivial_task_that_the_tuned_model_leaves_large_gets_rounds() {
 
 #[test]
 fn an_auto_layout_run_takes_the_layout_its_extraction_used() {
-    let one_worker = |_: &Target| 1;
+    let one_worker = |_: &Target| FleetFor::workers(1);
     let mut runs = ModelRuns::default();
     let mut sub = submission("sq", 10, 2);
     sub.source = ModelSource::new(
@@ -782,7 +825,7 @@ fn one_conv_on_a_cpu(runs: &mut ModelRuns, s: ModelSubmission) -> Plan {
     runs.job_ended(
         &done(&plan.jobs[0].0, extracted(&[("conv", 1, false)]), &[]),
         Millis(2),
-        &|_: &Target| 1,
+        &|_: &Target| FleetFor::workers(1),
     )
 }
 
@@ -802,7 +845,7 @@ fn cpu_rounds_search_the_best_rule_set_unless_the_run_names_one() {
 
 #[test]
 fn cpu_rounds_of_sixteen_trials_compare_the_rule_sets_when_the_run_asks_per_task() {
-    let one_worker = |_: &Target| 1;
+    let one_worker = |_: &Target| FleetFor::workers(1);
     let mut runs = ModelRuns::default();
     // Named nothing: `union`, round after round.
     let mut plan = one_conv_on_a_cpu(&mut runs, submission("unnamed", 64, 16));

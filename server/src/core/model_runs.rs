@@ -2,6 +2,8 @@
 //! to the scheduler, their rounds followed, their artifacts stored and read
 //! back.
 
+use std::collections::BTreeMap;
+
 use tokio::sync::oneshot;
 use tracing::warn;
 use tunefleet_shared::model::{
@@ -12,7 +14,8 @@ use tunefleet_shared::target::Target;
 use tunefleet_shared::workload::Op;
 
 use super::{Batch, Core};
-use crate::models::{ModelError, Plan};
+use crate::cost_models::CostModelKey;
+use crate::models::{FleetFor, ModelError, Plan};
 use crate::scheduler::Output;
 
 impl Core {
@@ -34,7 +37,7 @@ impl Core {
                 self.apply_plan(plan, now, out, batch);
                 // A run with client-extracted tasks is tuning already:
                 // plan its first rounds now.
-                let rounds = self.models.refill(now, &self.slots());
+                let rounds = self.models.refill(now, &self.fleet());
                 self.apply_plan(rounds, now, out, batch);
                 self.models
                     .get(&name)
@@ -52,7 +55,7 @@ impl Core {
         out: &mut Vec<Output>,
         batch: &mut Batch,
     ) {
-        let r = self.models.stop(name, now, &self.slots());
+        let r = self.models.stop(name, now, &self.fleet());
         let r = r.map(|plan| self.apply_plan(plan, now, out, batch));
         batch.reply(reply, r);
     }
@@ -69,10 +72,33 @@ impl Core {
         }
     }
 
-    /// How many connected workers can serve each target (a run's parallelism).
-    pub(super) fn slots(&self) -> impl Fn(&Target) -> usize {
-        let targets: Vec<Target> = self.scheduler.workers().map(|w| w.target.clone()).collect();
-        move |t: &Target| targets.iter().filter(|w| w.serves(t)).count()
+    /// What the planner asks of the fleet per target: how many connected
+    /// workers serve it (a run's parallelism), and how much the cost model
+    /// a round would start from on one of them has learned (the most, over
+    /// the workers: each gets the model of its own effective target and TVM
+    /// release, `share_cost_model`).
+    /// (Owned: the planner is borrowed mutably while it asks.)
+    pub(super) fn fleet(&self) -> impl Fn(&Target) -> FleetFor {
+        let workers: Vec<(Target, Option<String>)> = self
+            .scheduler
+            .workers()
+            .map(|w| (w.target.clone(), w.tvm_version.clone()))
+            .collect();
+        let samples: BTreeMap<CostModelKey, u32> = self
+            .cost_models
+            .iter()
+            .map(|(key, model)| (key.clone(), model.samples))
+            .collect();
+        move |t: &Target| {
+            let mut fleet = FleetFor::default();
+            for (target, tvm) in workers.iter().filter(|(w, _)| w.serves(t)) {
+                fleet.slots += 1;
+                let key = CostModelKey::of(t, target, tvm.as_deref());
+                let held = samples.get(&key).copied().unwrap_or(0);
+                fleet.cost_model_samples = fleet.cost_model_samples.max(held);
+            }
+            fleet
+        }
     }
 
     /// Submits a plan's jobs and marks its runs for the batch's commit.
@@ -122,7 +148,7 @@ impl Core {
                 if !told.insert(view.job_id.clone()) {
                     continue;
                 }
-                let plan = self.models.job_ended(&view, now, &self.slots());
+                let plan = self.models.job_ended(&view, now, &self.fleet());
                 self.apply_plan(plan, now, out, batch);
             }
         }

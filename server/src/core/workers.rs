@@ -35,7 +35,7 @@ impl Core {
         match &result {
             Ok(matching) => {
                 info!(session = %joined.first().copied().unwrap_or_default(), slots = joined.len(), name = %hello.name, target = %hello.target, matching, "worker joined");
-                let plan = self.models.refill(now, &self.slots());
+                let plan = self.models.refill(now, &self.fleet());
                 self.apply_plan(plan, now, out, batch);
             }
             Err(e) => warn!(name = %hello.name, "worker refused: {e}"),
