@@ -35,7 +35,9 @@ pub struct ModelFlags {
     /// Total trial budget, spread over the model's tasks (default 2000).
     #[arg(long, value_name = "N")]
     pub trials: Option<u32>,
-    /// Trials per round of one task (default 16).
+    /// Trials per round of one task (default 16; a task's first round is 4
+    /// when the fleet's cost model for the target has learned from 256
+    /// schedules or more).
     #[arg(long, value_name = "N")]
     pub trials_per_round: Option<u32>,
     /// Target as a JSON dict; attributes left open are filled from the
