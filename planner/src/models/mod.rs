@@ -73,9 +73,9 @@ impl FleetFor {
 /// every task has had a round, so the warm-up (a round per task) sets how
 /// soon it is near its end; a cold model picks a round's candidates almost
 /// at random and needs the trials, a trained one picks them well
-/// (docs/benchmarks.md, "The fleet's cost model, cold against warm": four
-/// candidates of a model trained on another network's ~480 samples left
-/// SqueezeNet within 10% of its final estimate at the end of its warm-up).
+/// (docs/benchmarks.md, "A warm fleet warms a run up in short rounds":
+/// with a model trained on another network's ~480 samples, SqueezeNet's
+/// 4-trial warm-up ended at 1.1× its final estimate, a cold one's at 2-2.6×).
 /// 256 is sixteen 16-trial rounds: a model that has seen a network's worth
 /// of operators, not one round's.
 pub const WARM_FLEET_MIN_SAMPLES: u32 = 256;

@@ -451,12 +451,16 @@ mod properties {
         fn budget_rounds_and_compile_are_kept(
             tasks in proptest::collection::vec((1u32..5, any::<bool>()), 1..8),
             budget in 1u32..60,
-            per_round in 1u32..6,
+            per_round in 1u32..20,
             workers in 1usize..4,
+            warm_fleet in any::<bool>(),
             outcomes in proptest::collection::vec((outcome(), 0usize..8), 1..120),
             stop_at in proptest::option::of(0usize..120),
         ) {
-            let slots = move |_: &Target| FleetFor::workers(workers);
+            let slots = move |_: &Target| FleetFor {
+                slots: workers,
+                cost_model_samples: if warm_fleet { WARM_FLEET_MIN_SAMPLES } else { 0 },
+            };
             let mut runs = ModelRuns::default();
             let plan = runs.submit(submission("p", budget, per_round), Target::of_kind("llvm"), Millis(0)).unwrap();
             let extract = plan.jobs[0].0.clone();
