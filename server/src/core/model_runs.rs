@@ -77,13 +77,20 @@ impl Core {
     /// a round would start from on one of them has learned (the most, over
     /// the workers: each gets the model of its own effective target and TVM
     /// release, `share_cost_model`).
-    /// (Owned: the planner is borrowed mutably while it asks.)
+    /// (Owned: the planner is borrowed mutably while it asks. Workers are
+    /// counted per kind, target and TVM, so a key is made once per kind,
+    /// not once per worker of a fleet of thousands.)
     pub(super) fn fleet(&self) -> impl Fn(&Target) -> FleetFor {
-        let workers: Vec<(Target, Option<String>)> = self
-            .scheduler
-            .workers()
-            .map(|w| (w.target.clone(), w.tvm_version.clone()))
-            .collect();
+        let mut kinds: Vec<(Target, Option<String>, usize)> = Vec::new();
+        for w in self.scheduler.workers() {
+            match kinds
+                .iter_mut()
+                .find(|(t, tvm, _)| *t == w.target && *tvm == w.tvm_version)
+            {
+                Some((_, _, n)) => *n += 1,
+                None => kinds.push((w.target.clone(), w.tvm_version.clone(), 1)),
+            }
+        }
         let samples: BTreeMap<CostModelKey, u32> = self
             .cost_models
             .iter()
@@ -91,8 +98,8 @@ impl Core {
             .collect();
         move |t: &Target| {
             let mut fleet = FleetFor::default();
-            for (target, tvm) in workers.iter().filter(|(w, _)| w.serves(t)) {
-                fleet.slots += 1;
+            for (target, tvm, n) in kinds.iter().filter(|(w, _, _)| w.serves(t)) {
+                fleet.slots += n;
                 let key = CostModelKey::of(t, target, tvm.as_deref());
                 let held = samples.get(&key).copied().unwrap_or(0);
                 fleet.cost_model_samples = fleet.cost_model_samples.max(held);
