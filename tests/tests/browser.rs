@@ -1770,6 +1770,15 @@ async fn a_finished_model_run_shows_latencies_curve_and_tasks() {
         .expect("conv");
     assert_eq!(conv[1], "8", "{tasks:?}");
     assert!(conv[4].ends_with('%'), "{tasks:?}");
+    // A fresh fleet: every round full size, nothing said of first rounds.
+    let facts = browser
+        .js(
+            "return document.querySelector('#model-detail .facts').innerText",
+            vec![],
+        )
+        .await;
+    let facts = facts.as_str().unwrap_or_default();
+    assert!(facts.contains("64 / 64 (16 per round)"), "{facts}");
     browser
         .js(
             "document.querySelector('#model-detail').scrollIntoView({block: 'start'}); window.scrollBy(0, -60); return true",

@@ -3,6 +3,7 @@
 //! `app/view.rs` lays it out.
 
 use tunefleet_shared::model::{ModelState, ModelTaskView, ModelView};
+use tunefleet_shared::protocol::JobId;
 
 use crate::format::format_latency;
 
@@ -84,6 +85,25 @@ pub fn share(task: &ModelTaskView) -> String {
     task.share
         .filter(|s| s.is_finite())
         .map_or_else(|| "–".into(), |s| format!("{:.1}%", s * 100.0))
+}
+
+/// `16 per round`, or `16 per round, first rounds 4` when no task's first
+/// round was full size: a fleet whose cost model already knows the target
+/// starts each task with a short round (the planner's `round_trials`), and a
+/// budget smaller than a round shortens it too. `trials_of` answers a job's
+/// trials from the fleet's jobs; a first round not (yet) among them counts
+/// for nothing.
+pub fn round_sizes(view: &ModelView, trials_of: impl Fn(&JobId) -> Option<u32>) -> String {
+    let per_round = view.trials_per_round;
+    let first = view
+        .tasks
+        .iter()
+        .filter_map(|t| t.job_id.as_ref().and_then(&trials_of))
+        .max();
+    match first {
+        Some(n) if n < per_round => format!("{per_round} per round, first rounds {n}"),
+        _ => format!("{per_round} per round"),
+    }
 }
 
 /// A line under the state while nothing else says what is going on.

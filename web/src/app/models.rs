@@ -57,7 +57,12 @@ pub(super) fn ModelsCard(p: &ModelsProps) -> Html {
                     }) }</tbody>
                 </table>
             </div>
-            { for shown.map(|m| model_detail(m, &on_close, &p.on_select_job)) }
+            { for shown.map(|m| {
+                let rounds = model_runs::round_sizes(m, |job| {
+                    session.fleet.job(job).map(|j| j.trials_total)
+                });
+                model_detail(m, rounds, &on_close, &p.on_select_job)
+            }) }
         </section>
     }
 }
@@ -131,6 +136,7 @@ fn measured_cells(m: &ModelView) -> Html {
 
 fn model_detail(
     m: &ModelView,
+    rounds: String,
     on_close: &Callback<MouseEvent>,
     on_select_job: &Callback<Option<JobId>>,
 ) -> Html {
@@ -152,7 +158,7 @@ fn model_detail(
                     <dl class="facts">
                         <dt>{ "Target" }</dt><dd>{ target_summary(&m.target) }</dd>
                         <dt>{ "Trials" }</dt>
-                        <dd>{ format!("{} / {} ({} per round)", m.trials_done, m.trials_total, m.trials_per_round) }</dd>
+                        <dd>{ format!("{} / {} ({})", m.trials_done, m.trials_total, rounds) }</dd>
                         <dt>{ "Estimated" }</dt><dd>{ model_runs::latency(m.estimated_latency_s) }</dd>
                         <dt>{ "Extract job" }</dt>
                         <dd><a class="mono" href="#" onclick={open_extract}>{ short_id(&m.extract_job) }</a></dd>

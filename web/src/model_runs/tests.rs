@@ -5,6 +5,24 @@ pub(crate) fn view(state: ModelState) -> ModelView {
     tunefleet_shared::testing::model_view("sq", state)
 }
 
+/// A tuned task with no measurement yet, its first round `job_id`.
+fn task(job_id: Option<&str>) -> ModelTaskView {
+    ModelTaskView {
+        job_id: job_id.map(Into::into),
+        name: "fused_conv2d".into(),
+        weight: 1,
+        trials: 0,
+        best_latency_s: None,
+        share: None,
+        flops: None,
+        untuned_share: None,
+        trivial: false,
+        dead: false,
+        rounds: vec![],
+        best_tiling: None,
+    }
+}
+
 #[test]
 fn nothing_measured_before_compiling() {
     let v = view(ModelState::Tuning);
@@ -57,18 +75,11 @@ fn measured_latencies_with_ratios() {
 #[test]
 fn task_notes_and_shares() {
     let mut t = ModelTaskView {
-        job_id: None,
-        name: "fused_conv2d".into(),
         weight: 2,
         trials: 32,
         best_latency_s: Some(1e-4),
         share: Some(0.4123),
-        flops: None,
-        untuned_share: None,
-        trivial: false,
-        dead: false,
-        rounds: vec![],
-        best_tiling: None,
+        ..task(None)
     };
     assert_eq!(share(&t), "41.2%");
     assert_eq!(task_note(&t), "");
@@ -82,4 +93,18 @@ fn task_notes_and_shares() {
     assert_eq!(share(&t), "–");
     assert_eq!(latency(None), "–");
     assert_eq!(latency(Some(f64::NAN)), "–");
+}
+
+#[test]
+fn round_sizes_say_when_the_first_rounds_were_short() {
+    let mut v = view(ModelState::Tuning);
+    // Before the tasks are extracted, and while their jobs are unknown.
+    assert_eq!(round_sizes(&v, |_| Some(4)), "16 per round");
+    v.tasks = vec![task(Some("a")), task(Some("b"))];
+    assert_eq!(round_sizes(&v, |_| None), "16 per round");
+    // A warm fleet's first rounds.
+    assert_eq!(round_sizes(&v, |_| Some(4)), "16 per round, first rounds 4");
+    // A cold one's: full size, even where the budget's end cut one short.
+    let cold = |j: &JobId| Some(if j == "a" { 16 } else { 7 });
+    assert_eq!(round_sizes(&v, cold), "16 per round");
 }
