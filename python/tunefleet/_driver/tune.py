@@ -270,13 +270,7 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    if not isinstance(job, dict):
-        raise JobError("job file must hold a JSON object")
-    wl = job.get("workload")
-    if not isinstance(wl, dict):
-        raise JobError("job has no `workload` object")
-    measure.prepare_tvm_for_target(wl.get("target"))
-    built = build_workload(wl)
+    built = _built_workload(job)
     settings = _settings(job, built)
     runner = measure.runner(ms, job, settings["run_timeout"])
     builder = measure.builder(ms, built.target_json, settings["max_workers"], settings["build_timeout"])
@@ -306,17 +300,7 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
     if not scored:
         detail = f" (first error: {summarise_error(state['first_error'])})" if state["first_error"] else ""
         raise JobError(f"no valid measurement in {measured} trials{detail}")
-    # `check_kernel: false` (a model's round): the whole model is compared
-    # with onnxruntime when it is compiled, so the two libraries the worker
-    # would check this kernel with are not built (seconds a round). A CUDA
-    # kernel is checked and timed here, on the GPU (cuda.check_kernel): the
-    # worker's own check runs CPU kernels only.
-    tuned_path = ref_path = gpu_check = None
-    if job.get("check_kernel", True) is not False:
-        if cuda.is_cuda(built.target_json):
-            gpu_check = _gpu_check(ms, db, built, work_dir, job)
-        else:
-            tuned_path, ref_path = _libraries(tvm, ms, db, built, work_dir)
+    tuned_path, ref_path, gpu_check = _check_kernel(tvm, ms, db, built, work_dir, job)
     return {
         "event": "result",
         "best_latency_s": scored[0][0],
@@ -339,6 +323,34 @@ def run_job(job: dict, work_dir: str, proto, t0: float) -> dict:
         # The rule set searched (measure.RULE_SETS).
         "rules": settings["rules"],
     }
+
+
+def _built_workload(job: dict):
+    """The job's workload, built for its target (TVM set up for that target
+    first)."""
+    if not isinstance(job, dict):
+        raise JobError("job file must hold a JSON object")
+    wl = job.get("workload")
+    if not isinstance(wl, dict):
+        raise JobError("job has no `workload` object")
+    measure.prepare_tvm_for_target(wl.get("target"))
+    return build_workload(wl)
+
+
+def _check_kernel(tvm, ms, db, built, work_dir: str, job: dict) -> tuple:
+    """What the best schedule is checked with: `(tuned_lib, reference_lib,
+    gpu_check)`, each None where not made.
+
+    `check_kernel: false` (a model's round): the whole model is compared
+    with onnxruntime when it is compiled, so the two libraries the worker
+    would check this kernel with are not built (seconds a round). A CUDA
+    kernel is checked and timed here, on the GPU (`_gpu_check`): the
+    worker's own check runs CPU kernels only."""
+    if job.get("check_kernel", True) is False:
+        return None, None, None
+    if cuda.is_cuda(built.target_json):
+        return None, None, _gpu_check(ms, db, built, work_dir, job)
+    return (*_libraries(tvm, ms, db, built, work_dir), None)
 
 
 def _gpu_check(ms, db, built, work_dir: str, job: dict) -> dict:
