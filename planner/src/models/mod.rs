@@ -76,7 +76,8 @@ impl FleetFor {
 /// (docs/benchmarks.md, "A warm fleet warms a run up in short rounds":
 /// with a model trained on another network's ~480 samples, SqueezeNet's
 /// 4-trial warm-up ended at 1.1× its final estimate, a cold one's at 2-2.6×;
-/// "The short warm-up on ResNet-50": within 10% in 116 trials against 384).
+/// "The short warm-up on ResNet-50": within 10% in 116-164 trials against
+/// 384-400).
 /// 256 is sixteen 16-trial rounds: a model that has seen a network's worth
 /// of operators, not one round's.
 pub const WARM_FLEET_MIN_SAMPLES: u32 = 256;
